@@ -1,0 +1,41 @@
+# Every target bootstraps its own virtualenv, so a fresh clone needs only python3 (>= 3.11) and make.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k claim -x"`.
+PYTEST_ARGS ?=
+
+.PHONY: venv run test bench build fault audit clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edge-runtime needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,build]'
+	@touch $@
+
+run: $(STAMP)
+	$(VENV)/bin/edge-runtime --version
+	$(VENV)/bin/edge-runtime migrate
+	$(VENV)/bin/edge-runtime check
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) tests/bench/run.py
+
+build: $(STAMP)
+	$(PY) build/build.py
+
+audit: build
+	$(PY) artifact_audit.py dist/edge-runtime dist/edge-runtime-*.tar.xz
+
+fault: $(STAMP)
+	$(PY) -m pytest tests/fault -m fault --fault-mode=long -p no:cacheprovider $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) dist build/work .pytest_cache .hypothesis

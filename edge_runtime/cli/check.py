@@ -1,0 +1,29 @@
+"""``edge-runtime check``: integrity, migrations, durability settings and stored invariants."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from edge_runtime.local.database import open_database
+from edge_runtime.local.health import check_health
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="check the database's integrity, migrations and readiness")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_database(args.db, create=False) as db:
+        report = check_health(db)
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
+    else:
+        for item in report.checks:
+            sys.stdout.write(f"{'ok  ' if item.ok else 'FAIL'} {item.name}: {item.detail}\n")
+        sys.stdout.write(f"{report.database}: {'ready' if report.ok else 'NOT READY'}\n")
+    return 0 if report.ok else 1

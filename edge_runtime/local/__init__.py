@@ -1,0 +1,6 @@
+"""Local (edge) Profile adapter: apsw/SQLite storage behind the canonical contract.
+
+Dependency direction: contract <- local <- service <- cli. This package owns the apsw connection,
+single-writer transactions, the migrations runner, the injected clock and the repositories. It
+holds no policy about when to dispatch and never controls a process.
+"""

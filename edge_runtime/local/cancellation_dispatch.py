@@ -1,0 +1,417 @@
+"""Local CancellationDispatch repository (spec §3) on the single-writer SQLite database.
+
+Each mutation is one ``BEGIN IMMEDIATE`` transaction that reads the injected clock once, after the
+write lock is held, and touches rows in the fixed order Run -> Attempt -> Dispatch. Every record
+read or about to be written is checked against the contract invariants; a stored row that breaks
+one fails closed with :class:`RepositoryError` and is never repaired or reclaimed.
+
+The table keeps its legacy column name ``lease_token``. This adapter writes only
+``sha256:<digest>`` there and projects an older raw value to its digest on read, so a raw token
+never leaves this module and is never written by this runtime.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract.cancellation_dispatch import (
+    CONTROLLER_NOT_INVOKED_RESULTS,
+    MAX_VERSION,
+    RETRYABLE_RESULTS,
+    RUN_ID_MAX_LENGTH,
+    BlockedOutcome,
+    CancellationDispatchError,
+    ClaimCommand,
+    ClaimedOutcome,
+    ClaimOutcome,
+    DispatchedOutcome,
+    DispatchRecord,
+    DispatchResult,
+    DispatchStatus,
+    InvalidCommandError,
+    BindingConflictError,
+    FenceRejectedError,
+    LeasedOutcome,
+    NotDueOutcome,
+    NotEligibleOutcome,
+    RecordResultCommand,
+    RecordResultOutcome,
+    RepositoryError,
+    classify_result,
+    dedupe_key_for,
+    digest_lease_token,
+    dispatch_record_problem,
+    is_lease_token_digest,
+)
+from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.local.clock import InvalidClockValueError
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.errors import LocalStorageError
+
+#: Run statuses whose cancellation may still be dispatched (spec §4).
+ACTIVE_RUN_STATUSES = frozenset(
+    {"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"}
+)
+#: Attempt statuses that may still own a live process.
+ACTIVE_ATTEMPT_STATUSES = frozenset({"claimed", "starting", "running"})
+
+DIGEST_PREFIX = "sha256:"
+_UNSET = msgspec.UNSET
+
+DISPATCH_COLUMNS = (
+    "run_id, attempt_id, status, version, dispatch_count, next_attempt_at_ms, lease_owner, lease_token, "
+    "lease_expires_at_ms, last_result, last_dispatched_at_ms, created_at_ms, updated_at_ms"
+)
+_SELECT_DISPATCH = f"SELECT {DISPATCH_COLUMNS} FROM run_cancellation_dispatches WHERE run_id = ?"
+_INSERT_DISPATCH = f"INSERT INTO run_cancellation_dispatches ({DISPATCH_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPDATE_DISPATCH = (
+    "UPDATE run_cancellation_dispatches SET status = ?, version = ?, dispatch_count = ?, next_attempt_at_ms = ?, "
+    "lease_owner = ?, lease_token = ?, lease_expires_at_ms = ?, last_result = ?, last_dispatched_at_ms = ?, "
+    "updated_at_ms = ? WHERE run_id = ? AND version = ?"
+)
+_SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms FROM runs WHERE id = ?"
+_SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
+_SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
+_CAS_RUN = (
+    "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, updated_at_ms = ? "
+    "WHERE id = ? AND version = ? AND event_sequence = ?"
+)
+_INSERT_EVENT = (
+    "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, "
+    "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+_json_encode = msgspec.json.Encoder().encode
+
+
+def _absent_if_null(value: Any) -> Any:
+    return _UNSET if value is None else value
+
+
+def _null_if_absent(value: Any) -> Any:
+    return None if value is _UNSET else value
+
+
+def project_stored_token(stored: str | None) -> Any:
+    """The digest of a stored ``lease_token`` value: new ``sha256:`` form, or a legacy raw token.
+
+    Raises:
+        RepositoryError: a legacy value that is not a valid token (its text is never echoed).
+    """
+    if stored is None:
+        return _UNSET
+    if stored.startswith(DIGEST_PREFIX) and is_lease_token_digest(stored[len(DIGEST_PREFIX) :]):
+        return stored[len(DIGEST_PREFIX) :]
+    try:
+        return digest_lease_token(stored)
+    except InvalidCommandError:
+        raise RepositoryError("stored legacy lease token is invalid; the dispatch fails closed") from None
+
+
+def record_from_row(row: tuple[Any, ...]) -> DispatchRecord:
+    """Project one stored row to a checked record.
+
+    Raises:
+        RepositoryError: the row breaks a contract invariant.
+    """
+    (run_id, attempt_id, status, version, dispatch_count, next_at, owner, token, expires, last, last_at, created,
+     updated) = row
+    try:
+        record = DispatchRecord(
+            run_id=run_id,
+            attempt_id=attempt_id,
+            status=DispatchStatus(status),
+            version=version,
+            dispatch_count=dispatch_count,
+            next_attempt_at_ms=_absent_if_null(next_at),
+            lease_owner=_absent_if_null(owner),
+            lease_token_digest=project_stored_token(token),
+            lease_expires_at_ms=_absent_if_null(expires),
+            last_result=_UNSET if last is None else DispatchResult(last),
+            last_dispatched_at_ms=_absent_if_null(last_at),
+            created_at_ms=created,
+            updated_at_ms=updated,
+        )
+    except (ValueError, TypeError) as exc:
+        raise RepositoryError(f"stored dispatch of run {run_id!r} is malformed: {exc}") from None
+    problem = dispatch_record_problem(record)
+    if problem is not None:
+        raise RepositoryError(f"stored dispatch of run {run_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def _checked(record: DispatchRecord) -> DispatchRecord:
+    problem = dispatch_record_problem(record)
+    if problem is not None:
+        # Only reachable through a bug in this module; refuse to write a broken row.
+        raise RepositoryError(f"refusing to write dispatch of run {record.run_id!r}: {problem}")
+    return record
+
+
+def _row_values(record: DispatchRecord) -> tuple[Any, ...]:
+    digest = record.lease_token_digest
+    return (
+        record.status.value,
+        record.version,
+        record.dispatch_count,
+        _null_if_absent(record.next_attempt_at_ms),
+        _null_if_absent(record.lease_owner),
+        None if digest is _UNSET else DIGEST_PREFIX + digest,
+        _null_if_absent(record.lease_expires_at_ms),
+        None if record.last_result is _UNSET else record.last_result.value,
+        _null_if_absent(record.last_dispatched_at_ms),
+        record.updated_at_ms,
+    )
+
+
+@contextmanager
+def repository_errors() -> Iterator[None]:
+    """Map storage failures to :class:`RepositoryError`; contract errors pass through unchanged."""
+    try:
+        yield
+    except CancellationDispatchError:
+        raise
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
+    except apsw.Error as exc:
+        raise RepositoryError(f"database operation failed: {exc}") from exc
+    except (InvalidClockValueError, LocalStorageError) as exc:
+        raise RepositoryError(str(exc)) from exc
+
+
+class LocalCancellationDispatchRepository:
+    """Durable, fenced cancellation dispatches on a :class:`LocalDatabase`."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: LocalDatabase) -> None:
+        self._db = db
+
+    # ----------------------------------------------------------------- reads
+
+    def find_by_run_id(self, run_id: str) -> DispatchRecord | None:
+        """The Run's dispatch record, or None when there is none.
+
+        Raises:
+            InvalidCommandError: ``run_id`` is not a valid identifier.
+            RepositoryError: the stored row breaks an invariant, or the database failed.
+        """
+        problem = identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
+        if problem is not None:
+            raise InvalidCommandError(problem)
+        with repository_errors():
+            row = self._db.connection.execute(_SELECT_DISPATCH, (run_id,)).fetchone()
+            return None if row is None else record_from_row(row)
+
+    # ----------------------------------------------------------------- claim
+
+    def claim(self, cmd: ClaimCommand) -> ClaimOutcome:
+        """Claim the dispatch of ``cmd.run_id`` for ``cmd.attempt_id`` (spec §3, claim).
+
+        Raises:
+            BindingConflictError: the dispatch is bound to another Attempt of the Run.
+            RepositoryError: a stored row breaks an invariant, or the database failed
+                (``retryable`` when it was busy).
+        """
+        if not isinstance(cmd, ClaimCommand):
+            raise InvalidCommandError(f"claim expects a ClaimCommand, got {type(cmd).__name__}")
+        digest = digest_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
+            if (
+                run is None
+                or run[0] != "runtime"
+                or run[1] not in ACTIVE_RUN_STATUSES
+                or run[2] != cmd.requested_at_ms
+            ):
+                return NotEligibleOutcome()
+            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            if attempt is None or attempt[0] != cmd.run_id or attempt[1] not in ACTIVE_ATTEMPT_STATUSES:
+                return NotEligibleOutcome()
+
+            row = connection.execute(_SELECT_DISPATCH, (cmd.run_id,)).fetchone()
+            if row is None:
+                current = _checked(
+                    DispatchRecord(
+                        run_id=cmd.run_id,
+                        attempt_id=cmd.attempt_id,
+                        status=DispatchStatus.PENDING,
+                        version=0,
+                        dispatch_count=0,
+                        next_attempt_at_ms=cmd.requested_at_ms,
+                        created_at_ms=now,
+                        updated_at_ms=now,
+                    )
+                )
+            else:
+                current = record_from_row(row)
+                if current.attempt_id != cmd.attempt_id:
+                    raise BindingConflictError(
+                        f"dispatch of run {cmd.run_id!r} is bound to attempt {current.attempt_id!r}, "
+                        f"not {cmd.attempt_id!r}"
+                    )
+
+            outcome = self._claim_decision(current, now)
+            if outcome is None:
+                if current.version >= MAX_VERSION:
+                    raise RepositoryError(f"dispatch of run {cmd.run_id!r} has reached the maximum version")
+                claimed = _checked(
+                    msgspec.structs.replace(
+                        current,
+                        status=DispatchStatus.LEASED,
+                        version=current.version + 1,
+                        dispatch_count=current.dispatch_count + 1,
+                        next_attempt_at_ms=_UNSET,
+                        lease_owner=cmd.owner,
+                        lease_token_digest=digest,
+                        lease_expires_at_ms=now + cmd.lease_duration_ms,
+                        updated_at_ms=now,
+                    )
+                )
+                self._store(connection, claimed, None if row is None else current.version)
+                return ClaimedOutcome(dispatch=claimed, lease_token=cmd.lease_token)
+            if row is None:
+                self._store(connection, current, None)
+            return outcome
+
+    @staticmethod
+    def _claim_decision(current: DispatchRecord, now: int) -> ClaimOutcome | None:
+        """What a claim sees without taking the lease, or None when it may take it."""
+        status = current.status
+        if status is DispatchStatus.DISPATCHED:
+            return DispatchedOutcome(dispatch=current)
+        if status is DispatchStatus.BLOCKED:
+            return BlockedOutcome(dispatch=current)
+        if status is DispatchStatus.LEASED:
+            if current.lease_expires_at_ms > now:
+                return LeasedOutcome(dispatch=current)
+            return None  # expired lease: taken over exactly at expiry
+        if current.next_attempt_at_ms > now:
+            return NotDueOutcome(dispatch=current)
+        return None
+
+    # ----------------------------------------------------------------- record_result
+
+    def record_result(self, cmd: RecordResultCommand) -> RecordResultOutcome:
+        """Record the controller's result under the caller's fence (spec §3, record_result).
+
+        Does not re-check that the Run and Attempt are active: a signal's outcome is recorded
+        even when the Run ended meanwhile (often because of that very signal).
+
+        Raises:
+            FenceRejectedError: no such dispatch, another Attempt, not leased, another version,
+                owner or token.
+            RepositoryError: duplicate event id, Run CAS miss, broken stored row, or database
+                failure; everything is rolled back.
+        """
+        if not isinstance(cmd, RecordResultCommand):
+            raise InvalidCommandError(f"record_result expects a RecordResultCommand, got {type(cmd).__name__}")
+        digest = digest_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            run = connection.execute(_SELECT_RUN_VERSION, (cmd.run_id,)).fetchone()
+            row = connection.execute(_SELECT_DISPATCH, (cmd.run_id,)).fetchone()
+            if run is None or row is None:
+                raise FenceRejectedError(f"no cancellation dispatch exists for run {cmd.run_id!r}")
+            current = record_from_row(row)
+            self._fence(current, cmd, digest)
+
+            result = cmd.result
+            status, event_type = classify_result(result)
+            retryable = result in RETRYABLE_RESULTS
+            updated = _checked(
+                msgspec.structs.replace(
+                    current,
+                    status=status,
+                    version=current.version + 1,
+                    next_attempt_at_ms=now + cmd.retry_delay_ms if retryable else _UNSET,
+                    lease_owner=_UNSET,
+                    lease_token_digest=_UNSET,
+                    lease_expires_at_ms=_UNSET,
+                    last_result=result,
+                    last_dispatched_at_ms=(
+                        current.last_dispatched_at_ms if result in CONTROLLER_NOT_INVOKED_RESULTS else now
+                    ),
+                    updated_at_ms=now,
+                )
+            )
+            self._store(connection, updated, current.version)
+
+            run_version, event_sequence = run
+            connection.execute(_CAS_RUN, (now, cmd.run_id, run_version, event_sequence))
+            if connection.changes() != 1:
+                raise RepositoryError(f"run {cmd.run_id!r} changed concurrently (version CAS missed)")
+            event = RunEvent(
+                id=cmd.event_id,
+                run_id=cmd.run_id,
+                sequence=event_sequence + 1,
+                type=event_type,
+                dedupe_key=dedupe_key_for(cmd.attempt_id, updated.dispatch_count),
+                actor_type="worker",
+                actor_id=cmd.owner,
+                attempt_id=cmd.attempt_id,
+                payload={
+                    "attempt_id": cmd.attempt_id,
+                    "dispatch_count": updated.dispatch_count,
+                    "result": result.value,
+                },
+                created_at_ms=now,
+            )
+            self._append_event(connection, event)
+            return RecordResultOutcome(dispatch=updated, event=event)
+
+    @staticmethod
+    def _fence(current: DispatchRecord, cmd: RecordResultCommand, digest: str) -> None:
+        # An expired lease that nobody took over is still fenced by version, owner and digest only.
+        if (
+            current.attempt_id != cmd.attempt_id
+            or current.status is not DispatchStatus.LEASED
+            or current.version != cmd.expected_version
+            or current.lease_owner != cmd.owner
+            or not hmac.compare_digest(current.lease_token_digest, digest)
+        ):
+            raise FenceRejectedError(
+                f"lease of run {cmd.run_id!r} at version {cmd.expected_version} by {cmd.owner!r} "
+                f"no longer fences the dispatch (now {current.status.value} at version {current.version})"
+            )
+
+    # ----------------------------------------------------------------- storage
+
+    @staticmethod
+    def _store(connection: apsw.Connection, record: DispatchRecord, expected_version: int | None) -> None:
+        """Insert (``expected_version`` None) or version-CAS update one checked record."""
+        values = _row_values(record)
+        if expected_version is None:
+            connection.execute(
+                _INSERT_DISPATCH, (record.run_id, record.attempt_id, *values[:-1], record.created_at_ms, values[-1])
+            )
+            return
+        connection.execute(_UPDATE_DISPATCH, (*values, record.run_id, expected_version))
+        if connection.changes() != 1:
+            raise RepositoryError(f"dispatch of run {record.run_id!r} changed concurrently (version CAS missed)")
+
+    @staticmethod
+    def _append_event(connection: apsw.Connection, event: RunEvent) -> None:
+        connection.execute(
+            _INSERT_EVENT,
+            (
+                event.id,
+                event.run_id,
+                event.sequence,
+                event.type,
+                event.dedupe_key,
+                event.actor_type,
+                event.actor_id,
+                _null_if_absent(event.attempt_id),
+                _json_encode(event.payload).decode(),
+                event.created_at_ms,
+            ),
+        )

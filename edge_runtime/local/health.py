@@ -1,0 +1,64 @@
+"""Read-only health checks of an open database: integrity, migrations, pragmas, stored invariants."""
+
+from __future__ import annotations
+
+import msgspec
+
+from edge_runtime.contract.cancellation_dispatch import RepositoryError
+from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.migrations import known_migrations
+
+
+class HealthCheck(msgspec.Struct, rename="camel", frozen=True):
+    name: str
+    ok: bool
+    detail: str
+
+
+class HealthReport(msgspec.Struct, rename="camel", frozen=True):
+    database: str
+    ok: bool
+    checks: list[HealthCheck]
+
+
+def _integrity(db: LocalDatabase) -> HealthCheck:
+    rows = [row[0] for row in db.connection.execute("PRAGMA integrity_check").fetchall()]
+    return HealthCheck("integrity", rows == ["ok"], "ok" if rows == ["ok"] else "; ".join(rows[:5]))
+
+
+def _migrations(db: LocalDatabase) -> HealthCheck:
+    applied = {row[0] for row in db.connection.execute("SELECT id FROM schema_migrations").fetchall()}
+    known = [m.id for m in known_migrations()]
+    missing = [m for m in known if m not in applied]
+    if missing:
+        return HealthCheck("migrations", False, f"pending: {', '.join(missing)}")
+    return HealthCheck("migrations", True, f"{len(applied)} applied, latest {known[-1]}")
+
+
+def _pragmas(db: LocalDatabase) -> HealthCheck:
+    connection = db.connection
+    mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
+    sync = connection.execute("PRAGMA synchronous").fetchone()[0]
+    fks = connection.execute("PRAGMA foreign_keys").fetchone()[0]
+    ok = mode == "wal" and sync == 2 and fks == 1
+    return HealthCheck("durability", ok, f"journal_mode={mode} synchronous={sync} (2=FULL) foreign_keys={fks}")
+
+
+def _dispatch_invariants(db: LocalDatabase) -> HealthCheck:
+    broken = []
+    total = 0
+    for row in db.connection.execute(f"SELECT {DISPATCH_COLUMNS} FROM run_cancellation_dispatches"):
+        total += 1
+        try:
+            record_from_row(row)
+        except RepositoryError as exc:
+            broken.append(str(exc))
+    if broken:
+        return HealthCheck("dispatch_invariants", False, f"{len(broken)} of {total} broken; first: {broken[0]}")
+    return HealthCheck("dispatch_invariants", True, f"{total} dispatch records satisfy the contract")
+
+
+def check_health(db: LocalDatabase) -> HealthReport:
+    checks = [_integrity(db), _migrations(db), _pragmas(db), _dispatch_invariants(db)]
+    return HealthReport(database=db.path, ok=all(c.ok for c in checks), checks=checks)

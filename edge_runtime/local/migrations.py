@@ -1,0 +1,136 @@
+"""The migrations runner: ``local_migrations/NNNN_name.sql`` applied in order, one transaction each.
+
+Each applied migration is recorded in ``schema_migrations`` with the SHA-256 of its file. At open
+the runner refuses a database whose applied migrations this build cannot vouch for: a file edited
+after it was applied, or an id this build does not know (a database from a newer release). Those
+checks only read; nothing is written to a refused database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import apsw
+
+from edge_runtime.local.clock import Clock, read_now_ms
+from edge_runtime.local.errors import MigrationError
+
+_FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+# Wheels and the PyInstaller artifact carry the files inside the package; a source checkout keeps
+# them at the top level, next to edge_runtime/ (spec §1).
+_PACKAGED_DIR = Path(__file__).resolve().parents[1] / "_migrations"
+_SOURCE_DIR = Path(__file__).resolve().parents[2] / "local_migrations"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    id: str
+    checksum: str
+    sql: str
+
+
+def migrations_dir() -> Path:
+    """Where this build's migration files live."""
+    return _PACKAGED_DIR if _PACKAGED_DIR.is_dir() else _SOURCE_DIR
+
+
+@cache
+def known_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
+    """This build's migrations in apply order (read once per process)."""
+    directory = directory or migrations_dir()
+    if not directory.is_dir():
+        raise MigrationError(f"migration directory {directory} is missing from this build")
+    found = []
+    for path in sorted(directory.iterdir()):
+        if path.suffix != ".sql":
+            continue
+        if not _FILE_NAME.match(path.name):
+            raise MigrationError(f"migration file {path.name} does not match NNNN_name.sql")
+        data = path.read_bytes()
+        found.append(Migration(path.stem, hashlib.sha256(data).hexdigest(), data.decode("utf-8")))
+    numbers = [m.id[:4] for m in found]
+    if len(set(numbers)) != len(numbers):
+        raise MigrationError(f"two migration files share a number in {directory}")
+    return tuple(found)
+
+
+def _applied(connection: apsw.Connection) -> dict[str, str]:
+    has_table = connection.execute(
+        "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"
+    ).fetchone()
+    if has_table is None:
+        return {}
+    return dict(connection.execute("SELECT id, checksum FROM schema_migrations").fetchall())
+
+
+def verify_applied(connection: apsw.Connection, db_path: str, known: tuple[Migration, ...]) -> list[Migration]:
+    """Refuse a database this build cannot vouch for; return the migrations still pending.
+
+    Reads only.
+
+    Raises:
+        MigrationError: an applied migration's file changed, or the database holds a migration
+            this build does not know.
+    """
+    applied = _applied(connection)
+    by_id = {m.id: m for m in known}
+    for migration_id, checksum in sorted(applied.items()):
+        migration = by_id.get(migration_id)
+        if migration is None:
+            raise MigrationError(
+                f"database {db_path} has migration {migration_id} applied, which this build does not know; "
+                f"it was written by a newer release of edge-runtime. Run that release, or restore a backup."
+            )
+        if migration.checksum != checksum:
+            raise MigrationError(
+                f"migration {migration_id} applied to database {db_path} has checksum {checksum}, "
+                f"but this build's file has checksum {migration.checksum}; applied migrations must never be edited."
+            )
+    return [m for m in known if m.id not in applied]
+
+
+_SCHEMA_MIGRATIONS_DDL = """
+CREATE TABLE IF NOT EXISTS schema_migrations (
+    id TEXT PRIMARY KEY NOT NULL,
+    checksum TEXT NOT NULL CHECK (length(checksum) = 64),
+    applied_at_ms INTEGER NOT NULL CHECK (applied_at_ms >= 0)
+) STRICT;
+"""
+
+
+def apply_pending(connection: apsw.Connection, db_path: str, pending: list[Migration], clock: Clock) -> list[str]:
+    """Apply each pending migration and record it, in one ``BEGIN IMMEDIATE`` transaction each.
+
+    Another process may migrate the same file concurrently, so each transaction re-reads what is
+    applied under the write lock and skips what is already there. A migration that fails is
+    rolled back whole and stays pending.
+
+    Returns the ids applied by this call.
+    """
+    done = []
+    for migration in pending:
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            if migration.id in _applied(connection):
+                connection.execute("ROLLBACK")
+                continue
+            connection.execute(_SCHEMA_MIGRATIONS_DDL)
+            connection.execute(migration.sql)
+            connection.execute(
+                "INSERT INTO schema_migrations (id, checksum, applied_at_ms) VALUES (?, ?, ?)",
+                (migration.id, migration.checksum, read_now_ms(clock)),
+            )
+            connection.execute("COMMIT")
+        except BaseException as exc:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+            if isinstance(exc, apsw.Error):
+                raise MigrationError(f"migration {migration.id} failed on database {db_path}: {exc}") from exc
+            raise
+        done.append(migration.id)
+    return done
