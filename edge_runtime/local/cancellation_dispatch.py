@@ -49,11 +49,11 @@ from edge_runtime.contract.cancellation_dispatch import (
     dispatch_record_problem,
     is_lease_token_digest,
 )
-from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.local.clock import InvalidClockValueError
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.run_events import RunVersionConflict, append_run_event, read_run_version
 
 #: Run statuses whose cancellation may still be dispatched (spec §4).
 ACTIVE_RUN_STATUSES = frozenset(
@@ -78,17 +78,6 @@ _UPDATE_DISPATCH = (
 )
 _SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms FROM runs WHERE id = ?"
 _SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
-_SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
-_CAS_RUN = (
-    "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, updated_at_ms = ? "
-    "WHERE id = ? AND version = ? AND event_sequence = ?"
-)
-_INSERT_EVENT = (
-    "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, "
-    "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-
-_json_encode = msgspec.json.Encoder().encode
 
 
 def _absent_if_null(value: Any) -> Any:
@@ -182,7 +171,7 @@ def repository_errors() -> Iterator[None]:
         raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
     except apsw.Error as exc:
         raise RepositoryError(f"database operation failed: {exc}") from exc
-    except (InvalidClockValueError, LocalStorageError) as exc:
+    except (InvalidClockValueError, LocalStorageError, RunVersionConflict) as exc:
         raise RepositoryError(str(exc)) from exc
 
 
@@ -317,7 +306,7 @@ class LocalCancellationDispatchRepository:
         digest = digest_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            run = connection.execute(_SELECT_RUN_VERSION, (cmd.run_id,)).fetchone()
+            run = read_run_version(connection, cmd.run_id)
             row = connection.execute(_SELECT_DISPATCH, (cmd.run_id,)).fetchone()
             if run is None or row is None:
                 raise FenceRejectedError(f"no cancellation dispatch exists for run {cmd.run_id!r}")
@@ -345,15 +334,11 @@ class LocalCancellationDispatchRepository:
             )
             self._store(connection, updated, current.version)
 
-            run_version, event_sequence = run
-            connection.execute(_CAS_RUN, (now, cmd.run_id, run_version, event_sequence))
-            if connection.changes() != 1:
-                raise RepositoryError(f"run {cmd.run_id!r} changed concurrently (version CAS missed)")
-            event = RunEvent(
-                id=cmd.event_id,
+            event = append_run_event(
+                connection,
                 run_id=cmd.run_id,
-                sequence=event_sequence + 1,
-                type=event_type,
+                event_id=cmd.event_id,
+                event_type=event_type,
                 dedupe_key=dedupe_key_for(cmd.attempt_id, updated.dispatch_count),
                 actor_type="worker",
                 actor_id=cmd.owner,
@@ -363,9 +348,9 @@ class LocalCancellationDispatchRepository:
                     "dispatch_count": updated.dispatch_count,
                     "result": result.value,
                 },
-                created_at_ms=now,
+                now_ms=now,
+                run_version=run,
             )
-            self._append_event(connection, event)
             return RecordResultOutcome(dispatch=updated, event=event)
 
     @staticmethod
@@ -397,21 +382,3 @@ class LocalCancellationDispatchRepository:
         connection.execute(_UPDATE_DISPATCH, (*values, record.run_id, expected_version))
         if connection.changes() != 1:
             raise RepositoryError(f"dispatch of run {record.run_id!r} changed concurrently (version CAS missed)")
-
-    @staticmethod
-    def _append_event(connection: apsw.Connection, event: RunEvent) -> None:
-        connection.execute(
-            _INSERT_EVENT,
-            (
-                event.id,
-                event.run_id,
-                event.sequence,
-                event.type,
-                event.dedupe_key,
-                event.actor_type,
-                event.actor_id,
-                _null_if_absent(event.attempt_id),
-                _json_encode(event.payload).decode(),
-                event.created_at_ms,
-            ),
-        )

@@ -1,0 +1,118 @@
+"""Appending to the Run event log: the one way any repository records a fact about a Run.
+
+An append bumps the Run's ``version`` by compare-and-set, allocates ``event_sequence + 1`` and
+inserts the ``run_events`` row, inside the caller's write transaction. Any failure (duplicate
+event id or dedupe key, CAS miss) raises, and the caller's transaction rolls everything back.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract.run_events import RunEvent
+
+_SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
+_CAS_RUN = (
+    "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, updated_at_ms = ? "
+    "WHERE id = ? AND version = ? AND event_sequence = ?"
+)
+_INSERT_EVENT = (
+    "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, "
+    "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+EVENT_COLUMNS = "id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, created_at_ms"
+
+_encode_json = msgspec.json.Encoder().encode
+_decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
+
+
+class RunVersionConflict(Exception):
+    """The Run is missing or changed between the read and the compare-and-set.
+
+    Only a bug or a foreign writer can cause it inside one write transaction; callers map it to
+    their own non-retryable repository error.
+    """
+
+
+def read_run_version(connection: apsw.Connection, run_id: str) -> tuple[int, int] | None:
+    """The Run's ``(version, event_sequence)``, or None when it does not exist."""
+    return connection.execute(_SELECT_RUN_VERSION, (run_id,)).fetchone()
+
+
+def append_run_event(
+    connection: apsw.Connection,
+    *,
+    run_id: str,
+    event_id: str,
+    event_type: str,
+    dedupe_key: str,
+    actor_type: str,
+    actor_id: str,
+    payload: dict[str, Any],
+    now_ms: int,
+    attempt_id: str | None = None,
+    run_version: tuple[int, int] | None = None,
+) -> RunEvent:
+    """CAS the Run's version, allocate the next sequence and append one event.
+
+    Args:
+        run_version: the ``(version, event_sequence)`` the caller already read in this
+            transaction; read here when omitted.
+
+    Raises:
+        RunVersionConflict: the Run is missing or its version moved.
+        apsw.ConstraintError: duplicate event id or dedupe key.
+    """
+    current = run_version if run_version is not None else read_run_version(connection, run_id)
+    if current is None:
+        raise RunVersionConflict(f"run {run_id!r} does not exist")
+    version, sequence = current
+    connection.execute(_CAS_RUN, (now_ms, run_id, version, sequence))
+    if connection.changes() != 1:
+        raise RunVersionConflict(f"run {run_id!r} changed concurrently (version CAS missed)")
+    event = RunEvent(
+        id=event_id,
+        run_id=run_id,
+        sequence=sequence + 1,
+        type=event_type,
+        dedupe_key=dedupe_key,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        attempt_id=msgspec.UNSET if attempt_id is None else attempt_id,
+        payload=payload,
+        created_at_ms=now_ms,
+    )
+    connection.execute(
+        _INSERT_EVENT,
+        (event_id, run_id, event.sequence, event_type, dedupe_key, actor_type, actor_id, attempt_id,
+         _encode_json(payload).decode(), now_ms),
+    )
+    return event
+
+
+def event_from_row(row: tuple[Any, ...]) -> RunEvent:
+    """Project one ``run_events`` row selected with :data:`EVENT_COLUMNS`."""
+    event_id, run_id, sequence, event_type, dedupe_key, actor_type, actor_id, attempt_id, payload, created = row
+    return RunEvent(
+        id=event_id,
+        run_id=run_id,
+        sequence=sequence,
+        type=event_type,
+        dedupe_key=dedupe_key,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        attempt_id=msgspec.UNSET if attempt_id is None else attempt_id,
+        payload=_decode_payload(payload),
+        created_at_ms=created,
+    )
+
+
+def list_run_events(connection: apsw.Connection, run_id: str) -> list[RunEvent]:
+    """All events of a Run in sequence order."""
+    rows = connection.execute(
+        f"SELECT {EVENT_COLUMNS} FROM run_events WHERE run_id = ? ORDER BY sequence", (run_id,)
+    ).fetchall()
+    return [event_from_row(row) for row in rows]
