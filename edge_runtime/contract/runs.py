@@ -1,0 +1,264 @@
+"""Runs and Attempts: vocabularies, exact-shape commands, read records and errors (spec §4).
+
+A Run is one requested execution of a user command; an Attempt is one try at running it as a local
+process. These structs are what the CLI prints with ``--json`` and what the service reads; the
+command line itself is stored with the Run but never copied into an event.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from edge_runtime.contract.cancellation_dispatch import (
+    ATTEMPT_ID_MAX_LENGTH,
+    RUN_ID_MAX_LENGTH,
+    DispatchRecord,
+)
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, identifier_type
+
+# --------------------------------------------------------------------------- vocabularies
+
+
+class RunStatus(enum.StrEnum):
+    CREATED = "created"
+    QUEUED = "queued"
+    DISPATCHING = "dispatching"
+    RUNNING = "running"
+    WAITING_APPROVAL = "waiting_approval"
+    RETRY_WAIT = "retry_wait"
+    LOST = "lost"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class AttemptStatus(enum.StrEnum):
+    CLAIMED = "claimed"
+    STARTING = "starting"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+
+
+ACTIVE_RUN_STATUSES = frozenset(
+    {
+        RunStatus.CREATED,
+        RunStatus.QUEUED,
+        RunStatus.DISPATCHING,
+        RunStatus.RUNNING,
+        RunStatus.WAITING_APPROVAL,
+        RunStatus.RETRY_WAIT,
+        RunStatus.LOST,
+    }
+)
+TERMINAL_RUN_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+ACTIVE_ATTEMPT_STATUSES = frozenset({AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING})
+TERMINAL_ATTEMPT_STATUSES = frozenset(
+    {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED, AttemptStatus.LOST}
+)
+
+#: The Run status an Attempt's end leads to. A lost Attempt ends its Run as failed (or cancelled
+#: when a cancel was requested): nothing on the device retries a Run on its own.
+RUN_STATUS_AFTER_ATTEMPT = {
+    AttemptStatus.SUCCEEDED: RunStatus.SUCCEEDED,
+    AttemptStatus.FAILED: RunStatus.FAILED,
+    AttemptStatus.CANCELLED: RunStatus.CANCELLED,
+    AttemptStatus.LOST: RunStatus.FAILED,
+}
+
+# --------------------------------------------------------------------------- limits
+
+MAX_ARGV_ITEMS = 256
+MAX_ARG_LENGTH = 4096
+MAX_NAME_LENGTH = 128
+MAX_REASON_LENGTH = 256
+
+RunId = identifier_type(RUN_ID_MAX_LENGTH)
+AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
+
+# --------------------------------------------------------------------------- errors
+
+
+class RunError(EdgeRuntimeError):
+    """Base of every Run/Attempt error."""
+
+    code = "RUN_ERROR"
+
+
+class InvalidRunCommandError(RunError):
+    """The request is malformed: fix the input."""
+
+    code = "INVALID_RUN_COMMAND"
+
+
+class RunNotFoundError(RunError):
+    code = "RUN_NOT_FOUND"
+
+
+class RunStateConflictError(RunError):
+    """The Run or Attempt is not in a state that allows the operation (e.g. it already ended)."""
+
+    code = "RUN_STATE_CONFLICT"
+
+
+class RunRepositoryError(RunError):
+    """The store failed or holds a broken row; ``retryable`` when the database was busy."""
+
+    code = "RUN_REPOSITORY_FAILED"
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def _reject(problem: str | None) -> None:
+    if problem is not None:
+        raise InvalidRunCommandError(problem)
+
+
+def argv_problem(argv: object) -> str | None:
+    """Why ``argv`` is not a runnable command line, or None."""
+    if type(argv) is not list or not argv:
+        return "the command must be a non-empty list of arguments"
+    if len(argv) > MAX_ARGV_ITEMS:
+        return f"the command has {len(argv)} arguments; at most {MAX_ARGV_ITEMS} are allowed"
+    for index, arg in enumerate(argv):
+        if type(arg) is not str:
+            return f"argument {index} must be a string"
+        if len(arg) > MAX_ARG_LENGTH:
+            return f"argument {index} is longer than {MAX_ARG_LENGTH} characters"
+        if "\x00" in arg:
+            return f"argument {index} contains a NUL character"
+    if not argv[0]:
+        return "the program (first argument) must not be empty"
+    return None
+
+
+def text_problem(name: str, value: object, max_length: int) -> str | None:
+    """Like an identifier, but for short human text (names, reasons)."""
+    return identifier_problem(name, value, max_length)
+
+
+class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
+
+    argv: list[str]
+    name: str | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        _reject(
+            first_problem(
+                argv_problem(self.argv),
+                None if self.name is msgspec.UNSET else text_problem("name", self.name, MAX_NAME_LENGTH),
+            )
+        )
+
+
+class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    run_id: RunId
+    reason: str | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        _reject(
+            first_problem(
+                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
+                None if self.reason is msgspec.UNSET else text_problem("reason", self.reason, MAX_REASON_LENGTH),
+            )
+        )
+
+
+# --------------------------------------------------------------------------- records
+
+
+class ProcessIdentity(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """What proves that a pid still is the process we started: a pid alone is recycled.
+
+    ``start_ticks`` is field 22 of ``/proc/<pid>/stat`` (clock ticks since boot) and ``boot_id``
+    names the kernel boot, so a pid reused after a reboot or a wrap-around never matches.
+    """
+
+    pid: int
+    pgid: int
+    start_ticks: int
+    boot_id: str
+
+
+class AttemptRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: str
+    run_id: str
+    attempt: int
+    status: AttemptStatus
+    executor_type: str
+    pid: int | msgspec.UnsetType = msgspec.UNSET
+    pgid: int | msgspec.UnsetType = msgspec.UNSET
+    process_start_ticks: int | msgspec.UnsetType = msgspec.UNSET
+    boot_id: str | msgspec.UnsetType = msgspec.UNSET
+    exit_code: int | msgspec.UnsetType = msgspec.UNSET
+    end_reason: str | msgspec.UnsetType = msgspec.UNSET
+    log_path: str | msgspec.UnsetType = msgspec.UNSET
+    started_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    term_sent_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    kill_deadline_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    killed_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    created_at_ms: SafeInt
+
+    @property
+    def identity(self) -> ProcessIdentity | None:
+        """The recorded process identity, or None before the process was started."""
+        if self.pid is msgspec.UNSET:
+            return None
+        return ProcessIdentity(self.pid, self.pgid, self.process_start_ticks, self.boot_id)
+
+
+class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+    id: str
+    execution_owner: str
+    status: RunStatus
+    version: int
+    event_sequence: int
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    command: list[str] | msgspec.UnsetType = msgspec.UNSET
+    cancel_requested_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    cancel_reason: str | msgspec.UnsetType = msgspec.UNSET
+    created_at_ms: SafeInt
+    updated_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+
+
+class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """A Run with its Attempts and its cancellation dispatch (``null`` when none exists)."""
+
+    id: str
+    execution_owner: str
+    status: RunStatus
+    version: int
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    command: list[str] | msgspec.UnsetType = msgspec.UNSET
+    cancel_requested_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    cancel_reason: str | msgspec.UnsetType = msgspec.UNSET
+    created_at_ms: SafeInt
+    finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    attempts: list[AttemptRecord]
+    dispatch: DispatchRecord | None
+
+
+class CancellationCandidate(msgspec.Struct, frozen=True):
+    """A cancel-requested Run whose active Attempt's dispatch is due (or not yet created)."""
+
+    run_id: str
+    attempt_id: str
+    requested_at_ms: int
+
+
+class KillCandidate(msgspec.Struct, frozen=True):
+    """An Attempt still active after its SIGKILL deadline passed."""
+
+    attempt_id: str
+    run_id: str
+    identity: ProcessIdentity
+    kill_deadline_at_ms: int

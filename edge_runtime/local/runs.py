@@ -1,0 +1,590 @@
+"""Local Run/Attempt repository: submit, cancel, Attempt lifecycle, and the service's scans.
+
+Every mutation is one ``BEGIN IMMEDIATE`` transaction with the clock read after the lock, and
+appends its event through :func:`append_run_event` (Run version CAS + sequence). The Worker/Run
+lease authority (``local.worker_lease``) owns the ``claimed -> starting`` barrier; this module owns
+Run creation, cancel requests, ``starting -> running`` once the process identity is known, the end
+of an Attempt, and the SIGKILL deadline bookkeeping.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import (
+    ACTIVE_ATTEMPT_STATUSES,
+    ACTIVE_RUN_STATUSES,
+    RUN_STATUS_AFTER_ATTEMPT,
+    TERMINAL_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    CancellationCandidate,
+    CancelRunCommand,
+    InvalidRunCommandError,
+    KillCandidate,
+    ProcessIdentity,
+    RunDetail,
+    RunNotFoundError,
+    RunRecord,
+    RunRepositoryError,
+    RunStateConflictError,
+    RunStatus,
+    SubmitRunCommand,
+)
+from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
+from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.run_events import RunVersionConflict, append_run_event, list_run_events
+
+_UNSET = msgspec.UNSET
+_encode_json = msgspec.json.Encoder().encode
+_decode_argv = msgspec.json.Decoder(list[str]).decode
+
+_RUN_COLUMNS = (
+    "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
+    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms"
+)
+_ATTEMPT_COLUMNS = (
+    "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
+    "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
+)
+_ACTIVE_RUN_SQL = "('created', 'queued', 'dispatching', 'running', 'waiting_approval', 'retry_wait', 'lost')"
+_ACTIVE_ATTEMPT_SQL = "('claimed', 'starting', 'running')"
+
+EXECUTOR_LOCAL_PROCESS = "local_process"
+
+
+def _absent(value: Any) -> Any:
+    return _UNSET if value is None else value
+
+
+def _run_from_row(row: tuple[Any, ...]) -> RunRecord:
+    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished) = row
+    try:
+        return RunRecord(
+            id=run_id,
+            execution_owner=owner,
+            status=RunStatus(status),
+            version=version,
+            event_sequence=sequence,
+            name=_absent(name),
+            command=_UNSET if command is None else _decode_argv(command),
+            cancel_requested_at_ms=_absent(requested),
+            cancel_reason=_absent(reason),
+            created_at_ms=created,
+            updated_at_ms=_absent(updated),
+            finished_at_ms=_absent(finished),
+        )
+    except (ValueError, msgspec.DecodeError) as exc:
+        raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
+
+
+def _attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
+    (attempt_id, run_id, number, status, executor, pid, pgid, ticks, boot_id, exit_code, reason, log_path,
+     started, term_sent, deadline, killed, finished, created) = row
+    try:
+        status = AttemptStatus(status)
+    except ValueError:
+        raise RunRepositoryError(f"stored attempt {attempt_id!r} has unknown status {status!r}") from None
+    if (pid is None) != (pgid is None) or (pid is None) != (ticks is None) or (pid is None) != (boot_id is None):
+        raise RunRepositoryError(f"stored attempt {attempt_id!r} has a partial process identity")
+    return AttemptRecord(
+        id=attempt_id,
+        run_id=run_id,
+        attempt=number,
+        status=status,
+        executor_type=executor,
+        pid=_absent(pid),
+        pgid=_absent(pgid),
+        process_start_ticks=_absent(ticks),
+        boot_id=_absent(boot_id),
+        exit_code=_absent(exit_code),
+        end_reason=_absent(reason),
+        log_path=_absent(log_path),
+        started_at_ms=_absent(started),
+        term_sent_at_ms=_absent(term_sent),
+        kill_deadline_at_ms=_absent(deadline),
+        killed_at_ms=_absent(killed),
+        finished_at_ms=_absent(finished),
+        created_at_ms=created,
+    )
+
+
+@contextmanager
+def run_repository_errors() -> Iterator[None]:
+    """Map storage failures to :class:`RunRepositoryError`; deliberate errors pass through."""
+    try:
+        yield
+    except EdgeRuntimeError as exc:
+        if isinstance(exc, LocalStorageError):
+            raise RunRepositoryError(str(exc)) from exc
+        raise
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        raise RunRepositoryError(f"database busy: {exc}", retryable=True) from exc
+    except apsw.Error as exc:
+        raise RunRepositoryError(f"database operation failed: {exc}") from exc
+    except (InvalidClockValueError, RunVersionConflict) as exc:
+        raise RunRepositoryError(str(exc)) from exc
+
+
+def _check_run_id(run_id: object) -> None:
+    problem = identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
+    if problem is not None:
+        raise InvalidRunCommandError(problem)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class LocalRunRepository:
+    """Runs, Attempts and the reads the CLI and the device service need."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: LocalDatabase) -> None:
+        self._db = db
+
+    # ----------------------------------------------------------------- reads
+
+    def _run_row(self, run_id: str) -> RunRecord | None:
+        row = self._db.connection.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else _run_from_row(row)
+
+    def get(self, run_id: str) -> RunRecord:
+        """The Run, or :class:`RunNotFoundError`."""
+        _check_run_id(run_id)
+        with run_repository_errors():
+            run = self._run_row(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return run
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE run_id = ? ORDER BY attempt", (run_id,)
+            ).fetchall()
+            return [_attempt_from_row(row) for row in rows]
+
+    def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        with run_repository_errors():
+            row = self._db.connection.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
+            ).fetchone()
+            return None if row is None else _attempt_from_row(row)
+
+    def detail(self, run_id: str) -> RunDetail:
+        """The Run with its Attempts and dispatch record, for ``show``."""
+        run = self.get(run_id)
+        attempts = self.attempts(run_id)
+        dispatch = LocalCancellationDispatchRepository(self._db).find_by_run_id(run_id)
+        return RunDetail(
+            id=run.id,
+            execution_owner=run.execution_owner,
+            status=run.status,
+            version=run.version,
+            name=run.name,
+            command=run.command,
+            cancel_requested_at_ms=run.cancel_requested_at_ms,
+            cancel_reason=run.cancel_reason,
+            created_at_ms=run.created_at_ms,
+            finished_at_ms=run.finished_at_ms,
+            attempts=attempts,
+            dispatch=dispatch,
+        )
+
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
+        """Newest first."""
+        with run_repository_errors():
+            if status is None:
+                rows = self._db.connection.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?", (limit,)
+                ).fetchall()
+            else:
+                rows = self._db.connection.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = ? ORDER BY created_at_ms DESC, rowid DESC "
+                    "LIMIT ?",
+                    (RunStatus(status).value, limit),
+                ).fetchall()
+            return [_run_from_row(row) for row in rows]
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        self.get(run_id)
+        with run_repository_errors():
+            return list_run_events(self._db.connection, run_id)
+
+    # ----------------------------------------------------------------- submit / cancel
+
+    def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord:
+        """Create a queued, runtime-owned Run and its ``run.created`` event."""
+        if not isinstance(cmd, SubmitRunCommand):
+            raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
+        run_id = _new_id()
+        command = _encode_json(cmd.argv).decode()
+        name = None if cmd.name is _UNSET else cmd.name
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            connection.execute(
+                "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, "
+                "created_at_ms, updated_at_ms) VALUES (?, 'runtime', 'queued', 0, 0, ?, ?, ?, ?)",
+                (run_id, name, command, now, now),
+            )
+            append_run_event(
+                connection,
+                run_id=run_id,
+                event_id=_new_id(),
+                event_type="run.created",
+                dedupe_key="run.created",
+                actor_type="user",
+                actor_id=actor_id,
+                payload={"status": RunStatus.QUEUED.value, "argc": len(cmd.argv)},
+                now_ms=now,
+            )
+            return self._run_row(run_id)
+
+    def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
+        """Record a durable cancel request (idempotent while one is pending).
+
+        A Run that never got an Attempt is cancelled at once; otherwise the dispatcher delivers
+        the request to the Attempt's process.
+
+        Raises:
+            RunNotFoundError: no such Run.
+            RunStateConflictError: the Run already ended, or is not runtime-owned.
+        """
+        if not isinstance(cmd, CancelRunCommand):
+            raise InvalidRunCommandError(f"request_cancel expects a CancelRunCommand, got {type(cmd).__name__}")
+        reason = None if cmd.reason is _UNSET else cmd.reason
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            run = self._run_row(cmd.run_id)
+            if run is None:
+                raise RunNotFoundError(f"no run with id {cmd.run_id!r}")
+            if run.execution_owner != "runtime":
+                raise RunStateConflictError(f"run {cmd.run_id} is owned by {run.execution_owner}, not this runtime")
+            if run.status not in ACTIVE_RUN_STATUSES:
+                raise RunStateConflictError(f"run {cmd.run_id} already ended as {run.status.value}")
+            if run.cancel_requested_at_ms is not _UNSET:
+                return run
+            active = connection.execute(
+                f"SELECT count(*) FROM run_attempts WHERE run_id = ? AND status IN {_ACTIVE_ATTEMPT_SQL}",
+                (cmd.run_id,),
+            ).fetchone()[0]
+            connection.execute(
+                "UPDATE runs SET cancel_requested_at_ms = ?, cancel_reason = ? WHERE id = ?",
+                (now, reason, cmd.run_id),
+            )
+            payload: dict[str, Any] = {"requested_at_ms": now}
+            if reason is not None:
+                payload["reason"] = reason
+            append_run_event(
+                connection,
+                run_id=cmd.run_id,
+                event_id=_new_id(),
+                event_type="run.cancel_requested",
+                dedupe_key="run.cancel_requested",
+                actor_type="user",
+                actor_id=actor_id,
+                payload=payload,
+                now_ms=now,
+            )
+            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
+                self._end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
+                              extra={"reason": "cancelled before an attempt started"})
+            return self._run_row(cmd.run_id)
+
+    # ----------------------------------------------------------------- attempt lifecycle
+
+    def queued_run_ids(self, limit: int) -> list[str]:
+        """Oldest queued Runs without a cancel request, to start."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                "AND execution_owner = 'runtime' ORDER BY created_at_ms, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [row[0] for row in rows]
+
+    def create_attempt(self, run_id: str, *, actor_id: str) -> AttemptRecord | None:
+        """Take a queued Run: CAS it to ``dispatching`` and create its next Attempt as ``claimed``.
+
+        Returns None when the Run is no longer queued or was cancel-requested meanwhile (another
+        service took it, or the user cancelled it): never two Attempts for one queued Run.
+        """
+        _check_run_id(run_id)
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            connection.execute(
+                "UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued' "
+                "AND cancel_requested_at_ms IS NULL AND execution_owner = 'runtime'",
+                (run_id,),
+            )
+            if connection.changes() != 1:
+                return None
+            number = connection.execute(
+                "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
+            ).fetchone()[0]
+            attempt_id = _new_id()
+            connection.execute(
+                "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
+                "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
+                (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+            )
+            append_run_event(
+                connection,
+                run_id=run_id,
+                event_id=_new_id(),
+                event_type="run.attempt_created",
+                dedupe_key=f"attempt-created:{attempt_id}",
+                actor_type="worker",
+                actor_id=actor_id,
+                attempt_id=attempt_id,
+                payload={"attempt_id": attempt_id, "attempt": number},
+                now_ms=now,
+            )
+            return self._attempt_row(attempt_id)
+
+    def record_running(
+        self, attempt_id: str, identity: ProcessIdentity, *, log_path: str, actor_id: str
+    ) -> AttemptRecord:
+        """The process exists: store its identity durably and move ``starting -> running``.
+
+        Raises:
+            RunStateConflictError: the Attempt is not ``starting``.
+        """
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None or attempt.status is not AttemptStatus.STARTING:
+                state = "missing" if attempt is None else attempt.status.value
+                raise RunStateConflictError(f"attempt {attempt_id} is {state}, not starting")
+            connection.execute(
+                "UPDATE run_attempts SET status = 'running', pid = ?, pgid = ?, process_start_ticks = ?, boot_id = ?, "
+                "log_path = ?, started_at_ms = ?, updated_at_ms = ? WHERE id = ? AND status = 'starting'",
+                (identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
+            )
+            connection.execute(
+                "UPDATE runs SET status = 'running' WHERE id = ? AND status IN ('dispatching', 'queued')",
+                (attempt.run_id,),
+            )
+            append_run_event(
+                connection,
+                run_id=attempt.run_id,
+                event_id=_new_id(),
+                event_type="run.started",
+                dedupe_key=f"attempt-running:{attempt_id}",
+                actor_type="worker",
+                actor_id=actor_id,
+                attempt_id=attempt_id,
+                payload={"attempt_id": attempt_id, "pid": identity.pid},
+                now_ms=now,
+            )
+            return self._attempt_row(attempt_id)
+
+    def finish_attempt(
+        self,
+        attempt_id: str,
+        status: AttemptStatus,
+        *,
+        actor_id: str,
+        exit_code: int | None = None,
+        reason: str | None = None,
+    ) -> AttemptRecord:
+        """End an active Attempt and its Run, with one event (idempotent for an ended Attempt).
+
+        A lost Attempt ends the Run as failed, or cancelled when a cancel was requested.
+        """
+        status = AttemptStatus(status)
+        if status not in TERMINAL_ATTEMPT_STATUSES:
+            raise InvalidRunCommandError(f"{status.value} is not a terminal attempt status")
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None:
+                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            if attempt.status in TERMINAL_ATTEMPT_STATUSES:
+                return attempt
+            connection.execute(
+                "UPDATE run_attempts SET status = ?, exit_code = ?, end_reason = ?, finished_at_ms = ?, "
+                "updated_at_ms = ? WHERE id = ?",
+                (status.value, exit_code, reason, now, now, attempt_id),
+            )
+            run = self._run_row(attempt.run_id)
+            run_status = RUN_STATUS_AFTER_ATTEMPT[status]
+            if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
+                run_status = RunStatus.CANCELLED
+            extra: dict[str, Any] = {"attempt_id": attempt_id, "attempt_status": status.value}
+            if exit_code is not None:
+                extra["exit_code"] = exit_code
+            if reason is not None:
+                extra["reason"] = reason
+            if run.status in ACTIVE_RUN_STATUSES:
+                self._end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+            return self._attempt_row(attempt_id)
+
+    def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord:
+        """Note that SIGTERM went to the group; the SIGKILL deadline is ``now + grace_ms``.
+
+        The first deadline stands: a later retry never pushes it out.
+        """
+        with run_repository_errors(), self._db.write() as now:
+            self._db.connection.execute(
+                "UPDATE run_attempts SET term_sent_at_ms = coalesce(term_sent_at_ms, ?), "
+                "kill_deadline_at_ms = coalesce(kill_deadline_at_ms, ?), updated_at_ms = ? WHERE id = ?",
+                (now, now + grace_ms, now, attempt_id),
+            )
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None:
+                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            return attempt
+
+    def record_killed(self, attempt_id: str, *, actor_id: str) -> AttemptRecord:
+        """Note that SIGKILL went to the group after the grace period, with a ``run.kill_sent`` event."""
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None:
+                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            if attempt.killed_at_ms is not _UNSET:
+                return attempt
+            connection.execute(
+                "UPDATE run_attempts SET killed_at_ms = ?, updated_at_ms = ? WHERE id = ?", (now, now, attempt_id)
+            )
+            append_run_event(
+                connection,
+                run_id=attempt.run_id,
+                event_id=_new_id(),
+                event_type="run.kill_sent",
+                dedupe_key=f"kill-sent:{attempt_id}",
+                actor_type="worker",
+                actor_id=actor_id,
+                attempt_id=attempt_id,
+                payload={"attempt_id": attempt_id, "kill_deadline_at_ms": attempt.kill_deadline_at_ms},
+                now_ms=now,
+            )
+            return self._attempt_row(attempt_id)
+
+    # ----------------------------------------------------------------- service scans
+
+    def active_attempts(self) -> list[AttemptRecord]:
+        """Every Attempt that may still own a process (for watching and restart recovery)."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE status IN {_ACTIVE_ATTEMPT_SQL} ORDER BY created_at_ms"
+            ).fetchall()
+            return [_attempt_from_row(row) for row in rows]
+
+    def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]:
+        """Cancel-requested active Runs whose active Attempt has no dispatch yet, or a due one.
+
+        Due means: pending/retry_wait with ``next_attempt_at_ms <= now``, or a lease that expired.
+        A read; the claim decides for real under the write lock.
+        """
+        now = read_now_ms(self._db.clock)
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"""
+                SELECT r.id, a.id, r.cancel_requested_at_ms
+                FROM runs r
+                JOIN run_attempts a ON a.run_id = r.id AND a.status IN {_ACTIVE_ATTEMPT_SQL}
+                LEFT JOIN run_cancellation_dispatches d ON d.run_id = r.id
+                WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {_ACTIVE_RUN_SQL}
+                  AND r.execution_owner = 'runtime'
+                  AND (d.run_id IS NULL
+                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait') AND d.next_attempt_at_ms <= ?1)
+                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= ?1))
+                ORDER BY r.cancel_requested_at_ms
+                LIMIT ?2
+                """,
+                (now, limit),
+            ).fetchall()
+            return [CancellationCandidate(*row) for row in rows]
+
+    def kill_candidates(self) -> list[KillCandidate]:
+        """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
+        now = read_now_ms(self._db.clock)
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
+                f"AND killed_at_ms IS NULL AND status IN {_ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ?",
+                (now,),
+            ).fetchall()
+        candidates = []
+        for row in rows:
+            attempt = _attempt_from_row(row)
+            identity = attempt.identity
+            if identity is not None:
+                candidates.append(KillCandidate(attempt.id, attempt.run_id, identity, attempt.kill_deadline_at_ms))
+        return candidates
+
+    def next_due_at_ms(self) -> int | None:
+        """The earliest future time at which cancellation or kill work becomes due, or None.
+
+        Lets the service sleep exactly until then instead of polling.
+        """
+        with run_repository_errors():
+            row = self._db.connection.execute(
+                f"""
+                SELECT min(t) FROM (
+                    SELECT min(d.next_attempt_at_ms) AS t FROM run_cancellation_dispatches d
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {_ACTIVE_RUN_SQL}
+                      WHERE d.status IN ('pending', 'retry_wait')
+                    UNION ALL
+                    SELECT min(d.lease_expires_at_ms) FROM run_cancellation_dispatches d
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {_ACTIVE_RUN_SQL}
+                      WHERE d.status = 'leased'
+                    UNION ALL
+                    SELECT min(kill_deadline_at_ms) FROM run_attempts
+                      WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
+                        AND status IN {_ACTIVE_ATTEMPT_SQL}
+                )
+                """
+            ).fetchone()
+            return row[0]
+
+    # ----------------------------------------------------------------- helpers
+
+    def _attempt_row(self, attempt_id: str) -> AttemptRecord | None:
+        row = self._db.connection.execute(
+            f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
+        ).fetchone()
+        return None if row is None else _attempt_from_row(row)
+
+    def _end_run(
+        self,
+        connection: apsw.Connection,
+        run_id: str,
+        status: RunStatus,
+        now: int,
+        actor_id: str,
+        *,
+        attempt_id: str | None,
+        extra: dict[str, Any],
+    ) -> None:
+        connection.execute(
+            "UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id)
+        )
+        append_run_event(
+            connection,
+            run_id=run_id,
+            event_id=_new_id(),
+            event_type=f"run.{status.value}",
+            dedupe_key="run.finished",
+            actor_type="worker" if attempt_id is not None else "user",
+            actor_id=actor_id,
+            attempt_id=attempt_id,
+            payload={"status": status.value, **extra},
+            now_ms=now,
+        )
