@@ -155,6 +155,8 @@ CONTROLLER_NOT_INVOKED_RESULTS = frozenset({DispatchResult.CONTROLLER_MISSING, D
 EVENT_DISPATCHED = "run.cancel_dispatched"
 EVENT_DISPATCH_FAILED = "run.cancel_dispatch_failed"
 EVENT_DISPATCH_BLOCKED = "run.cancel_dispatch_blocked"
+#: An operator re-armed a blocked dispatch (ADR-0458 exact-CAS rearm).
+EVENT_DISPATCH_REARMED = "run.cancel_dispatch_rearmed"
 
 
 def classify_result(result: DispatchResult) -> tuple[DispatchStatus, str]:

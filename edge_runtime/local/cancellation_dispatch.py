@@ -22,6 +22,9 @@ import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import (
     CONTROLLER_NOT_INVOKED_RESULTS,
+    EVENT_DISPATCH_REARMED,
+    EVENT_ID_MAX_LENGTH,
+    OWNER_MAX_LENGTH,
     MAX_VERSION,
     RETRYABLE_RESULTS,
     RUN_ID_MAX_LENGTH,
@@ -49,7 +52,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     dispatch_record_problem,
     is_lease_token_digest,
 )
-from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
 from edge_runtime.local.clock import InvalidClockValueError
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
@@ -367,6 +370,70 @@ class LocalCancellationDispatchRepository:
                 f"lease of run {cmd.run_id!r} at version {cmd.expected_version} by {cmd.owner!r} "
                 f"no longer fences the dispatch (now {current.status.value} at version {current.version})"
             )
+
+    # ----------------------------------------------------------------- rearm
+
+    def rearm(self, run_id: str, expected_version: int, *, event_id: str, actor_id: str) -> RecordResultOutcome:
+        """Exact-CAS re-arm of a ``blocked`` dispatch (ADR-0458): back to ``retry_wait``, due now.
+
+        An operator uses it after resolving why delivery was blocked (for example a recorded
+        identity that no longer matched). It needs no lease capability: the version is the fence.
+        The blocking ``last_result`` is kept as history; the next claim takes a fresh lease.
+
+        Raises:
+            InvalidCommandError: bad run id, version, event id or actor.
+            FenceRejectedError: no dispatch, not blocked, or not at ``expected_version``.
+        """
+        problem = first_problem(
+            identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH),
+            int_problem("expected_version", expected_version, 1, MAX_VERSION),
+            identifier_problem("event_id", event_id, EVENT_ID_MAX_LENGTH),
+            identifier_problem("actor_id", actor_id, OWNER_MAX_LENGTH),
+        )
+        if problem is not None:
+            raise InvalidCommandError(problem)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            run = read_run_version(connection, run_id)
+            row = connection.execute(_SELECT_DISPATCH, (run_id,)).fetchone()
+            if run is None or row is None:
+                raise FenceRejectedError(f"no cancellation dispatch exists for run {run_id!r}")
+            current = record_from_row(row)
+            if current.status is not DispatchStatus.BLOCKED or current.version != expected_version:
+                raise FenceRejectedError(
+                    f"dispatch of run {run_id!r} is {current.status.value} at version {current.version}; "
+                    f"rearm needs blocked at version {expected_version}"
+                )
+            if current.version >= MAX_VERSION:
+                raise RepositoryError(f"dispatch of run {run_id!r} has reached the maximum version")
+            rearmed = _checked(
+                msgspec.structs.replace(
+                    current,
+                    status=DispatchStatus.RETRY_WAIT,
+                    version=current.version + 1,
+                    next_attempt_at_ms=now,
+                    updated_at_ms=now,
+                )
+            )
+            self._store(connection, rearmed, current.version)
+            event = append_run_event(
+                connection,
+                run_id=run_id,
+                event_id=event_id,
+                event_type=EVENT_DISPATCH_REARMED,
+                dedupe_key=f"cancel-dispatch-rearm:{current.attempt_id}:{rearmed.version}",
+                actor_type="user",
+                actor_id=actor_id,
+                attempt_id=current.attempt_id,
+                payload={
+                    "attempt_id": current.attempt_id,
+                    "dispatch_count": current.dispatch_count,
+                    "previous_result": current.last_result.value,
+                },
+                now_ms=now,
+                run_version=run,
+            )
+            return RecordResultOutcome(dispatch=rearmed, event=event)
 
     # ----------------------------------------------------------------- storage
 
