@@ -144,6 +144,7 @@ def open_database(
     clock: Clock | None = None,
     create: bool = True,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    vfs: str | None = None,
 ) -> LocalDatabase:
     """Open (creating if allowed) and migrate the runtime database at ``path``.
 
@@ -152,6 +153,8 @@ def open_database(
         clock: the injected clock; the system clock by default.
         create: create the file when it does not exist.
         busy_timeout_ms: how long to wait for another writer.
+        vfs: a registered SQLite VFS name; None is the default VFS. The fault campaigns pass a
+            recording shim here to simulate power cuts and full disks.
 
     Raises:
         DatabaseUnusableError: missing (with ``create=False``), unreadable, not a database, or corrupt.
@@ -164,7 +167,7 @@ def open_database(
         raise DatabaseUnusableError(f"database {path} does not exist")
     flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
     try:
-        connection = apsw.Connection(path, flags=flags)
+        connection = apsw.Connection(path, flags=flags, vfs=vfs)
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"cannot open database {path}: {exc}") from exc
     try:
