@@ -1,0 +1,147 @@
+"""Service configuration: a TOML file of exact shape, then environment, then command-line flags.
+
+Precedence (later wins): built-in defaults < ``--config FILE`` (or ``$EDGE_RUNTIME_CONFIG``) <
+``EDGE_RUNTIME_<KEY>`` environment variables < flags. Unknown keys, wrong types and out-of-range
+values are refused with the file (or variable) and the ``$.key`` named; nothing starts with a
+half-understood configuration. The database path is not part of the file: every command finds the
+database the same way (``--db`` / ``$EDGE_RUNTIME_DB`` / the per-user default), so the service and
+the CLI can never disagree about it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.validation import IDENTIFIER_PATTERN
+
+CONFIG_ENV_VAR = "EDGE_RUNTIME_CONFIG"
+ENV_PREFIX = "EDGE_RUNTIME_"
+
+_Ms = Annotated[int, msgspec.Meta(ge=1, le=86_400_000)]
+
+
+class ConfigError(EdgeRuntimeError):
+    """The configuration file, an environment override or a flag is invalid."""
+
+    code = "CONFIG_INVALID"
+
+
+def _default_worker_id() -> str:
+    return f"edge-{socket.gethostname() or 'device'}"[:128]
+
+
+class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """Every tunable of ``edge-runtime serve``; the defaults suit a small router."""
+
+    #: Stable name of this device's worker; a restart keeps it and opens a new session generation.
+    worker_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN)] = (
+        msgspec.field(default_factory=_default_worker_id)
+    )
+    #: How many Attempts run at once (the worker's max_concurrent_runs and reported slots).
+    slots: Annotated[int, msgspec.Meta(ge=1, le=64)] = 2
+    #: SIGTERM to SIGKILL grace period for a cancelled Attempt's process group.
+    grace_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 10_000
+    #: Where per-Attempt logs go; default: a ``logs`` directory beside the database.
+    log_dir: str | msgspec.UnsetType = msgspec.UNSET
+    #: Size cap of one Attempt's log; output past it is dropped after a truncation marker.
+    log_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
+    #: Lease taken on a cancellation dispatch while delivering it.
+    dispatch_lease_ms: Annotated[int, msgspec.Meta(ge=1, le=300_000)] = 30_000
+    #: Backoff after a retryable dispatch failure: base * 2**(n-1), capped.
+    retry_base_ms: _Ms = 1_000
+    retry_max_ms: _Ms = 300_000
+    #: Worker session lease; the service heartbeats at a third of it.
+    session_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 30_000
+    #: Run lease per Attempt; renewed at a third of it while the Attempt runs.
+    run_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 60_000
+    #: Slow fallback poll in case a wake-up datagram was lost.
+    poll_interval_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 30_000
+    #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
+    stop_runs_on_exit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.retry_max_ms < self.retry_base_ms:
+            raise ConfigError(f"retry_max_ms ({self.retry_max_ms}) must be >= retry_base_ms ({self.retry_base_ms})")
+
+    def resolved_log_dir(self, db_path: str) -> Path:
+        if self.log_dir is not msgspec.UNSET:
+            return Path(self.log_dir).expanduser()
+        return Path(db_path).expanduser().resolve().parent / "logs"
+
+
+def _decode_file(path: Path) -> dict[str, Any]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        # Decode the shape first (unknown keys, types, ranges), then keep only what was written,
+        # so the environment and flags can still override the file key by key.
+        msgspec.toml.decode(data, type=ServiceConfig)
+        raw = msgspec.toml.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    return raw
+
+
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir"})
+
+
+def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for field in msgspec.structs.fields(ServiceConfig):
+        variable = ENV_PREFIX + field.name.upper()
+        if variable not in env:
+            continue
+        text = env[variable]
+        if field.type is bool:
+            lowered = text.strip().lower()
+            if lowered not in ("1", "0", "true", "false", "yes", "no"):
+                raise ConfigError(f"{variable}={text!r}: expected true/false")
+            overrides[field.name] = lowered in ("1", "true", "yes")
+        elif field.name in _TEXT_FIELDS:
+            overrides[field.name] = text
+        else:
+            try:
+                overrides[field.name] = int(text.strip(), 10)
+            except ValueError:
+                raise ConfigError(f"{variable}={text!r}: expected a whole number") from None
+    return overrides
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> ServiceConfig:
+    """Assemble the configuration: defaults, file, environment, then ``overrides`` (flags).
+
+    Args:
+        path: a TOML file; ``$EDGE_RUNTIME_CONFIG`` when None; no file when neither is set.
+        env: the environment (``os.environ`` by default).
+        overrides: flag values; None entries are ignored.
+
+    Raises:
+        ConfigError: unreadable file, unknown key, wrong type or out-of-range value, naming where.
+    """
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    file_path = path if path is not None else env.get(CONFIG_ENV_VAR) or None
+    if file_path is not None:
+        merged.update(_decode_file(Path(file_path).expanduser()))
+    merged.update(_env_overrides(env))
+    merged.update({key: value for key, value in (overrides or {}).items() if value is not None})
+    try:
+        return msgspec.convert(merged, type=ServiceConfig)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(f"invalid configuration (file, environment or flags): {exc}") from None
