@@ -1,0 +1,458 @@
+"""Run Lease contract (spec §5): claim, renew, release, the start barrier, completion.
+
+A Run Lease is a fenced grant for one session to execute one Attempt. Its fence is the worker
+id, session id and session generation, the lease version (bumped by every change, never reset)
+and the digest of an in-memory bearer token. ``lease_generation`` counts grants of the Attempt:
+a takeover of an expired, never-started grant or a re-claim after release starts a new one.
+
+Lifecycle: ``claim_run`` -> ``leased`` (Attempt ``claimed``); ``renew`` extends it;
+``release`` -> ``released`` only while the Attempt is still ``claimed``; ``begin_start`` is the
+start barrier (Attempt ``claimed`` -> ``starting``), after which the grant can no longer be
+released or taken over; ``complete`` -> ``completed`` when the Attempt has ended.
+
+An expired lease is ``leased`` with ``expires_at_ms <= now``. It is never evidence that a process
+stopped, and nothing here reports "not running".
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar, Union
+
+import msgspec
+
+from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, first_problem, identifier_problem, int_problem
+from edge_runtime.contract.worker_lease import (
+    ATTEMPT_ID_MAX_LENGTH,
+    EVENT_ID_MAX_LENGTH,
+    MAX_CONCURRENT_RUNS,
+    MAX_RUN_LEASE_DURATION_MS,
+    MAX_VERSION,
+    OFFER_ID_MAX_LENGTH,
+    RUN_ID_MAX_LENGTH,
+    SESSION_ID_MAX_LENGTH,
+    WORKER_ID_MAX_LENGTH,
+    AttemptId,
+    EventId,
+    Generation,
+    LeaseToken,
+    LeaseVersion,
+    OfferId,
+    RunId,
+    RunLeaseDurationMs,
+    SessionId,
+    Slots,
+    WorkerId,
+    decode_with,
+    digest_problem,
+    lease_token_problem,
+    reject,
+)
+
+
+class LeaseStatus(enum.StrEnum):
+    LEASED = "leased"
+    RELEASED = "released"
+    COMPLETED = "completed"
+
+
+class ReleaseReason(enum.StrEnum):
+    """Why a worker gave back a grant it never started."""
+
+    DECLINED = "declined"
+    DRAINING = "draining"
+    SHUTDOWN = "shutdown"
+
+
+class NotClaimableReason(enum.StrEnum):
+    RUN_MISSING = "run_missing"
+    RUN_NOT_RUNTIME_OWNED = "run_not_runtime_owned"
+    RUN_TERMINAL = "run_terminal"
+    CANCEL_REQUESTED = "cancel_requested"
+    ATTEMPT_MISSING = "attempt_missing"
+    ATTEMPT_NOT_CLAIMED = "attempt_not_claimed"
+    LEASE_COMPLETED = "lease_completed"
+
+
+EVENT_LEASE_CLAIMED = "run.lease_claimed"
+EVENT_LEASE_RELEASED = "run.lease_released"
+EVENT_ATTEMPT_STARTING = "run.attempt_starting"
+EVENT_LEASE_COMPLETED = "run.lease_completed"
+
+
+def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
+    """The event dedupe key of one step (``claimed``, ``released``, ...) of one grant."""
+    return f"run-lease:{attempt_id}:{lease_generation}:{step}"
+
+
+def _session_fence_problem(cmd: object) -> str | None:
+    return first_problem(
+        identifier_problem("worker_id", cmd.worker_id, WORKER_ID_MAX_LENGTH),
+        identifier_problem("session_id", cmd.session_id, SESSION_ID_MAX_LENGTH),
+        int_problem("session_generation", cmd.session_generation, 1, MAX_VERSION),
+        identifier_problem("attempt_id", cmd.attempt_id, ATTEMPT_ID_MAX_LENGTH),
+    )
+
+
+def _enum_member(cmd: object, name: str, kind: type[enum.StrEnum]) -> None:
+    value = getattr(cmd, name)
+    if not isinstance(value, kind):
+        # Python callers may pass the plain string; the frozen struct keeps the enum member.
+        try:
+            msgspec.structs.force_setattr(cmd, name, kind(value))
+        except ValueError:
+            reject(f"{name} must be one of {[m.value for m in kind]}")
+
+
+# --------------------------------------------------------------------------- commands
+
+
+class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
+
+    ``offer_id`` is the stable id of the offer being accepted; with the token digest and the
+    full session fence it makes a retried claim an idempotent replay.
+    """
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    run_id: RunId
+    attempt_id: AttemptId
+    offer_id: OfferId
+    lease_token: LeaseToken
+    lease_duration_ms: RunLeaseDurationMs
+    event_id: EventId
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                _session_fence_problem(self),
+                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
+                identifier_problem("offer_id", self.offer_id, OFFER_ID_MAX_LENGTH),
+                lease_token_problem(self.lease_token),
+                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
+                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+            )
+        )
+
+    def __repr__(self) -> str:
+        # The raw token is an execution capability: keep it out of reprs, logs and tracebacks.
+        return (
+            f"ClaimRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
+            f"session_generation={self.session_generation!r}, run_id={self.run_id!r}, "
+            f"attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, lease_token=<redacted>, "
+            f"lease_duration_ms={self.lease_duration_ms!r}, event_id={self.event_id!r})"
+        )
+
+
+class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    attempt_id: AttemptId
+    lease_token: LeaseToken
+    expected_version: LeaseVersion
+    lease_duration_ms: RunLeaseDurationMs
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                _session_fence_problem(self),
+                lease_token_problem(self.lease_token),
+                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
+                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"RenewRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
+            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
+            f"lease_token=<redacted>, expected_version={self.expected_version!r}, "
+            f"lease_duration_ms={self.lease_duration_ms!r})"
+        )
+
+
+class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Give back a grant whose Attempt is still ``claimed`` (before the start barrier)."""
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    attempt_id: AttemptId
+    lease_token: LeaseToken
+    expected_version: LeaseVersion
+    reason: ReleaseReason
+    event_id: EventId
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                _session_fence_problem(self),
+                lease_token_problem(self.lease_token),
+                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
+                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+            )
+        )
+        _enum_member(self, "reason", ReleaseReason)
+
+    def __repr__(self) -> str:
+        return (
+            f"ReleaseRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
+            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
+            f"lease_token=<redacted>, expected_version={self.expected_version!r}, reason={self.reason!r}, "
+            f"event_id={self.event_id!r})"
+        )
+
+
+class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Cross the start barrier: the Attempt goes ``claimed`` -> ``starting`` under a live grant."""
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    attempt_id: AttemptId
+    lease_token: LeaseToken
+    expected_version: LeaseVersion
+    event_id: EventId
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                _session_fence_problem(self),
+                lease_token_problem(self.lease_token),
+                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
+                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"BeginStartCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
+            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
+            f"lease_token=<redacted>, expected_version={self.expected_version!r}, event_id={self.event_id!r})"
+        )
+
+
+class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """Close a grant because its Attempt ended.
+
+    Fenced by the grant itself (worker id, the session generation it was granted to, lease
+    generation, lease version and token digest), not by the worker's *current* session: after a
+    restart the new session finishes Attempts it adopted from the old one, and the raw token
+    died with the old process, so the durable digest is what identifies the grant. Completing
+    records a fact about a process that ended; it grants no new authority, so no live session
+    is required.
+    """
+
+    worker_id: WorkerId
+    session_generation: Generation
+    attempt_id: AttemptId
+    lease_generation: Generation
+    expected_version: LeaseVersion
+    token_digest: str
+    event_id: EventId
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                identifier_problem("worker_id", self.worker_id, WORKER_ID_MAX_LENGTH),
+                int_problem("session_generation", self.session_generation, 1, MAX_VERSION),
+                identifier_problem("attempt_id", self.attempt_id, ATTEMPT_ID_MAX_LENGTH),
+                int_problem("lease_generation", self.lease_generation, 1, MAX_VERSION),
+                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
+                digest_problem("token_digest", self.token_digest),
+                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+            )
+        )
+
+
+# --------------------------------------------------------------------------- record
+
+
+class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+    """The durable state of an Attempt's Run Lease. It carries the token digest, never the token."""
+
+    attempt_id: AttemptId
+    run_id: RunId
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    lease_generation: Generation
+    version: LeaseVersion
+    token_digest: str
+    offer_id: OfferId
+    status: LeaseStatus
+    expires_at_ms: SafeInt
+    acquired_at_ms: SafeInt
+    renewed_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    started_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    released_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    release_reason: ReleaseReason | msgspec.UnsetType = msgspec.UNSET
+    completed_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    updated_at_ms: SafeInt
+
+    def is_active(self) -> bool:
+        """Whether the grant still counts against its session's capacity (``leased``, live or not)."""
+        return self.status is LeaseStatus.LEASED
+
+    def is_live(self, now_ms: int) -> bool:
+        """Whether the grant is ``leased`` and not yet expired at ``now_ms``."""
+        return self.status is LeaseStatus.LEASED and self.expires_at_ms > now_ms
+
+
+_OPTIONAL_TIMES = ("renewed_at_ms", "started_at_ms", "released_at_ms", "completed_at_ms")
+
+
+def lease_record_problem(record: RunLeaseRecord) -> str | None:
+    """The first contract invariant ``record`` breaks, or None."""
+    UNSET = msgspec.UNSET
+    problem = first_problem(
+        identifier_problem("attempt_id", record.attempt_id, ATTEMPT_ID_MAX_LENGTH),
+        identifier_problem("run_id", record.run_id, RUN_ID_MAX_LENGTH),
+        identifier_problem("worker_id", record.worker_id, WORKER_ID_MAX_LENGTH),
+        identifier_problem("session_id", record.session_id, SESSION_ID_MAX_LENGTH),
+        identifier_problem("offer_id", record.offer_id, OFFER_ID_MAX_LENGTH),
+        int_problem("session_generation", record.session_generation, 1, MAX_VERSION),
+        int_problem("lease_generation", record.lease_generation, 1, MAX_VERSION),
+        int_problem("version", record.version, 1, MAX_VERSION),
+        int_problem("expires_at_ms", record.expires_at_ms, 0, MAX_SAFE_INTEGER),
+        int_problem("acquired_at_ms", record.acquired_at_ms, 0, MAX_SAFE_INTEGER),
+        int_problem("updated_at_ms", record.updated_at_ms, 0, MAX_SAFE_INTEGER),
+        digest_problem("token_digest", record.token_digest),
+    )
+    if problem is not None:
+        return problem
+    for name in _OPTIONAL_TIMES:
+        value = getattr(record, name)
+        if value is not UNSET:
+            problem = int_problem(name, value, record.acquired_at_ms, MAX_SAFE_INTEGER)
+            if problem is not None:
+                return problem
+    status = record.status
+    if not isinstance(status, LeaseStatus):
+        return f"status {status!r} is not a lease status"
+    if record.release_reason is not UNSET and not isinstance(record.release_reason, ReleaseReason):
+        return f"release_reason {record.release_reason!r} is not a release reason"
+    if record.version < record.lease_generation:
+        return "version must be >= lease_generation"
+    if record.expires_at_ms <= record.acquired_at_ms:
+        return "expires_at_ms must be after acquired_at_ms"
+    if record.updated_at_ms < record.acquired_at_ms:
+        return "updated_at_ms must be >= acquired_at_ms"
+    released = record.released_at_ms is not UNSET, record.release_reason is not UNSET
+    completed = record.completed_at_ms is not UNSET
+    if status is LeaseStatus.LEASED and (any(released) or completed):
+        return "a leased grant must not carry release or completion metadata"
+    if status is LeaseStatus.RELEASED:
+        if not all(released) or completed:
+            return "a released grant must have released_at_ms and release_reason and no completed_at_ms"
+        if record.started_at_ms is not UNSET:
+            return "a released grant must never have been started"
+    if status is LeaseStatus.COMPLETED and (not completed or any(released)):
+        return "a completed grant must have completed_at_ms and no release metadata"
+    return None
+
+
+# --------------------------------------------------------------------------- outcomes
+
+
+class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, tag_field="status"):
+    status: ClassVar[str]
+
+
+class ClaimedRunOutcome(_Outcome, tag="claimed", kw_only=True):
+    """The caller holds the grant. The only place the raw token ever appears.
+
+    ``replayed`` is true for an idempotent replay of an earlier identical claim; ``event`` (the
+    ``run.lease_claimed`` event) is present only when this call wrote it.
+    """
+
+    status: ClassVar[str] = "claimed"
+    lease: RunLeaseRecord
+    lease_token: str
+    replayed: bool
+    event: RunEvent | msgspec.UnsetType = msgspec.UNSET
+
+    def __repr__(self) -> str:
+        return (
+            f"ClaimedRunOutcome(lease={self.lease!r}, lease_token=<redacted>, replayed={self.replayed!r}, "
+            f"event={self.event!r})"
+        )
+
+
+class LeasedRunOutcome(_Outcome, tag="leased"):
+    """Another caller (or another offer of this one) holds a live grant on the Attempt."""
+
+    status: ClassVar[str] = "leased"
+    lease: RunLeaseRecord
+
+
+class NotClaimableOutcome(_Outcome, tag="not_claimable"):
+    """The Run or Attempt may not be claimed; ``reason`` says which check failed."""
+
+    status: ClassVar[str] = "not_claimable"
+    reason: NotClaimableReason
+
+
+class NoCapacityOutcome(_Outcome, tag="no_capacity", kw_only=True):
+    """The session's active leases already reach ``max_concurrent_runs`` or ``available_slots``."""
+
+    status: ClassVar[str] = "no_capacity"
+    active_leases: Slots
+    max_concurrent_runs: Slots
+    available_slots: Slots
+
+
+ClaimRunOutcome = Union[ClaimedRunOutcome, LeasedRunOutcome, NotClaimableOutcome, NoCapacityOutcome]
+
+
+class LeaseTransitionOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+    """The grant after release, start or completion, and the event that recorded it."""
+
+    lease: RunLeaseRecord
+    event: RunEvent
+
+
+# --------------------------------------------------------------------------- wire
+
+_claim_decoder = msgspec.json.Decoder(ClaimRunCommand)
+_renew_decoder = msgspec.json.Decoder(RenewRunLeaseCommand)
+_release_decoder = msgspec.json.Decoder(ReleaseRunLeaseCommand)
+_begin_start_decoder = msgspec.json.Decoder(BeginStartCommand)
+_complete_decoder = msgspec.json.Decoder(CompleteRunLeaseCommand)
+
+
+def decode_claim_run_command(data: bytes) -> ClaimRunCommand:
+    """Decode an exact-shape JSON claim.
+
+    Raises:
+        InvalidWorkerLeaseCommandError: malformed JSON, unknown, missing or null fields, wrong
+            types or out-of-range values (the message names the ``$.path``).
+    """
+    return decode_with(_claim_decoder, data)
+
+
+def decode_renew_command(data: bytes) -> RenewRunLeaseCommand:
+    """Decode an exact-shape JSON renew (see :func:`decode_claim_run_command`)."""
+    return decode_with(_renew_decoder, data)
+
+
+def decode_release_command(data: bytes) -> ReleaseRunLeaseCommand:
+    """Decode an exact-shape JSON release (see :func:`decode_claim_run_command`)."""
+    return decode_with(_release_decoder, data)
+
+
+def decode_begin_start_command(data: bytes) -> BeginStartCommand:
+    """Decode an exact-shape JSON start barrier (see :func:`decode_claim_run_command`)."""
+    return decode_with(_begin_start_decoder, data)
+
+
+def decode_complete_command(data: bytes) -> CompleteRunLeaseCommand:
+    """Decode an exact-shape JSON completion (see :func:`decode_claim_run_command`)."""
+    return decode_with(_complete_decoder, data)
+

@@ -1,0 +1,269 @@
+"""Worker Session and Run Lease contract, shared part (spec §5, ADR-0057 Local Profile).
+
+Two authorities: the *Worker Session Lease* proves that a worker's current session (by worker id,
+session id and generation) may still report capacity; the *Run Lease* proves that one session
+holds a fenced, versioned grant to execute one Attempt. This module holds what both halves
+share: hard limits, bounded identifier types, the error hierarchy, the bearer-token digest and
+the canonical capabilities with their hash. The commands, records and outcomes live in
+:mod:`edge_runtime.contract.worker_session` and :mod:`edge_runtime.contract.run_lease`.
+
+Neither authority is ever evidence that a process stopped: an offline session or an expired
+lease only says the control-plane authority lapsed. No API here reports "not running".
+
+This module owns no connection, clock, timer or process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.validation import (
+    MAX_SAFE_INTEGER,
+    bounded_int_type,
+    identifier_problem,
+    identifier_type,
+)
+
+# --------------------------------------------------------------------------- limits
+
+#: Domain separation: a Run Lease digest can never equal a CancellationDispatch lease digest.
+RUN_LEASE_TOKEN_DOMAIN = b"qinglong.run-lease.v1\x00"
+
+MAX_VERSION = 2_147_483_647
+#: A router runs a handful of commands at once; the cap bounds a bogus registration.
+MAX_CONCURRENT_RUNS = 64
+MAX_SESSION_LEASE_DURATION_MS = 300_000
+MAX_RUN_LEASE_DURATION_MS = 300_000
+#: Canonical capabilities JSON is stored in one row; keep it small on flash.
+MAX_CAPABILITIES_BYTES = 4_096
+MAX_CAPABILITIES_DEPTH = 4
+MAX_CAPABILITY_KEY_LENGTH = 64
+MAX_CAPABILITY_STRING_LENGTH = 256
+
+WORKER_ID_MAX_LENGTH = 128
+SESSION_ID_MAX_LENGTH = 64
+RUN_ID_MAX_LENGTH = 36
+ATTEMPT_ID_MAX_LENGTH = 36
+EVENT_ID_MAX_LENGTH = 36
+OFFER_ID_MAX_LENGTH = 64
+LEASE_TOKEN_MAX_LENGTH = 128
+
+WorkerId = identifier_type(WORKER_ID_MAX_LENGTH)
+SessionId = identifier_type(SESSION_ID_MAX_LENGTH)
+RunId = identifier_type(RUN_ID_MAX_LENGTH)
+AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
+EventId = identifier_type(EVENT_ID_MAX_LENGTH)
+OfferId = identifier_type(OFFER_ID_MAX_LENGTH)
+LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
+Generation = bounded_int_type(1, MAX_VERSION)
+Version = bounded_int_type(0, MAX_VERSION)
+LeaseVersion = bounded_int_type(1, MAX_VERSION)
+Capacity = bounded_int_type(1, MAX_CONCURRENT_RUNS)
+Slots = bounded_int_type(0, MAX_CONCURRENT_RUNS)
+SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
+RunLeaseDurationMs = bounded_int_type(1, MAX_RUN_LEASE_DURATION_MS)
+
+_DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+# --------------------------------------------------------------------------- errors
+
+
+class WorkerLeaseError(EdgeRuntimeError):
+    """Base of every Worker Session / Run Lease error."""
+
+    code = "WORKER_LEASE_ERROR"
+
+
+class InvalidWorkerLeaseCommandError(WorkerLeaseError):
+    """The command is malformed: fix the input; retrying it unchanged never helps."""
+
+    code = "INVALID_WORKER_LEASE_COMMAND"
+
+
+class WorkerSessionRejectedError(WorkerLeaseError):
+    """The session may not do this: conflicting, draining, offline or expired.
+
+    Register again with a new session id (which replaces the old one) to regain authority.
+    """
+
+    code = "WORKER_SESSION_REJECTED"
+
+
+class WorkerLeaseFenceRejectedError(WorkerLeaseError):
+    """The caller's fence (worker, session, generation, version, token) no longer holds.
+
+    Another session, a newer version or another grant owns the row; re-read before acting.
+    """
+
+    code = "WORKER_LEASE_FENCE_REJECTED"
+
+
+class StartBarrierPassedError(WorkerLeaseFenceRejectedError):
+    """The Attempt is no longer ``claimed``: it crossed (or never reached) the start barrier.
+
+    Release is refused after it, and a second start is refused: completion, loss and
+    cancellation of a started Attempt go through their own transactions.
+    """
+
+    code = "WORKER_LEASE_START_BARRIER_PASSED"
+
+
+class RunNotStartableError(WorkerLeaseError):
+    """The Run is cancel-requested, terminal or no longer runtime-owned; do not start it.
+
+    Release the lease (the Attempt is still ``claimed``) and end the Attempt instead.
+    """
+
+    code = "WORKER_LEASE_RUN_NOT_STARTABLE"
+
+
+class WorkerLeaseRepositoryError(WorkerLeaseError):
+    """The store failed, or holds a row that breaks the contract (which fails closed).
+
+    ``retryable`` is true only when the database was busy or locked.
+    """
+
+    code = "WORKER_LEASE_REPOSITORY_FAILED"
+
+
+def reject(problem: str | None) -> None:
+    """Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem."""
+    if problem is not None:
+        raise InvalidWorkerLeaseCommandError(problem)
+
+
+# --------------------------------------------------------------------------- token digest
+
+
+def lease_token_problem(token: object) -> str | None:
+    """Why ``token`` is not a valid Run Lease bearer token, or None. Never echoes the token."""
+    return identifier_problem("lease_token", token, LEASE_TOKEN_MAX_LENGTH)
+
+
+def digest_run_lease_token(token: str) -> str:
+    """SHA-256 of :data:`RUN_LEASE_TOKEN_DOMAIN` and the UTF-8 token, as 64 lowercase hex.
+
+    Raises:
+        InvalidWorkerLeaseCommandError: the token is not a valid lease token.
+    """
+    reject(lease_token_problem(token))
+    return hashlib.sha256(RUN_LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
+
+
+def is_token_digest(value: object) -> bool:
+    """Whether ``value`` has the shape of a token or hash digest (64 lowercase hex characters)."""
+    return type(value) is str and _DIGEST_PATTERN.fullmatch(value) is not None
+
+
+def digest_problem(name: str, value: object) -> str | None:
+    if not is_token_digest(value):
+        return f"{name} must be 64 lowercase hex characters"
+    return None
+
+
+# --------------------------------------------------------------------------- capabilities
+
+
+def _capability_value_problem(path: str, value: object, depth: int) -> str | None:
+    kind = type(value)
+    if kind is str:
+        if len(value) > MAX_CAPABILITY_STRING_LENGTH:
+            return f"{path} must be at most {MAX_CAPABILITY_STRING_LENGTH} characters"
+        return None
+    if kind is bool:
+        return None
+    if kind is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return None
+        return f"{path} must be a safe integer"
+    if kind is list:
+        if depth >= MAX_CAPABILITIES_DEPTH:
+            return f"{path} nests deeper than {MAX_CAPABILITIES_DEPTH} levels"
+        for index, item in enumerate(value):
+            problem = _capability_value_problem(f"{path}[{index}]", item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if kind is dict:
+        if depth >= MAX_CAPABILITIES_DEPTH:
+            return f"{path} nests deeper than {MAX_CAPABILITIES_DEPTH} levels"
+        return _capability_object_problem(path, value, depth + 1)
+    # Floats have no single canonical text and null is "absent": neither is a capability value.
+    return f"{path} must be a string, integer, boolean, list or object, got {kind.__name__}"
+
+
+def _capability_object_problem(path: str, value: dict[Any, Any], depth: int) -> str | None:
+    for key, item in value.items():
+        problem = identifier_problem(f"{path} key", key, MAX_CAPABILITY_KEY_LENGTH)
+        if problem is not None:
+            return problem
+        problem = _capability_value_problem(f"{path}.{key}", item, depth)
+        if problem is not None:
+            return problem
+    return None
+
+
+def capabilities_problem(capabilities: object) -> str | None:
+    """Why ``capabilities`` is not a valid capabilities object, or None."""
+    if type(capabilities) is not dict:
+        return f"capabilities must be an object, got {type(capabilities).__name__}"
+    problem = _capability_object_problem("capabilities", capabilities, 1)
+    if problem is not None:
+        return problem
+    if len(canonical_capabilities_unchecked(capabilities)) > MAX_CAPABILITIES_BYTES:
+        return f"capabilities must be at most {MAX_CAPABILITIES_BYTES} bytes of canonical JSON"
+    return None
+
+
+def canonical_capabilities_unchecked(capabilities: dict[str, Any]) -> bytes:
+    # Sorted keys at every level and msgspec's compact separators: one text per value.
+    return msgspec.json.encode(capabilities, order="sorted")
+
+
+def canonical_capabilities(capabilities: dict[str, Any]) -> bytes:
+    """The canonical JSON of ``capabilities``: keys sorted at every level, no whitespace.
+
+    Raises:
+        InvalidWorkerLeaseCommandError: not a valid capabilities object.
+    """
+    reject(capabilities_problem(capabilities))
+    return canonical_capabilities_unchecked(capabilities)
+
+
+def capabilities_hash(capabilities: dict[str, Any]) -> str:
+    """SHA-256 of the canonical capabilities JSON, as 64 lowercase hex characters.
+
+    Raises:
+        InvalidWorkerLeaseCommandError: not a valid capabilities object.
+    """
+    return hashlib.sha256(canonical_capabilities(capabilities)).hexdigest()
+
+
+# --------------------------------------------------------------------------- wire
+
+_encoder = msgspec.json.Encoder()
+
+
+def decode_with(decoder: msgspec.json.Decoder, data: bytes) -> Any:
+    """Decode exact-shape JSON, turning every decode failure into the contract's error.
+
+    Raises:
+        InvalidWorkerLeaseCommandError: malformed JSON, unknown or missing fields, nulls, wrong
+            types or out-of-range values; the message names the ``$.path`` where msgspec knows it.
+    """
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise InvalidWorkerLeaseCommandError(f"a command must be JSON bytes, got {type(data).__name__}")
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+        raise InvalidWorkerLeaseCommandError(str(exc)) from None
+
+
+def encode(obj: Any) -> bytes:
+    """Encode a contract object as camelCase JSON; absent optional fields are omitted."""
+    return _encoder.encode(obj)
