@@ -66,6 +66,10 @@ class InvalidCommandError(CancellationDispatchError):
 
     code = "INVALID_CANCELLATION_DISPATCH_COMMAND"
 
+    #: JSON path of the offending field for the cross-field rules msgspec cannot express itself;
+    #: the decoders append it to the message like msgspec does (`` - at `$.retryDelayMs` ``).
+    path: str | None = None
+
 
 class BindingConflictError(CancellationDispatchError):
     """The Run's dispatch is bound to another Attempt; it is never rebound."""
@@ -176,9 +180,11 @@ def dedupe_key_for(attempt_id: str, dispatch_count: int) -> str:
 # --------------------------------------------------------------------------- commands
 
 
-def _reject(problem: str | None) -> None:
+def _reject(problem: str | None, path: str | None = None) -> None:
     if problem is not None:
-        raise InvalidCommandError(problem)
+        error = InvalidCommandError(problem)
+        error.path = path
+        raise error
 
 
 class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
@@ -250,10 +256,10 @@ class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=
                 raise InvalidCommandError(f"result must be one of {[r.value for r in DispatchResult]}") from None
         if self.result in RETRYABLE_RESULTS:
             if self.retry_delay_ms is msgspec.UNSET:
-                raise InvalidCommandError(f"retry_delay_ms is required for the retryable result {self.result.value}")
-            _reject(int_problem("retry_delay_ms", self.retry_delay_ms, 1, MAX_RETRY_DELAY_MS))
+                _reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
+            _reject(int_problem("retry_delay_ms", self.retry_delay_ms, 1, MAX_RETRY_DELAY_MS), "$.retryDelayMs")
         elif self.retry_delay_ms is not msgspec.UNSET:
-            raise InvalidCommandError(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}")
+            _reject(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}", "$.retryDelayMs")
 
     def __repr__(self) -> str:
         return (
@@ -417,6 +423,13 @@ def _decode(decoder: msgspec.json.Decoder, data: bytes) -> Any:
         return decoder.decode(data)
     except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
         raise InvalidCommandError(str(exc)) from None
+    except InvalidCommandError as exc:
+        # A cross-field rule of __post_init__ (msgspec's own constraints already passed).
+        if exc.path is None:
+            raise
+        error = InvalidCommandError(f"{exc.message} - at `{exc.path}`")
+        error.path = exc.path
+        raise error from None
 
 
 def decode_claim_command(data: bytes) -> ClaimCommand:
