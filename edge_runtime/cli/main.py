@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from edge_runtime import __version__
-from edge_runtime.cli import check, migrate
+from edge_runtime.cli import cancel, check, dispatch, events, list_runs, logs, migrate, show, submit
 from edge_runtime.cli.db_path import DB_ENV_VAR, default_db_path
 from edge_runtime.contract.errors import EdgeRuntimeError
 
@@ -17,13 +17,14 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
-COMMANDS: tuple[ModuleType, ...] = (migrate, check)
+COMMANDS: tuple[ModuleType, ...] = (submit, cancel, show, list_runs, events, logs, dispatch, migrate, check)
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse's default prints usage + message, exit 2
-        self.print_usage(sys.stderr)
-        sys.stderr.write(f"Error: {message}\nTry: {self.prog} --help\n")
+    def error(self, message: str) -> None:
+        # argparse prints the whole usage block; one line that says what to fix reads better in a
+        # router's shell and in scripts that capture stderr.
+        sys.stderr.write(f"Error: {message} (try: {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
 
 

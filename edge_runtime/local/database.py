@@ -164,7 +164,9 @@ def open_database(
     path = os.fspath(path)
     clock = clock or SystemClock()
     if not create and not Path(path).exists():
-        raise DatabaseUnusableError(f"database {path} does not exist")
+        raise DatabaseUnusableError(
+            f"database {path} does not exist (submit a run or run `edge-runtime migrate` to create it)"
+        )
     flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
     try:
         connection = apsw.Connection(path, flags=flags, vfs=vfs)

@@ -1,0 +1,39 @@
+"""``edge-runtime cancel RUN [--reason R]``: durably request that a Run be cancelled."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from edge_runtime.cli.common import add_json_flag, open_existing, print_json, wake_service
+from edge_runtime.contract.runs import CancelRunCommand, RunStatus
+from edge_runtime.local.runs import LocalRunRepository
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "cancel",
+        help="request cancellation of a Run",
+        description="Record a durable cancel request. The service delivers it to the Run's process "
+        "group (SIGTERM, then SIGKILL after the grace period), even across restarts.",
+    )
+    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    parser.add_argument("--reason", help="why, kept with the Run")
+    add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    command = CancelRunCommand(run_id=args.run_id, reason=msgspec.UNSET if args.reason is None else args.reason)
+    with open_existing(args) as db:
+        record = LocalRunRepository(db).request_cancel(command)
+    wake_service(args.db)
+    if args.json:
+        print_json(record)
+    elif record.status is RunStatus.CANCELLED:
+        sys.stdout.write(f"run {record.id} cancelled (it had not started)\n")
+    else:
+        sys.stdout.write(f"cancel requested for run {record.id} (status {record.status.value})\n")
+    return 0

@@ -1,0 +1,79 @@
+"""``edge-runtime dispatch show RUN`` and ``dispatch rearm RUN --expected-version V``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import uuid
+
+from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, present, print_json, wake_service
+from edge_runtime.contract.runs import RunNotFoundError
+from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("dispatch", help="inspect or re-arm a Run's cancellation dispatch")
+    actions = parser.add_subparsers(dest="dispatch_action", metavar="ACTION", required=True,
+                                    parser_class=type(parser))
+    show = actions.add_parser("show", help="show the dispatch record (never the lease token)")
+    show.add_argument("run_id", metavar="RUN")
+    add_json_flag(show)
+    show.set_defaults(run=run_show)
+    rearm = actions.add_parser(
+        "rearm",
+        help="re-arm a blocked dispatch (exact version compare-and-set)",
+        description="Move a blocked dispatch back to retry_wait, due now, if and only if it is still "
+        "at --expected-version (see `dispatch show`).",
+    )
+    rearm.add_argument("run_id", metavar="RUN")
+    rearm.add_argument("--expected-version", type=int, required=True, metavar="V")
+    add_json_flag(rearm)
+    rearm.set_defaults(run=run_rearm)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    with open_existing(args) as db:
+        record = LocalCancellationDispatchRepository(db).find_by_run_id(args.run_id)
+        if record is None:
+            exists = db.connection.execute("SELECT 1 FROM runs WHERE id = ?", (args.run_id,)).fetchone()
+    if record is None:
+        if exists is None:
+            raise RunNotFoundError(f"no run with id {args.run_id!r}")
+        if args.json:
+            print_json(None)
+            return 0
+        sys.stdout.write(f"run {args.run_id} has no cancellation dispatch\n")
+        return 0
+    if args.json:
+        print_json(record)
+        return 0
+    for label, value in (
+        ("run", record.run_id),
+        ("attempt", record.attempt_id),
+        ("status", record.status.value),
+        ("version", record.version),
+        ("dispatches", record.dispatch_count),
+        ("next attempt", format_ms(record.next_attempt_at_ms)),
+        ("lease owner", present(record.lease_owner)),
+        ("lease expires", format_ms(record.lease_expires_at_ms)),
+        ("last result", present(record.last_result)),
+        ("last dispatched", format_ms(record.last_dispatched_at_ms)),
+        ("updated", format_ms(record.updated_at_ms)),
+    ):
+        sys.stdout.write(f"{label:16} {value}\n")
+    return 0
+
+
+def run_rearm(args: argparse.Namespace) -> int:
+    with open_existing(args) as db:
+        outcome = LocalCancellationDispatchRepository(db).rearm(
+            args.run_id, args.expected_version, event_id=str(uuid.uuid4()), actor_id="cli"
+        )
+    wake_service(args.db)
+    if args.json:
+        print_json(outcome)
+    else:
+        sys.stdout.write(
+            f"dispatch of run {args.run_id} re-armed: retry_wait at version {outcome.dispatch.version}, due now\n"
+        )
+    return 0

@@ -1,0 +1,51 @@
+"""``edge-runtime show RUN``: a Run with its Attempts and cancellation dispatch."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+import msgspec
+
+from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, present, print_json
+from edge_runtime.local.runs import LocalRunRepository
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("show", help="show a Run, its Attempts and its cancellation dispatch")
+    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    add_json_flag(parser)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with open_existing(args) as db:
+        detail = LocalRunRepository(db).detail(args.run_id)
+    if args.json:
+        print_json(detail)
+        return 0
+    out = sys.stdout
+    out.write(f"run        {detail.id}\n")
+    out.write(f"name       {present(detail.name)}\n")
+    if detail.command is not msgspec.UNSET:
+        out.write(f"command    {shlex.join(detail.command)}\n")
+    out.write(f"status     {detail.status.value}\n")
+    out.write(f"created    {format_ms(detail.created_at_ms)}\n")
+    out.write(f"finished   {format_ms(detail.finished_at_ms)}\n")
+    if detail.cancel_requested_at_ms is not msgspec.UNSET:
+        out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
+    for attempt in detail.attempts:
+        out.write(
+            f"attempt {attempt.attempt}  {attempt.id}  {attempt.status.value}  pid={present(attempt.pid)}  "
+            f"exit={present(attempt.exit_code)}  reason={present(attempt.end_reason)}\n"
+        )
+    dispatch = detail.dispatch
+    if dispatch is None:
+        out.write("dispatch   none\n")
+    else:
+        out.write(
+            f"dispatch   {dispatch.status.value}  version={dispatch.version}  count={dispatch.dispatch_count}  "
+            f"last={present(dispatch.last_result)}\n"
+        )
+    return 0

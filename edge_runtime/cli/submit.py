@@ -1,0 +1,41 @@
+"""``edge-runtime submit [--name N] -- CMD ARGS...``: queue a command as a new Run; print its id."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import msgspec
+
+from edge_runtime.cli.common import add_json_flag, open_or_create, print_json, wake_service
+from edge_runtime.contract.runs import SubmitRunCommand
+from edge_runtime.local.runs import LocalRunRepository
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "submit",
+        help="queue a command as a new Run and print its id",
+        description="Queue CMD ARGS... as a new Run. The command is executed directly (no shell); "
+        "use `-- sh -c '...'` for shell syntax.",
+    )
+    parser.add_argument("--name", help="a short label shown by list and show")
+    add_json_flag(parser)
+    parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    # Validate before touching the database: a bad request must not even create the file.
+    command = SubmitRunCommand(argv=argv, name=msgspec.UNSET if args.name is None else args.name)
+    with open_or_create(args) as db:
+        record = LocalRunRepository(db).submit(command)
+    wake_service(args.db)
+    if args.json:
+        print_json(record)
+    else:
+        sys.stdout.write(record.id + "\n")
+    return 0
