@@ -1,0 +1,19 @@
+"""The device service: runs Attempts as local processes, dispatches cancellations, recovers.
+
+Dependency direction: contract <- local <- service <- cli. This package owns processes, signals,
+the event loop and restart recovery; it contains no SQL and changes durable state only through
+the repositories in ``edge_runtime.local``. It never holds a database transaction across a spawn,
+a signal or a wait.
+
+Modules, one job each:
+
+- ``process_identity``: who a pid is (start time, process group, boot id) from ``/proc``.
+- ``controller``: the identity-checked SIGTERM/SIGKILL of an Attempt's process group.
+- ``log_capture``: the per-Attempt FIFO pumped into a size-capped log file.
+- ``executor``: spawning an Attempt in its own session and process group.
+- ``watch``: noticing that a child or re-adopted process has exited (pidfd or slow poll).
+- ``wake``: the Unix datagram socket the CLI pokes after committing.
+- ``dispatcher``: claims due cancellation dispatches and records what the controller did.
+- ``recovery``: what a new worker session does with the Attempts of earlier ones.
+- ``loop`` / ``service``: the single-threaded event loop and its lifecycle.
+"""

@@ -1,0 +1,68 @@
+"""Spawning an Attempt: its own session and process group, stdin from /dev/null, output to its FIFO.
+
+``os.posix_spawnp`` (vfork + exec in the C library) is used instead of ``subprocess.Popen``: it
+is cheaper on a router's small CPU, reports a failed exec (command not found, not executable) to
+the caller as an ``OSError`` instead of a child that exits 127, and leaves the child's lifecycle
+entirely to the service (reaped with ``waitpid`` when its pidfd says it exited). ``setsid=True``
+makes the child the leader of a new session and process group, so the Attempt's whole tree can be
+signalled with one ``killpg`` and no signal aimed at the tree ever reaches the service.
+
+The identity (pid, pgid, start time, boot id) is read right after the spawn, while the child is
+still unreaped and its pid therefore cannot be reused.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Mapping, Sequence
+
+from edge_runtime.service.errors import SpawnError
+from edge_runtime.service.process_identity import ProcessIdentity, read_identity
+
+
+def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str) -> ProcessIdentity:
+    """Start ``argv`` in a new session with stdout and stderr on ``output_fd``.
+
+    Raises:
+        SpawnError: the command could not be started; no process is left behind.
+    """
+    if not argv:
+        raise SpawnError("the command is empty")
+    # dup2 onto 1 and 2 must not clobber its own source; also keeps the spawned fd >= 3.
+    source = fcntl.fcntl(output_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    try:
+        pid = os.posix_spawnp(
+            argv[0],
+            list(argv),
+            dict(env),
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                (os.POSIX_SPAWN_DUP2, source, 1),
+                (os.POSIX_SPAWN_DUP2, source, 2),
+            ],
+            setsid=True,
+        )
+    except OSError as exc:
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+    finally:
+        os.close(source)
+    identity = read_identity(pid, boot_id=boot_id)
+    if identity is None:  # impossible while unreaped; kept as a loud failure, not a silent one
+        raise SpawnError(f"process {pid} vanished before its identity was read")
+    return identity
+
+
+def reap(pid: int) -> int | None:
+    """Reap a child of this service without blocking: its exit code, or None while it runs.
+
+    A negative code is the number of the signal that killed it (``os.waitstatus_to_exitcode``).
+    A pid that is not (or no longer) our child reads as None: use the controller for those.
+    """
+    try:
+        reaped, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return None
+    if reaped == 0:
+        return None
+    return os.waitstatus_to_exitcode(status)

@@ -1,0 +1,167 @@
+"""Capturing an Attempt's stdout and stderr into a size-capped log file, across service restarts.
+
+Design: one named FIFO per Attempt, beside its log file. The service opens the FIFO read-write
+(``O_RDWR``, which never blocks on a FIFO), hands that descriptor to the child as stdout and
+stderr, and closes its own copy; the service then reads the FIFO without blocking and appends
+what it reads to the log file, counting bytes against the cap.
+
+Why not a plain pipe: the read end of a pipe lives only in the service. If the service dies (crash,
+upgrade, SIGKILL), the next write of the child gets SIGPIPE and the very Attempt we promised to
+re-adopt is killed by our own restart. Why not let the child write the file directly: nothing
+could then enforce the size cap, and a chatty task would fill the router's flash.
+
+With the FIFO opened ``O_RDWR``, the child itself holds a read end, so a write never raises
+SIGPIPE, whether or not a service is running. The trade-off: while no service is pumping, the
+child blocks once the kernel's pipe buffer (64 KiB on Linux) is full, and resumes when the
+restarted service re-opens the FIFO by its path and drains it. Output is never silently lost
+below the cap; above it, one clear truncation marker is written and the rest is discarded.
+Grandchildren that outlive the Attempt's leader and keep writing are drained while the service
+runs; after the Attempt ends the FIFO path is unlinked (open descriptors keep working), so a later
+service does not re-open it.
+
+Log writes are not fsynced: they are diagnostics, and an fsync per chunk would wear small flash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+#: Default cap on the bytes of output kept per Attempt (beyond it: one marker, the rest dropped).
+DEFAULT_LOG_CAP_BYTES = 1024 * 1024
+
+#: One read; also the Linux default pipe capacity.
+_CHUNK = 64 * 1024
+#: Reads per pump call, so one chatty Attempt cannot starve the event loop.
+_MAX_READS_PER_PUMP = 16
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def truncation_marker(cap_bytes: int) -> bytes:
+    return f"\n[edge-runtime: output truncated after {cap_bytes} bytes; the rest was discarded]\n".encode()
+
+
+def file_stem(attempt_id: str) -> str:
+    """A file name for an Attempt id; ids that are not plain names are hashed."""
+    if _SAFE_NAME.fullmatch(attempt_id) and not attempt_id.startswith("."):
+        return attempt_id
+    return hashlib.sha256(attempt_id.encode()).hexdigest()[:32]
+
+
+def log_paths(log_dir: Path, attempt_id: str) -> tuple[Path, Path]:
+    """``(log file, fifo)`` of an Attempt under ``log_dir``."""
+    stem = file_stem(attempt_id)
+    return log_dir / f"{stem}.log", log_dir / f"{stem}.fifo"
+
+
+def create_fifo(fifo_path: Path) -> None:
+    """Create the Attempt's FIFO (private to the user), replacing a stale one of a failed start."""
+    fifo_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fifo_path.unlink()
+    except FileNotFoundError:
+        pass
+    os.mkfifo(fifo_path, 0o600)
+
+
+def open_child_output(fifo_path: Path) -> int:
+    """The descriptor to give the child as stdout and stderr (``O_RDWR``: see the module docstring)."""
+    return os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
+
+
+class LogCapture:
+    """The service's reading end of one Attempt's FIFO and the capped log file it fills.
+
+    Open it only while a writer exists (the child, or the service's own ``O_RDWR`` copy before
+    the spawn): a FIFO with no writer reads as end-of-file at once.
+    """
+
+    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "_fd", "_log_fd", "_written", "_truncated")
+
+    def __init__(self, attempt_id: str, log_path: Path, fifo_path: Path, cap_bytes: int = DEFAULT_LOG_CAP_BYTES):
+        self.attempt_id = attempt_id
+        self.log_path = log_path
+        self.fifo_path = fifo_path
+        self.cap_bytes = cap_bytes
+        self._fd: int | None = None
+        self._log_fd: int | None = None
+        self._written = 0
+        self._truncated = False
+
+    def open(self) -> None:
+        """Open the FIFO for non-blocking reads and the log file for appending.
+
+        A log file left by an earlier service keeps counting against the same cap.
+
+        Raises:
+            OSError: the FIFO or the log file cannot be opened (e.g. the FIFO is gone).
+        """
+        fd = os.open(self.fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._log_fd = fd, log_fd
+        size = os.fstat(log_fd).st_size
+        self._written = min(size, self.cap_bytes)
+        self._truncated = size > self.cap_bytes  # only the marker takes a file past the cap
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise ValueError("log capture is closed")
+        return self._fd
+
+    def pump(self) -> bool:
+        """Move what the FIFO holds into the log file; False once every writer has closed it."""
+        if self._fd is None:
+            return False
+        for _ in range(_MAX_READS_PER_PUMP):
+            try:
+                data = os.read(self._fd, _CHUNK)
+            except BlockingIOError:
+                return True
+            except InterruptedError:
+                continue
+            if not data:
+                return False
+            self._keep(data)
+        return True
+
+    def _keep(self, data: bytes) -> None:
+        room = self.cap_bytes - self._written
+        if room > 0:
+            kept = data[:room]
+            _write_all(self._log_fd, kept)
+            self._written += len(kept)
+            data = data[room:]
+        if data and not self._truncated:
+            _write_all(self._log_fd, truncation_marker(self.cap_bytes))
+            self._truncated = True
+
+    def close(self, *, unlink_fifo: bool = False) -> None:
+        """Close both descriptors; with ``unlink_fifo`` also remove the FIFO's path."""
+        for fd in (self._fd, self._log_fd):
+            if fd is not None:
+                os.close(fd)
+        self._fd = self._log_fd = None
+        if unlink_fifo:
+            try:
+                self.fifo_path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+def _write_all(fd: int | None, data: bytes) -> None:
+    assert fd is not None
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

@@ -1,0 +1,180 @@
+"""Process identity, the controller's identity checks and the executor, against real processes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edge_runtime.contract.cancellation_dispatch import DispatchResult
+from edge_runtime.contract.runs import ProcessIdentity
+from edge_runtime.service.controller import KillOutcome, LocalProcessController
+from edge_runtime.service.errors import SpawnError
+from edge_runtime.service.executor import reap, spawn
+from edge_runtime.service.process_identity import parse_stat, read_boot_id, read_identity, read_stat
+
+
+def test_parse_stat_counts_fields_after_the_last_paren_of_comm() -> None:
+    # A comm with spaces and parentheses must not shift the fields.
+    rest = " ".join(str(n) for n in range(4, 53))
+    stat = parse_stat(42, f"42 (we ird) (x) S {rest}\n")
+    assert (stat.state, stat.pgid, stat.session, stat.start_ticks) == ("S", 5, 6, 22)
+
+
+def test_parse_stat_rejects_a_short_line() -> None:
+    with pytest.raises(ValueError, match="too few fields"):
+        parse_stat(1, "1 (init) S 0 1")
+
+
+def test_identity_of_this_process_is_stable_and_matches_os() -> None:
+    first = read_identity(os.getpid())
+    second = read_identity(os.getpid())
+    assert first == second
+    assert first.pgid == os.getpgid(0)
+    assert first.boot_id == read_boot_id()
+    assert read_stat(2**22 + 1) is None  # above pid_max: never a process
+
+
+@pytest.fixture
+def groups() -> Iterator[list[int]]:
+    """Process groups started by a test; SIGKILLed and reaped whatever the test did."""
+    started: list[int] = []
+    yield started
+    for pgid in started:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
+            os.waitpid(pgid, 0)
+        except ChildProcessError:
+            pass
+
+
+def _spawn(argv: list[str], out: Path, groups: list[int]) -> ProcessIdentity:
+    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        identity = spawn(argv, output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())
+    finally:
+        os.close(fd)
+    groups.append(identity.pgid)
+    return identity
+
+
+def _wait_exit(pid: int, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        code = reap(pid)
+        if code is not None:
+            return code
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} did not exit")
+
+
+def test_spawn_runs_in_a_new_session_with_stdin_from_devnull(tmp_path: Path, groups: list[int]) -> None:
+    out = tmp_path / "out"
+    identity = _spawn(["sh", "-c", "echo sid=$(ps -o sid= -p $$ 2>/dev/null || echo x); cat; echo err >&2; exit 3"],
+                      out, groups)
+    assert identity.pid == identity.pgid
+    assert identity.pgid != os.getpgid(0)
+    assert _wait_exit(identity.pid) == 3
+    assert "err" in out.read_text()
+
+
+def test_spawn_of_a_missing_program_is_a_spawn_error(tmp_path: Path, groups: list[int]) -> None:
+    with pytest.raises(SpawnError, match="cannot start 'no-such-program-xyz'"):
+        _spawn(["no-such-program-xyz"], tmp_path / "out", groups)
+
+
+def test_reap_of_a_signalled_child_is_the_negative_signal(tmp_path: Path, groups: list[int]) -> None:
+    identity = _spawn(["sleep", "30"], tmp_path / "out", groups)
+    assert reap(identity.pid) is None
+    os.killpg(identity.pgid, signal.SIGTERM)
+    assert _wait_exit(identity.pid) == -signal.SIGTERM
+
+
+def test_controller_terminates_the_whole_group(tmp_path: Path, groups: list[int]) -> None:
+    pids = tmp_path / "pids"
+    identity = _spawn(["sh", "-c", f"sleep 30 & echo $! >> {pids}; sleep 30 & echo $! >> {pids}; wait"],
+                      tmp_path / "out", groups)
+    deadline = time.monotonic() + 5
+    while (not pids.exists() or len(pids.read_text().split()) < 2) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    children = [int(p) for p in pids.read_text().split()]
+    assert LocalProcessController().request_termination(identity) is DispatchResult.TERMINATION_REQUESTED
+    _wait_exit(identity.pid)
+    deadline = time.monotonic() + 5
+    while any(read_stat(p) is not None and not read_stat(p).is_zombie for p in children):
+        assert time.monotonic() < deadline, "grandchildren survived SIGTERM to the group"
+        time.sleep(0.01)
+
+
+def test_controller_refuses_a_reused_pid(tmp_path: Path) -> None:
+    # A live unrelated process (not in a group of ours) has the recorded pid, but started later.
+    victim = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        real = read_identity(victim.pid)
+        recorded = ProcessIdentity(victim.pid, victim.pid, real.start_ticks - 1, real.boot_id)
+        sent: list[tuple[int, int]] = []
+        controller = LocalProcessController(killpg=lambda pgid, sig: sent.append((pgid, sig)))
+        assert controller.request_termination(recorded) is DispatchResult.IDENTITY_MISMATCH
+        assert controller.force_kill(recorded) is KillOutcome.IDENTITY_MISMATCH
+        assert sent == []
+        assert victim.poll() is None
+    finally:
+        victim.kill()
+        victim.wait()
+
+
+def test_controller_pid_mismatch_when_the_process_left_its_group() -> None:
+    me = read_identity(os.getpid())
+    recorded = ProcessIdentity(me.pid, me.pgid + 1, me.start_ticks, me.boot_id)
+    sent: list[tuple[int, int]] = []
+    controller = LocalProcessController(killpg=lambda pgid, sig: sent.append((pgid, sig)))
+    assert controller.request_termination(recorded) is DispatchResult.PID_MISMATCH
+    assert sent == []
+
+
+def test_controller_already_exited_for_another_boot_or_a_gone_process(tmp_path: Path, groups: list[int]) -> None:
+    me = read_identity(os.getpid())
+    controller = LocalProcessController(killpg=lambda pgid, sig: pytest.fail("must not signal"))
+    other_boot = ProcessIdentity(me.pid, me.pgid, me.start_ticks, "00000000-0000-0000-0000-000000000000")
+    assert controller.request_termination(other_boot) is DispatchResult.ALREADY_EXITED
+    identity = _spawn(["true"], tmp_path / "out", groups)
+    _wait_exit(identity.pid)
+    assert controller.request_termination(identity) is DispatchResult.ALREADY_EXITED
+    assert controller.force_kill(identity) is KillOutcome.ALREADY_EXITED
+    assert controller.request_termination(None) is DispatchResult.HANDLE_MISSING
+
+
+def test_controller_maps_eperm_to_a_retryable_dispatch_error() -> None:
+    def refuse(pgid: int, sig: int) -> None:
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    me = read_identity(os.getpid())
+    assert LocalProcessController(killpg=refuse).request_termination(me) is DispatchResult.DISPATCH_ERROR
+
+
+def test_force_kill_reaches_children_left_behind_by_the_leader(tmp_path: Path, groups: list[int]) -> None:
+    pids = tmp_path / "pids"
+    identity = _spawn(["sh", "-c", f"trap '' TERM; sleep 30 & echo $! > {pids}; exit 0"], tmp_path / "out", groups)
+    assert _wait_exit(identity.pid) == 0
+    deadline = time.monotonic() + 5
+    while not pids.exists() or not pids.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    orphan = int(pids.read_text())
+    controller = LocalProcessController()
+    assert controller.group_alive(identity)
+    assert controller.force_kill(identity) is KillOutcome.KILLED
+    deadline = time.monotonic() + 5
+    while controller.group_alive(identity):
+        assert time.monotonic() < deadline, f"orphan {orphan} survived SIGKILL"
+        time.sleep(0.01)
