@@ -1,0 +1,306 @@
+"""Rows of ``worker_sessions`` and ``run_dispatch_leases``, and the Attempt's lease projection.
+
+Every record read from, or about to be written to, these tables is checked against the contract
+invariants; a stored row that breaks one fails closed with :class:`WorkerLeaseRepositoryError`
+and is never repaired. Writes of existing rows are compare-and-set on ``version``. Everything
+here runs inside the caller's write transaction; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract.run_lease import LeaseStatus, ReleaseReason, RunLeaseRecord, lease_record_problem
+from edge_runtime.contract.worker_lease import (
+    WorkerLeaseError,
+    WorkerLeaseFenceRejectedError,
+    WorkerLeaseRepositoryError,
+    canonical_capabilities,
+)
+from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
+from edge_runtime.local.clock import InvalidClockValueError
+from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.run_events import RunVersionConflict
+
+_UNSET = msgspec.UNSET
+_decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
+
+# --------------------------------------------------------------------------- sessions
+
+SESSION_COLUMNS = (
+    "worker_id, session_id, generation, status, version, capabilities, capabilities_hash, max_concurrent_runs, "
+    "available_slots, heartbeat_at_ms, lease_expires_at_ms, created_at_ms, updated_at_ms"
+)
+_SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM worker_sessions WHERE worker_id = ?"
+_INSERT_SESSION = f"INSERT INTO worker_sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_UPDATE_SESSION = (
+    "UPDATE worker_sessions SET session_id = ?, generation = ?, status = ?, version = ?, capabilities = ?, "
+    "capabilities_hash = ?, max_concurrent_runs = ?, available_slots = ?, heartbeat_at_ms = ?, "
+    "lease_expires_at_ms = ?, created_at_ms = ?, updated_at_ms = ? WHERE worker_id = ? AND version = ?"
+)
+
+
+def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
+    """Project one stored session row to a checked record.
+
+    Raises:
+        WorkerLeaseRepositoryError: the row breaks a contract invariant.
+    """
+    worker_id = row[0]
+    try:
+        record = WorkerSessionRecord(
+            worker_id=worker_id,
+            session_id=row[1],
+            generation=row[2],
+            status=SessionStatus(row[3]),
+            version=row[4],
+            capabilities=_decode_capabilities(row[5]),
+            capabilities_hash=row[6],
+            max_concurrent_runs=row[7],
+            available_slots=row[8],
+            heartbeat_at_ms=row[9],
+            lease_expires_at_ms=row[10],
+            created_at_ms=row[11],
+            updated_at_ms=row[12],
+        )
+    except (ValueError, TypeError, msgspec.DecodeError) as exc:
+        raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} is malformed: {exc}") from None
+    problem = session_record_problem(record)
+    if problem is not None:
+        raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def read_session(connection: apsw.Connection, worker_id: str) -> WorkerSessionRecord | None:
+    row = connection.execute(_SELECT_SESSION, (worker_id,)).fetchone()
+    return None if row is None else session_from_row(row)
+
+
+def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expected_version: int | None) -> None:
+    """Insert (``expected_version`` None) or version-CAS update one checked session."""
+    problem = session_record_problem(record)
+    if problem is not None:
+        # Only reachable through a bug in the repository; refuse to write a broken row.
+        raise WorkerLeaseRepositoryError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
+    values = (
+        record.session_id,
+        record.generation,
+        record.status.value,
+        record.version,
+        canonical_capabilities(record.capabilities).decode(),
+        record.capabilities_hash,
+        record.max_concurrent_runs,
+        record.available_slots,
+        record.heartbeat_at_ms,
+        record.lease_expires_at_ms,
+        record.created_at_ms,
+        record.updated_at_ms,
+    )
+    if expected_version is None:
+        connection.execute(_INSERT_SESSION, (record.worker_id, *values))
+        return
+    connection.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+    if connection.changes() != 1:
+        raise WorkerLeaseRepositoryError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
+
+
+# --------------------------------------------------------------------------- leases
+
+LEASE_COLUMNS = (
+    "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
+    "offer_id, status, expires_at_ms, acquired_at_ms, renewed_at_ms, started_at_ms, released_at_ms, "
+    "release_reason, completed_at_ms, updated_at_ms"
+)
+_SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE attempt_id = ?"
+_INSERT_LEASE = f"INSERT INTO run_dispatch_leases ({LEASE_COLUMNS}) VALUES ({', '.join('?' * 18)})"
+_UPDATE_LEASE = (
+    "UPDATE run_dispatch_leases SET run_id = ?, worker_id = ?, session_id = ?, session_generation = ?, "
+    "lease_generation = ?, version = ?, token_digest = ?, offer_id = ?, status = ?, expires_at_ms = ?, "
+    "acquired_at_ms = ?, renewed_at_ms = ?, started_at_ms = ?, released_at_ms = ?, release_reason = ?, "
+    "completed_at_ms = ?, updated_at_ms = ? WHERE attempt_id = ? AND version = ?"
+)
+# Served by the partial index run_dispatch_leases_active (worker_id, session_generation).
+_COUNT_ACTIVE = (
+    "SELECT count(*) FROM run_dispatch_leases "
+    "WHERE worker_id = ? AND session_generation = ? AND status = 'leased' AND attempt_id <> ?"
+)
+_SELECT_ACTIVE = (
+    f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? AND status = 'leased' "
+    "ORDER BY session_generation, attempt_id"
+)
+
+
+def _absent_if_null(value: Any) -> Any:
+    return _UNSET if value is None else value
+
+
+def _null_if_absent(value: Any) -> Any:
+    return None if value is _UNSET else value
+
+
+def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
+    """Project one stored lease row to a checked record.
+
+    Raises:
+        WorkerLeaseRepositoryError: the row breaks a contract invariant.
+    """
+    attempt_id = row[0]
+    try:
+        record = RunLeaseRecord(
+            attempt_id=attempt_id,
+            run_id=row[1],
+            worker_id=row[2],
+            session_id=row[3],
+            session_generation=row[4],
+            lease_generation=row[5],
+            version=row[6],
+            token_digest=row[7],
+            offer_id=row[8],
+            status=LeaseStatus(row[9]),
+            expires_at_ms=row[10],
+            acquired_at_ms=row[11],
+            renewed_at_ms=_absent_if_null(row[12]),
+            started_at_ms=_absent_if_null(row[13]),
+            released_at_ms=_absent_if_null(row[14]),
+            release_reason=_UNSET if row[15] is None else ReleaseReason(row[15]),
+            completed_at_ms=_absent_if_null(row[16]),
+            updated_at_ms=row[17],
+        )
+    except (ValueError, TypeError) as exc:
+        raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} is malformed: {exc}") from None
+    problem = lease_record_problem(record)
+    if problem is not None:
+        raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def read_lease(connection: apsw.Connection, attempt_id: str) -> RunLeaseRecord | None:
+    row = connection.execute(_SELECT_LEASE, (attempt_id,)).fetchone()
+    return None if row is None else lease_from_row(row)
+
+
+def count_other_active(connection: apsw.Connection, worker_id: str, generation: int, attempt_id: str) -> int:
+    """Active (``leased``, expired or not) grants of one session, other than ``attempt_id``'s."""
+    return connection.execute(_COUNT_ACTIVE, (worker_id, generation, attempt_id)).fetchone()[0]
+
+
+def read_active_leases(connection: apsw.Connection, worker_id: str) -> list[RunLeaseRecord]:
+    return [lease_from_row(row) for row in connection.execute(_SELECT_ACTIVE, (worker_id,))]
+
+
+def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_version: int | None) -> None:
+    """Insert (``expected_version`` None) or version-CAS update one checked lease."""
+    problem = lease_record_problem(record)
+    if problem is not None:
+        raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
+    values = (
+        record.run_id,
+        record.worker_id,
+        record.session_id,
+        record.session_generation,
+        record.lease_generation,
+        record.version,
+        record.token_digest,
+        record.offer_id,
+        record.status.value,
+        record.expires_at_ms,
+        record.acquired_at_ms,
+        _null_if_absent(record.renewed_at_ms),
+        _null_if_absent(record.started_at_ms),
+        _null_if_absent(record.released_at_ms),
+        None if record.release_reason is _UNSET else record.release_reason.value,
+        _null_if_absent(record.completed_at_ms),
+        record.updated_at_ms,
+    )
+    if expected_version is None:
+        connection.execute(_INSERT_LEASE, (record.attempt_id, *values))
+        return
+    connection.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
+    if connection.changes() != 1:
+        raise WorkerLeaseRepositoryError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+
+
+# --------------------------------------------------------------------------- Attempt projection
+
+# The projection is matched on the whole fence of the grant it mirrors, never on a subset.
+_PROJECTION_MATCH = (
+    "lease_worker_id IS ? AND lease_session_id IS ? AND lease_session_generation IS ? AND lease_generation IS ? "
+    "AND lease_version IS ? AND lease_token_digest IS ? AND lease_offer_id IS ? AND lease_expires_at_ms IS ?"
+)
+_SET_PROJECTION = (
+    "UPDATE run_attempts SET lease_worker_id = ?, lease_session_id = ?, lease_session_generation = ?, "
+    "lease_generation = ?, lease_version = ?, lease_token_digest = ?, lease_offer_id = ?, lease_expires_at_ms = ?"
+)
+_NO_PROJECTION = (None,) * 8
+
+
+def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
+    """The projection values a grant puts on its Attempt (all None for no active grant)."""
+    if lease is None or lease.status is not LeaseStatus.LEASED:
+        return _NO_PROJECTION
+    return (
+        lease.worker_id,
+        lease.session_id,
+        lease.session_generation,
+        lease.lease_generation,
+        lease.version,
+        lease.token_digest,
+        lease.offer_id,
+        lease.expires_at_ms,
+    )
+
+
+def move_projection(
+    connection: apsw.Connection,
+    attempt_id: str,
+    old: RunLeaseRecord | None,
+    new: RunLeaseRecord,
+    *,
+    now_ms: int,
+    set_status: str | None = None,
+    require_status: str | None = None,
+) -> None:
+    """CAS the Attempt's projection from what ``old`` put there to what ``new`` puts there.
+
+    Raises:
+        WorkerLeaseFenceRejectedError: the Attempt's projection (or status) is not what the
+            grant says it should be; the caller's transaction rolls back.
+    """
+    sql = _SET_PROJECTION + ", updated_at_ms = ?"
+    params: list[Any] = [*projection_of(new), now_ms]
+    if set_status is not None:
+        sql += ", status = ?"
+        params.append(set_status)
+    sql += " WHERE id = ? AND " + _PROJECTION_MATCH
+    params += [attempt_id, *projection_of(old)]
+    if require_status is not None:
+        sql += " AND status = ?"
+        params.append(require_status)
+    connection.execute(sql, params)
+    if connection.changes() != 1:
+        raise WorkerLeaseFenceRejectedError(
+            f"the lease projection of attempt {attempt_id!r} does not match its lease; nothing was changed"
+        )
+
+
+# --------------------------------------------------------------------------- errors
+
+
+@contextmanager
+def repository_errors() -> Iterator[None]:
+    """Map storage failures to :class:`WorkerLeaseRepositoryError`; contract errors pass through."""
+    try:
+        yield
+    except WorkerLeaseError:
+        raise
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        raise WorkerLeaseRepositoryError(f"database busy: {exc}", retryable=True) from exc
+    except apsw.Error as exc:
+        raise WorkerLeaseRepositoryError(f"database operation failed: {exc}") from exc
+    except (InvalidClockValueError, LocalStorageError, RunVersionConflict) as exc:
+        raise WorkerLeaseRepositoryError(str(exc)) from exc
