@@ -1,0 +1,366 @@
+"""Run Lease operations of the Local repository (spec §5): claim, renew, release, start, complete.
+
+Each is one ``BEGIN IMMEDIATE`` transaction that reads the injected clock once, after the write
+lock is held; rows are touched in the order Worker session -> Run -> Attempt -> Run Lease. The
+write lock serializes every claim's capacity count with its insert, across processes. An expired
+lease is never evidence that a process stopped, and nothing here reports "not running". Raw
+bearer tokens are digested in memory and never written, logged or put in an event.
+Used through :class:`edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`.
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import msgspec
+
+from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.run_lease import (
+    EVENT_ATTEMPT_STARTING,
+    EVENT_LEASE_CLAIMED,
+    EVENT_LEASE_COMPLETED,
+    EVENT_LEASE_RELEASED,
+    BeginStartCommand,
+    ClaimedRunOutcome,
+    ClaimRunCommand,
+    ClaimRunOutcome,
+    CompleteRunLeaseCommand,
+    LeasedRunOutcome,
+    LeaseStatus,
+    LeaseTransitionOutcome,
+    NoCapacityOutcome,
+    NotClaimableOutcome,
+    NotClaimableReason,
+    ReleaseRunLeaseCommand,
+    RenewRunLeaseCommand,
+    RunLeaseRecord,
+    dedupe_key_for,
+)
+from edge_runtime.contract.worker_lease import (
+    RunNotStartableError,
+    StartBarrierPassedError,
+    WorkerLeaseFenceRejectedError,
+    WorkerLeaseRepositoryError,
+    digest_run_lease_token,
+)
+from edge_runtime.contract.worker_session import SessionStatus
+from edge_runtime.local.run_events import append_run_event
+from edge_runtime.local.worker_lease_rows import (
+    count_other_active,
+    move_projection,
+    read_lease,
+    repository_errors,
+    store_lease,
+)
+from edge_runtime.local.worker_session import WorkerSessionOperations, bump, expect
+
+#: Run statuses that may still execute (spec §4); the rest are terminal.
+ACTIVE_RUN_STATUSES = frozenset(
+    {"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"}
+)
+
+_UNSET = msgspec.UNSET
+_replace = msgspec.structs.replace
+_SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms, version, event_sequence FROM runs WHERE id = ?"
+_SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
+
+
+class RunLeaseOperations(WorkerSessionOperations):
+    """Run Lease half of the repository; fences every grant by the current session."""
+
+    __slots__ = ()
+
+    # ================================================================= run leases
+
+    def claim_run(self, cmd: ClaimRunCommand) -> ClaimRunOutcome:
+        """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
+
+        Returns ``claimed`` (new grant, or ``replayed`` for the same digest, offer and fence),
+        ``leased`` (someone else holds a live grant), ``not_claimable`` or ``no_capacity``.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: the session is not the worker's current one, or the
+                Attempt's projection does not match its lease.
+            WorkerSessionRejectedError: the session is draining, offline or expired.
+            WorkerLeaseRepositoryError: duplicate event id, broken row or database failure.
+        """
+        expect(cmd, ClaimRunCommand, "claim_run")
+        digest = digest_run_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
+            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
+            reason = self._run_problem(run)
+            if reason is not None:
+                return NotClaimableOutcome(reason=reason)
+            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            if attempt is None or attempt[0] != cmd.run_id:
+                return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
+            if attempt[1] != "claimed":
+                return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
+
+            existing = read_lease(connection, cmd.attempt_id)
+            if existing is not None:
+                if existing.status is LeaseStatus.COMPLETED:
+                    return NotClaimableOutcome(reason=NotClaimableReason.LEASE_COMPLETED)
+                if existing.started_at_ms is not _UNSET:
+                    raise WorkerLeaseRepositoryError(
+                        f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
+                    )
+                if existing.is_live(now):
+                    if (
+                        existing.worker_id == cmd.worker_id
+                        and existing.session_id == cmd.session_id
+                        and existing.session_generation == cmd.session_generation
+                        and existing.offer_id == cmd.offer_id
+                        and hmac.compare_digest(existing.token_digest, digest)
+                    ):
+                        return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
+                    return LeasedRunOutcome(lease=existing)
+                # An expired grant that never started, or a released one: a new grant may follow.
+
+            active = count_other_active(connection, cmd.worker_id, session.generation, cmd.attempt_id)
+            if active >= session.max_concurrent_runs or active >= session.available_slots:
+                return NoCapacityOutcome(
+                    active_leases=active,
+                    max_concurrent_runs=session.max_concurrent_runs,
+                    available_slots=session.available_slots,
+                )
+
+            lease = RunLeaseRecord(
+                attempt_id=cmd.attempt_id,
+                run_id=cmd.run_id,
+                worker_id=cmd.worker_id,
+                session_id=cmd.session_id,
+                session_generation=cmd.session_generation,
+                lease_generation=1 if existing is None else bump(existing.lease_generation, "lease generation"),
+                version=1 if existing is None else bump(existing.version, "lease"),
+                token_digest=digest,
+                offer_id=cmd.offer_id,
+                status=LeaseStatus.LEASED,
+                expires_at_ms=now + cmd.lease_duration_ms,
+                acquired_at_ms=now,
+                updated_at_ms=now,
+            )
+            store_lease(connection, lease, None if existing is None else existing.version)
+            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status="claimed")
+            event = self._event(
+                run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
+            )
+            return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
+
+    @staticmethod
+    def _run_problem(run: tuple[Any, ...] | None) -> NotClaimableReason | None:
+        if run is None:
+            return NotClaimableReason.RUN_MISSING
+        owner, status, cancel_requested_at_ms = run[0], run[1], run[2]
+        if owner != "runtime":
+            return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
+        if status not in ACTIVE_RUN_STATUSES:
+            return NotClaimableReason.RUN_TERMINAL
+        if cancel_requested_at_ms is not None:
+            return NotClaimableReason.CANCEL_REQUESTED
+        return None
+
+    def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord:
+        """Extend a held grant by ``lease_duration_ms`` from now.
+
+        CAS on the lease version and on the Attempt projection. A grant that expired but was
+        not taken over may still be renewed: its version and digest still fence it.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: not the current session, or the lease or projection
+                does not match the caller's fence.
+            WorkerSessionRejectedError: the session is offline or expired.
+        """
+        expect(cmd, RenewRunLeaseCommand, "renew")
+        digest = digest_run_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            current = self._fenced_lease(cmd, digest)
+            lease = _replace(
+                current,
+                version=bump(current.version, "lease"),
+                expires_at_ms=now + cmd.lease_duration_ms,
+                renewed_at_ms=now,
+                updated_at_ms=now,
+            )
+            store_lease(self._db.connection, lease, current.version)
+            move_projection(self._db.connection, cmd.attempt_id, current, lease, now_ms=now)
+            return lease
+
+    def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
+        """Give back a grant whose Attempt is still ``claimed``; clears the projection.
+
+        The session need not be live (giving authority back is always safe) but must still be
+        the worker's current one: a replaced session's fences are void.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: not the current session, or a lease mismatch.
+            StartBarrierPassedError: the Attempt is no longer ``claimed``.
+        """
+        expect(cmd, ReleaseRunLeaseCommand, "release")
+        digest = digest_run_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            self._current_session(cmd, now, allowed=tuple(SessionStatus), require_live=False)
+            current = self._fenced_lease(cmd, digest)
+            self._require_claimed(current, "released")
+            lease = _replace(
+                current,
+                status=LeaseStatus.RELEASED,
+                version=bump(current.version, "lease"),
+                released_at_ms=now,
+                release_reason=cmd.reason,
+                updated_at_ms=now,
+            )
+            store_lease(connection, lease, current.version)
+            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status="claimed")
+            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome:
+        """The start barrier: Attempt ``claimed`` -> ``starting`` under a live grant.
+
+        After it the grant can no longer be released or taken over. The Run's own status is the
+        device service's business and is not touched here.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: not the current session, a lease mismatch, or the
+                grant has expired (renew it first).
+            WorkerSessionRejectedError: the session is offline or expired.
+            StartBarrierPassedError: the Attempt is no longer ``claimed``.
+            RunNotStartableError: the Run is cancel-requested, terminal or not runtime-owned.
+        """
+        expect(cmd, BeginStartCommand, "begin_start")
+        digest = digest_run_lease_token(cmd.lease_token)
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            current = self._fenced_lease(cmd, digest)
+            if not current.is_live(now):
+                raise WorkerLeaseFenceRejectedError(
+                    f"the lease of attempt {cmd.attempt_id!r} has expired; renew it before starting"
+                )
+            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
+            reason = self._run_problem(run)
+            if reason is not None:
+                raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
+            self._require_claimed(current, "started")
+            lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
+            store_lease(connection, lease, current.version)
+            move_projection(
+                connection, cmd.attempt_id, current, lease, now_ms=now, set_status="starting", require_status="claimed"
+            )
+            event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome:
+        """Close a grant because its Attempt ended; clears the Attempt projection.
+
+        Fenced by the grant (worker, its session generation, lease generation, version and token
+        digest), not by the worker's current session, which may be a newer one that adopted the
+        Attempt after a restart. No live session or lease is required: this records that a
+        process ended, it grants nothing. The Attempt's status is not changed here.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: no such active grant, or any fence field differs.
+        """
+        expect(cmd, CompleteRunLeaseCommand, "complete")
+        with repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            current = read_lease(connection, cmd.attempt_id)
+            if (
+                current is None
+                or current.status is not LeaseStatus.LEASED
+                or current.worker_id != cmd.worker_id
+                or current.session_generation != cmd.session_generation
+                or current.lease_generation != cmd.lease_generation
+                or current.version != cmd.expected_version
+                or not hmac.compare_digest(current.token_digest, cmd.token_digest)
+            ):
+                raise WorkerLeaseFenceRejectedError(self._lease_mismatch(cmd.attempt_id, current))
+            lease = _replace(
+                current,
+                status=LeaseStatus.COMPLETED,
+                version=bump(current.version, "lease"),
+                completed_at_ms=now,
+                updated_at_ms=now,
+            )
+            store_lease(connection, lease, current.version)
+            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now)
+            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt[1])
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _fenced_lease(self, cmd: Any, digest: str) -> RunLeaseRecord:
+        current = read_lease(self._db.connection, cmd.attempt_id)
+        if (
+            current is None
+            or current.status is not LeaseStatus.LEASED
+            or current.worker_id != cmd.worker_id
+            or current.session_id != cmd.session_id
+            or current.session_generation != cmd.session_generation
+            or current.version != cmd.expected_version
+            or not hmac.compare_digest(current.token_digest, digest)
+        ):
+            raise WorkerLeaseFenceRejectedError(self._lease_mismatch(cmd.attempt_id, current))
+        return current
+
+    @staticmethod
+    def _lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
+        # Names versions and statuses only; never a token or digest.
+        if current is None:
+            return f"attempt {attempt_id!r} has no Run Lease"
+        return (
+            f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
+            f"(now {current.status.value} at version {current.version}, session generation "
+            f"{current.session_generation})"
+        )
+
+    def _require_claimed(self, lease: RunLeaseRecord, action: str) -> None:
+        attempt = self._db.connection.execute(_SELECT_ATTEMPT, (lease.attempt_id,)).fetchone()
+        status = None if attempt is None else attempt[1]
+        if status != "claimed" or lease.started_at_ms is not _UNSET:
+            raise StartBarrierPassedError(
+                f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
+            )
+
+    def _event(
+        self,
+        run: tuple[Any, ...],
+        lease: RunLeaseRecord,
+        event_id: str,
+        event_type: str,
+        step: str,
+        now: int,
+        **extra: Any,
+    ) -> RunEvent:
+        # Low-sensitivity payload: identities and counters, never a token or digest.
+        payload = {
+            "attempt_id": lease.attempt_id,
+            "worker_id": lease.worker_id,
+            "session_generation": lease.session_generation,
+            "lease_generation": lease.lease_generation,
+            "lease_version": lease.version,
+            **extra,
+        }
+        return append_run_event(
+            self._db.connection,
+            run_id=lease.run_id,
+            event_id=event_id,
+            event_type=event_type,
+            dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step),
+            actor_type="worker",
+            actor_id=lease.worker_id,
+            attempt_id=lease.attempt_id,
+            payload=payload,
+            now_ms=now,
+            run_version=None if run is None else (run[3], run[4]),
+        )
+
