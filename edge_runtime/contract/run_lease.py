@@ -26,7 +26,6 @@ from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, first_pr
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
     EVENT_ID_MAX_LENGTH,
-    MAX_CONCURRENT_RUNS,
     MAX_RUN_LEASE_DURATION_MS,
     MAX_VERSION,
     OFFER_ID_MAX_LENGTH,
