@@ -8,6 +8,7 @@ it to WAL and migrate. A refused file is left exactly as it was.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from types import TracebackType
 
@@ -42,10 +43,24 @@ def _enable_foreign_keys(connection: apsw.Connection) -> None:
     connection.execute("PRAGMA foreign_keys = ON")
 
 
-def _use_wal_with_full_sync(connection: apsw.Connection) -> None:
+def _use_wal_with_full_sync(connection: apsw.Connection, busy_timeout_ms: int) -> None:
     """WAL lets readers (CLI, service) run beside the one writer; FULL syncs the WAL on every
-    commit, so an acknowledged operation survives a power cut."""
-    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    commit, so an acknowledged operation survives a power cut.
+
+    Two processes switching the same fresh file at once both hold a shared lock and want an
+    exclusive one; SQLite breaks that deadlock by failing one of them with SQLITE_BUSY at once,
+    without calling the busy handler. The winner finishes in milliseconds, so retry until the
+    busy timeout has passed (the second try usually finds the file already in WAL mode).
+    """
+    deadline = time.monotonic() + busy_timeout_ms / 1000
+    while True:
+        try:
+            mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            break
+        except apsw.BusyError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.002)
     if mode != "wal":
         raise DatabaseUnusableError(f"could not switch the database to WAL mode (got {mode!r})")
     connection.execute("PRAGMA synchronous = FULL")
@@ -177,7 +192,7 @@ def open_database(
         _forbid_double_quoted_strings(connection)
         _check_readable(connection, path)
         pending = verify_applied(connection, path, known_migrations())
-        _use_wal_with_full_sync(connection)
+        _use_wal_with_full_sync(connection, busy_timeout_ms)
         _enable_foreign_keys(connection)
         if pending:
             apply_pending(connection, path, pending, clock)
