@@ -120,3 +120,33 @@ def stored_dispatch(connection: apsw.Connection, run_id: str = "run-1") -> dict[
 
 def count(connection: apsw.Connection, table: str) -> int:
     return connection.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+
+
+RACE_REQUESTED_AT_MS = 1_000
+
+
+def race_claims(db_path: str, owner: str, run_ids: list[str], barrier: Any, results: Any) -> None:
+    """Child process body for the process race test: one claim per round, all released together.
+
+    Runs in a fresh interpreter (multiprocessing 'spawn'), with its own connection and the system
+    clock; reports ``(round, owner, status)`` or ``(round, owner, "error: ...")``.
+    """
+    from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+    from edge_runtime.local.database import open_database
+
+    db = open_database(db_path)
+    try:
+        repo = LocalCancellationDispatchRepository(db)
+        for index, run_id in enumerate(run_ids):
+            command = claim_cmd(
+                run_id=run_id, attempt_id=f"att-{run_id}", requested_at_ms=RACE_REQUESTED_AT_MS, owner=owner,
+                lease_token=f"token-{owner}-{index}", lease_duration_ms=300_000,
+            )
+            barrier.wait(timeout=60)
+            try:
+                status = repo.claim(command).status
+            except Exception as exc:  # reported, and the test fails on it
+                status = f"error: {type(exc).__name__}: {exc}"
+            results.put((index, owner, status))
+    finally:
+        db.close()
