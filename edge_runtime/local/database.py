@@ -67,6 +67,35 @@ def _use_wal_with_full_sync(connection: apsw.Connection, busy_timeout_ms: int) -
     connection.execute(f"PRAGMA journal_size_limit = {_JOURNAL_SIZE_LIMIT_BYTES}")
 
 
+#: Every SQLite database file starts with a 100-byte header.
+_SQLITE_HEADER_BYTES = 100
+
+
+def _refuse_truncated_header(path: str) -> None:
+    """SQLite takes a 1-byte file for an empty database and would write a new one over it; a file
+    shorter than the header but not empty can only be a truncated database, so refuse it."""
+    try:
+        size = os.stat(path).st_size
+    except FileNotFoundError:
+        return
+    if 0 < size < _SQLITE_HEADER_BYTES:
+        raise DatabaseUnusableError(
+            f"{path} is not a usable edge-runtime database: it is {size} bytes long, shorter than a "
+            f"database header (truncated?); it was not modified"
+        )
+
+
+def _close_leaving_files_as_found(connection: apsw.Connection) -> None:
+    """Close a refused database without the checkpoint SQLite runs when its last connection
+    closes if a non-empty ``-wal`` is there (left by a crash or a newer release): the checkpoint
+    would copy it into the main file and delete it. Both stay byte-for-byte as found, with at most
+    a ``-shm`` index beside them. An empty WAL (created by our read) is removed as usual."""
+    wal = Path(f"{connection.filename}-wal")
+    if wal.exists() and wal.stat().st_size > 0:
+        connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
+    connection.close()
+
+
 def _check_readable(connection: apsw.Connection, path: str) -> None:
     """Refuse a file that is not an intact SQLite database, before anything is written to it."""
     try:
@@ -182,6 +211,7 @@ def open_database(
         raise DatabaseUnusableError(
             f"database {path} does not exist (submit a run or run `edge-runtime migrate` to create it)"
         )
+    _refuse_truncated_header(path)
     flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
     try:
         connection = apsw.Connection(path, flags=flags, vfs=vfs)
@@ -197,7 +227,7 @@ def open_database(
         if pending:
             apply_pending(connection, path, pending, clock)
     except BaseException as exc:
-        connection.close()
+        _close_leaving_files_as_found(connection)
         if isinstance(exc, apsw.Error):
             raise DatabaseUnusableError(f"cannot use database {path}: {exc}") from exc
         raise
