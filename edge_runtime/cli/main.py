@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from edge_runtime import __version__
-from edge_runtime.cli import cancel, check, dispatch, events, list_runs, logs, migrate, show, submit
+from edge_runtime.cli import cancel, check, dispatch, events, list_runs, logs, migrate, serve, show, submit
 from edge_runtime.cli.db_path import DB_ENV_VAR, default_db_path
 from edge_runtime.contract.errors import EdgeRuntimeError
 
@@ -17,7 +17,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
-COMMANDS: tuple[ModuleType, ...] = (submit, cancel, show, list_runs, events, logs, dispatch, migrate, check)
+COMMANDS: tuple[ModuleType, ...] = (serve, submit, cancel, show, list_runs, events, logs, dispatch, migrate, check)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -450,8 +450,12 @@ class LocalRunRepository:
                 raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
             return attempt
 
-    def record_killed(self, attempt_id: str, *, actor_id: str) -> AttemptRecord:
-        """Note that SIGKILL went to the group after the grace period, with a ``run.kill_sent`` event."""
+    def record_killed(self, attempt_id: str, *, actor_id: str, outcome: str = "killed") -> AttemptRecord:
+        """Note that SIGKILL went to the group after the grace period, with a ``run.kill_sent`` event.
+
+        ``outcome`` says what the SIGKILL step found (``killed``, ``already_exited``, ...); it is
+        recorded once either way, so an enforced deadline is never enforced again.
+        """
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
             attempt = self._attempt_row(attempt_id)
@@ -471,7 +475,11 @@ class LocalRunRepository:
                 actor_type="worker",
                 actor_id=actor_id,
                 attempt_id=attempt_id,
-                payload={"attempt_id": attempt_id, "kill_deadline_at_ms": attempt.kill_deadline_at_ms},
+                payload={
+                    "attempt_id": attempt_id,
+                    "kill_deadline_at_ms": attempt.kill_deadline_at_ms,
+                    "outcome": outcome,
+                },
                 now_ms=now,
             )
             return self._attempt_row(attempt_id)

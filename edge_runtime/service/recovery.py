@@ -1,0 +1,121 @@
+"""Restart recovery: what a new worker session does with the Attempts of earlier sessions.
+
+Run once at start, after the new session is registered (generation + 1). For every active Run
+Lease of this worker granted to an earlier session:
+
+- Attempt still ``claimed``: the old service died before the start barrier; no process was ever
+  started -> ``lost``.
+- ``starting``: it died between the barrier and recording the identity; a process may exist but
+  cannot be identified, so it is never signalled -> ``lost``, with that reason.
+- ``running`` on another boot -> ``lost`` (the device rebooted).
+- ``running`` and the recorded identity still matches a live process -> re-adopted: watched until
+  it exits (pidfd, or a slow ``/proc`` poll), still cancellable through its dispatch.
+- ``running``, leader gone but members of its group alive, and a cancel requested -> kept until
+  its SIGKILL step, so the group is still killed when the grace is over.
+- otherwise the process is gone -> ``lost``, with the reason.
+
+An Attempt left ``claimed`` with no Run Lease at all (its service died between creating it and
+taking the lease) is ended as ``lost`` by any service once it is older than a Run Lease: a live
+service takes the lease milliseconds after creating the Attempt.
+
+Overdue SIGKILL deadlines are then enforced by the dispatcher's normal pass, which runs right
+after recovery. Each step is its own short transaction; nothing here holds one across /proc reads.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import AttemptRecord, AttemptStatus
+from edge_runtime.local.clock import Clock, read_now_ms
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.attempts import AttemptSupervisor
+from edge_runtime.service.controller import LocalProcessController
+from edge_runtime.service.journal import Journal
+from edge_runtime.service.worker import WorkerSession
+
+_UNSET = msgspec.UNSET
+
+REASON_NEVER_STARTED = "the service stopped before the process was started"
+REASON_STARTING = "the service stopped while starting the process; its identity was never recorded"
+REASON_REBOOTED = "the device rebooted while the attempt was running"
+REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
+REASON_ABANDONED = "abandoned before a run lease was taken (its service stopped)"
+
+
+def recover(
+    *,
+    runs: LocalRunRepository,
+    worker: WorkerSession,
+    supervisor: AttemptSupervisor,
+    controller: LocalProcessController,
+    journal: Journal,
+    clock: Clock,
+    boot_id: str,
+    abandon_after_ms: int,
+) -> dict[str, int]:
+    """Adopt or end the Attempts of earlier sessions; counts by outcome, for the log."""
+    counts = {"adopted": 0, "lost": 0, "awaiting_kill": 0, "failed": 0}
+    for lease in worker.earlier_session_leases():
+        try:
+            outcome = _recover_one(lease.attempt_id, runs, worker, supervisor, controller, journal, boot_id)
+        except EdgeRuntimeError as exc:
+            journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
+            outcome = "failed"
+        counts[outcome] = counts.get(outcome, 0) + 1
+    now = read_now_ms(clock)
+    for attempt in runs.active_attempts():
+        if attempt.status is not AttemptStatus.CLAIMED or attempt.created_at_ms > now - abandon_after_ms:
+            continue
+        try:
+            if worker.lease_of(attempt.id) is None:
+                _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_ABANDONED)
+                counts["lost"] += 1
+        except EdgeRuntimeError as exc:
+            journal.error("recovery.failed", attempt=attempt.id, error=exc.code, detail=str(exc))
+    return counts
+
+
+def _recover_one(
+    attempt_id: str,
+    runs: LocalRunRepository,
+    worker: WorkerSession,
+    supervisor: AttemptSupervisor,
+    controller: LocalProcessController,
+    journal: Journal,
+    boot_id: str,
+) -> str:
+    attempt = runs.get_attempt(attempt_id)
+    if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING):
+        worker.complete(attempt_id)  # the Attempt already ended; close the grant it left open
+        return "lost"
+    if attempt.status is AttemptStatus.CLAIMED:
+        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_NEVER_STARTED)
+    identity = attempt.identity
+    if attempt.status is AttemptStatus.STARTING or identity is None:
+        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_STARTING)
+    if identity.boot_id != boot_id:
+        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_REBOOTED)
+    if controller.leader_alive(identity) and supervisor.adopt(attempt):
+        return "adopted"
+    run = runs.get(attempt.run_id)
+    cancelled = run.cancel_requested_at_ms is not _UNSET
+    if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
+        supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
+        return "awaiting_kill"
+    return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_GONE)
+
+
+def _end(
+    runs: LocalRunRepository,
+    worker: WorkerSession,
+    journal: Journal,
+    attempt: AttemptRecord,
+    status: AttemptStatus,
+    reason: str,
+) -> str:
+    runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
+    worker.complete(attempt.id)
+    journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
+    return "lost"

@@ -1,0 +1,256 @@
+"""``edge-runtime serve``: the device service's lifecycle and its event loop.
+
+Start: open (and migrate) the database, bind the wake socket, register a new worker session
+(generation + 1), recover the Attempts of earlier sessions, report capacity. Then loop:
+
+1. act on signals (flags set by the handlers): SIGTERM/SIGINT stop, SIGCHLD reaps;
+2. deliver due cancellations and enforce due SIGKILL deadlines;
+3. start queued Runs while slots are free;
+4. heartbeat the session and renew Run Leases when due;
+5. sleep in one ``select`` until the earliest of: a dispatch retry or lease expiry, a SIGKILL
+   deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
+   socket, a signal, or the slow fallback poll (``poll_interval_ms``, default 30 s). There is no
+   busy polling: an idle service wakes only for its heartbeat and the fallback poll.
+
+Stop: running Attempts keep running (their processes are in their own sessions, so the
+service's signals never reach them) and are re-adopted by the next start, unless
+``stop_runs_on_exit``: then each group gets SIGTERM, and SIGKILL after the grace. The session
+goes offline, which says nothing about processes (spec §5).
+
+Losing the worker session (another service registered the same worker id, or the session lease
+lapsed during a long suspend) stops the service with an error: its supervisor (procd, systemd)
+restarts it, and the restart's recovery re-adopts what still runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
+from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
+from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.attempts import AttemptSupervisor
+from edge_runtime.service.config import ServiceConfig
+from edge_runtime.service.controller import LocalProcessController
+from edge_runtime.service.dispatcher import CancellationDispatcher
+from edge_runtime.service.errors import ServiceError
+from edge_runtime.service.journal import Journal
+from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.process_identity import read_boot_id
+from edge_runtime.service.recovery import recover
+from edge_runtime.service.wake import WakeSocket
+from edge_runtime.service.watch import pidfds_supported
+from edge_runtime.service.worker import WorkerSession
+
+#: Poll for exits of re-adopted processes when the kernel has no pidfds.
+ADOPTED_POLL_MS = 2_000
+#: The shortest sleep when something is overdue but could not be done (busy database, a
+#: deadline another service holds): bounds a loop that would otherwise spin.
+MIN_SLEEP_MS = 200
+#: After SIGKILL at shutdown, how long to wait for the groups to be reaped.
+_SHUTDOWN_KILL_WAIT_S = 2.0
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class SessionLostError(ServiceError):
+    """This service's worker session was replaced or expired; restart to open a new one."""
+
+    code = "SERVICE_SESSION_LOST"
+
+
+class DeviceService:
+    """One run of the service. ``run()`` returns when it was asked to stop."""
+
+    def __init__(
+        self,
+        db_path: str,
+        config: ServiceConfig,
+        *,
+        journal: Journal | None = None,
+        controller: LocalProcessController | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.db_path = db_path
+        self.config = config
+        self.journal = journal or Journal()
+        self.controller = controller or LocalProcessController()
+        self.clock = clock or SystemClock()
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT.
+
+        Raises:
+            EdgeRuntimeError: the database, the wake socket or the worker session failed at start,
+                or the session was lost while serving.
+        """
+        boot_id = read_boot_id()
+        log_dir = self.config.resolved_log_dir(self.db_path)
+        try:
+            log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
+        with open_database(self.db_path, clock=self.clock) as db:
+            loop = EventLoop()
+            try:
+                return self._serve(db, loop, boot_id, log_dir)
+            finally:
+                loop.close()
+
+    def _serve(self, db: LocalDatabase, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
+        config, journal = self.config, self.journal
+        loop.install_signals((*_STOP_SIGNALS, signal.SIGCHLD))
+        wake = WakeSocket(self.db_path)
+        supervisor: AttemptSupervisor | None = None
+        try:
+            loop.register(wake, wake.drain)
+            runs = LocalRunRepository(db)
+            worker = WorkerSession(
+                db,
+                worker_id=config.worker_id,
+                slots=config.slots,
+                session_lease_ms=config.session_lease_ms,
+                run_lease_ms=config.run_lease_ms,
+            )
+            session = worker.register()
+            journal.info(
+                "service.started", db=self.db_path, worker=config.worker_id, generation=session.generation,
+                slots=config.slots, grace_ms=config.grace_ms, pid=os.getpid(), pidfd=pidfds_supported(),
+            )
+            supervisor = AttemptSupervisor(
+                runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
+                slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
+            )
+            dispatcher = CancellationDispatcher(
+                dispatches=LocalCancellationDispatchRepository(db), runs=runs, controller=self.controller,
+                owner=lambda: worker.owner, clock=self.clock, journal=journal, grace_ms=config.grace_ms,
+                lease_ms=config.dispatch_lease_ms, retry_base_ms=config.retry_base_ms,
+                retry_max_ms=config.retry_max_ms,
+            )
+            counts = recover(
+                runs=runs, worker=worker, supervisor=supervisor, controller=self.controller, journal=journal,
+                clock=self.clock, boot_id=boot_id, abandon_after_ms=config.run_lease_ms,
+            )
+            journal.info("recovery.done", **counts)
+            worker.heartbeat(config.slots - supervisor.adopted_count)
+            self._loop(loop, runs, worker, supervisor, dispatcher)
+            self._shutdown(loop, worker, supervisor, dispatcher)
+            journal.info("service.stopped", running_left=len(supervisor.running))
+            return 0
+        finally:
+            if supervisor is not None:
+                supervisor.close()
+            wake.close()
+
+    # ----------------------------------------------------------------- the loop
+
+    def _loop(
+        self,
+        loop: EventLoop,
+        runs: LocalRunRepository,
+        worker: WorkerSession,
+        supervisor: AttemptSupervisor,
+        dispatcher: CancellationDispatcher,
+    ) -> None:
+        callbacks: list = []
+        next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
+        while True:
+            for callback in callbacks:
+                callback()
+            if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
+                self.journal.info("service.stopping", running=len(supervisor.running))
+                return
+            if loop.flags.take(signal.SIGCHLD):
+                supervisor.reap_children()
+            if supervisor.needs_poll():
+                supervisor.poll_adopted()
+            if time.monotonic() >= next_fallback:
+                next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
+            worked = self._tick(worker, supervisor, dispatcher)
+            callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, next_fallback))
+
+    def _tick(self, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher) -> bool:
+        worked = False
+        try:
+            worked |= dispatcher.dispatch_due() > 0
+            enforced = dispatcher.enforce_kills()
+            worked |= bool(enforced)
+            supervisor.on_kill_enforced(enforced)
+            worked |= supervisor.start_queued() > 0
+            now = read_now_ms(self.clock)
+            if now >= worker.next_heartbeat_at_ms():
+                worker.heartbeat(self.config.slots - supervisor.adopted_count)
+            supervisor.renew_due(now)
+        except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
+            raise SessionLostError(f"the worker session of {worker.worker_id!r} was lost: {exc}") from exc
+        except EdgeRuntimeError as exc:
+            # A busy database or one failed step: log it and try again after a short sleep.
+            self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
+        return worked
+
+    def _sleep_s(
+        self,
+        runs: LocalRunRepository,
+        worker: WorkerSession,
+        supervisor: AttemptSupervisor,
+        dispatcher: CancellationDispatcher,
+        worked: bool,
+        next_fallback: float,
+    ) -> float:
+        fallback_ms = max(0.0, (next_fallback - time.monotonic()) * 1000)
+        if supervisor.needs_poll():
+            fallback_ms = min(fallback_ms, ADOPTED_POLL_MS)
+        try:
+            now = read_now_ms(self.clock)
+            dues = [
+                runs.next_due_at_ms(),
+                worker.next_heartbeat_at_ms(),
+                dispatcher.next_kill_retry_at_ms(),
+                supervisor.next_renewal_at_ms(),
+            ]
+            due = min((d for d in dues if d is not None), default=None)
+            sleep_ms = fallback_ms if due is None else min(fallback_ms, max(0, due - now))
+        except EdgeRuntimeError as exc:
+            self.journal.error("service.schedule_failed", error=exc.code, detail=str(exc))
+            sleep_ms = 1_000
+        if sleep_ms <= 0 and not worked:
+            sleep_ms = MIN_SLEEP_MS  # overdue but nothing could be done now: do not spin
+        return sleep_ms / 1000
+
+    # ----------------------------------------------------------------- stop
+
+    def _shutdown(
+        self, loop: EventLoop, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher
+    ) -> None:
+        if self.config.stop_runs_on_exit and supervisor.running:
+            signalled = supervisor.terminate_all()
+            self._wait_for_exits(loop, supervisor, time.monotonic() + self.config.grace_ms / 1000)
+            for running in signalled:
+                if running.attempt_id in supervisor.running:
+                    outcome = self.controller.force_kill(running.identity)
+                    self.journal.info("attempt.killed_on_exit", attempt=running.attempt_id, outcome=outcome.value)
+            self._wait_for_exits(loop, supervisor, time.monotonic() + _SHUTDOWN_KILL_WAIT_S)
+            for running in list(supervisor.running.values()):
+                if running.deferred is not None:
+                    supervisor.finish(running, *running.deferred)
+        try:
+            worker.offline()
+        except EdgeRuntimeError as exc:
+            self.journal.warning("service.offline_failed", error=exc.code, detail=str(exc))
+
+    def _wait_for_exits(self, loop: EventLoop, supervisor: AttemptSupervisor, deadline: float) -> None:
+        while any(r.deferred is None for r in supervisor.running.values()):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            for callback in loop.wait(min(remaining, ADOPTED_POLL_MS / 1000)):
+                callback()
+            if loop.flags.take(signal.SIGCHLD):
+                supervisor.reap_children()
+            supervisor.poll_adopted()

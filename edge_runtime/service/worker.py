@@ -1,0 +1,237 @@
+"""This service's worker session and the Run Leases it holds (the Worker/Run Lease authority).
+
+A thin layer over :class:`LocalWorkerLeaseRepository` that keeps what only this process may know:
+the session id, the session record's version (the heartbeat fence) and the raw bearer token of
+each grant, which lives only in memory (``RunGrant``) and never in a log, an event or a repr.
+
+Concurrency is bounded here: a claim succeeds only while the session's active leases are below
+both its ``max_concurrent_runs`` and the ``available_slots`` of its last heartbeat, counted by the
+repository under the write lock, so two services (or two loops) can never over-commit the device.
+"""
+
+from __future__ import annotations
+
+import secrets
+import uuid
+
+import msgspec
+
+from edge_runtime.contract.run_lease import (
+    BeginStartCommand,
+    ClaimedRunOutcome,
+    ClaimRunCommand,
+    CompleteRunLeaseCommand,
+    LeaseStatus,
+    ReleaseReason,
+    ReleaseRunLeaseCommand,
+    RenewRunLeaseCommand,
+    RunLeaseRecord,
+)
+from edge_runtime.contract.worker_session import (
+    HeartbeatCommand,
+    OfflineCommand,
+    RegisterWorkerCommand,
+    WorkerSessionRecord,
+)
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
+
+
+def new_event_id() -> str:
+    return str(uuid.uuid4())
+
+
+class RunGrant:
+    """A Run Lease this session holds, with its raw token (memory only)."""
+
+    __slots__ = ("lease", "_token")
+
+    def __init__(self, lease: RunLeaseRecord, token: str) -> None:
+        self.lease = lease
+        self._token = token
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    def __repr__(self) -> str:
+        return f"RunGrant(attempt_id={self.lease.attempt_id!r}, version={self.lease.version}, token=<redacted>)"
+
+
+class WorkerSession:
+    """The current session of this device's worker and the operations fenced by it."""
+
+    __slots__ = ("_repo", "worker_id", "session_id", "_session", "_slots", "_session_lease_ms", "_run_lease_ms")
+
+    def __init__(
+        self, db: LocalDatabase, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int
+    ) -> None:
+        self._repo = LocalWorkerLeaseRepository(db)
+        self.worker_id = worker_id
+        self.session_id = str(uuid.uuid4())
+        self._session: WorkerSessionRecord | None = None
+        self._slots = slots
+        self._session_lease_ms = session_lease_ms
+        self._run_lease_ms = run_lease_ms
+
+    @property
+    def session(self) -> WorkerSessionRecord:
+        if self._session is None:
+            raise RuntimeError("the worker session is not registered")
+        return self._session
+
+    @property
+    def generation(self) -> int:
+        return self.session.generation
+
+    @property
+    def owner(self) -> str:
+        """The owner name this session uses for cancellation-dispatch leases (<= 128 chars)."""
+        return f"{self.worker_id[:100]}#{self.generation}"
+
+    # ----------------------------------------------------------------- session
+
+    def register(self) -> WorkerSessionRecord:
+        """Open a new session: generation+1 over any earlier session of this worker."""
+        outcome = self._repo.register(
+            RegisterWorkerCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                capabilities={"executor": "local_process"},
+                max_concurrent_runs=self._slots,
+                lease_duration_ms=self._session_lease_ms,
+            )
+        )
+        self._session = outcome.session
+        return outcome.session
+
+    def heartbeat(self, available_slots: int) -> WorkerSessionRecord:
+        session = self.session
+        self._session = self._repo.heartbeat(
+            HeartbeatCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                generation=session.generation,
+                expected_version=session.version,
+                available_slots=max(0, min(available_slots, session.max_concurrent_runs)),
+                lease_duration_ms=self._session_lease_ms,
+            )
+        )
+        return self._session
+
+    def next_heartbeat_at_ms(self) -> int:
+        """A third of the session lease after the last heartbeat: two can be missed safely."""
+        session = self.session
+        return session.heartbeat_at_ms + max(1, (session.lease_expires_at_ms - session.heartbeat_at_ms) // 3)
+
+    def offline(self) -> None:
+        session = self.session
+        self._session = self._repo.offline(
+            OfflineCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                generation=session.generation,
+                expected_version=session.version,
+            )
+        )
+
+    # ----------------------------------------------------------------- run leases
+
+    def claim(self, run_id: str, attempt_id: str) -> RunGrant | None:
+        """Take the Run Lease of a ``claimed`` Attempt; None when not claimable or no capacity."""
+        token = secrets.token_urlsafe(32)
+        outcome = self._repo.claim_run(
+            ClaimRunCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                session_generation=self.generation,
+                run_id=run_id,
+                attempt_id=attempt_id,
+                offer_id=str(uuid.uuid4()),
+                lease_token=token,
+                lease_duration_ms=self._run_lease_ms,
+                event_id=new_event_id(),
+            )
+        )
+        if isinstance(outcome, ClaimedRunOutcome):
+            return RunGrant(outcome.lease, outcome.lease_token)
+        return None
+
+    def begin_start(self, grant: RunGrant) -> None:
+        """The start barrier: the Attempt goes ``claimed`` -> ``starting``."""
+        outcome = self._repo.begin_start(
+            BeginStartCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                session_generation=self.generation,
+                attempt_id=grant.lease.attempt_id,
+                lease_token=grant.token,
+                expected_version=grant.lease.version,
+                event_id=new_event_id(),
+            )
+        )
+        grant.lease = outcome.lease
+
+    def release(self, grant: RunGrant, reason: ReleaseReason) -> None:
+        outcome = self._repo.release(
+            ReleaseRunLeaseCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                session_generation=self.generation,
+                attempt_id=grant.lease.attempt_id,
+                lease_token=grant.token,
+                expected_version=grant.lease.version,
+                reason=reason,
+                event_id=new_event_id(),
+            )
+        )
+        grant.lease = outcome.lease
+
+    def renew(self, grant: RunGrant) -> None:
+        grant.lease = self._repo.renew(
+            RenewRunLeaseCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                session_generation=self.generation,
+                attempt_id=grant.lease.attempt_id,
+                lease_token=grant.token,
+                expected_version=grant.lease.version,
+                lease_duration_ms=self._run_lease_ms,
+            )
+        )
+
+    def next_renewal_at_ms(self, grant: RunGrant) -> int:
+        lease = grant.lease
+        start = lease.renewed_at_ms if lease.renewed_at_ms is not msgspec.UNSET else lease.acquired_at_ms
+        return start + max(1, (lease.expires_at_ms - start) // 3)
+
+    def complete(self, attempt_id: str) -> bool:
+        """Close the Attempt's grant (ours, or one adopted from an earlier session).
+
+        Fenced by the stored grant itself, so it works without the raw token after a restart.
+        False when there is no active grant to close (already completed, or never granted).
+        """
+        lease = self._repo.find_lease(attempt_id)
+        if lease is None or lease.status is not LeaseStatus.LEASED or lease.worker_id != self.worker_id:
+            return False
+        self._repo.complete(
+            CompleteRunLeaseCommand(
+                worker_id=lease.worker_id,
+                session_generation=lease.session_generation,
+                attempt_id=attempt_id,
+                lease_generation=lease.lease_generation,
+                expected_version=lease.version,
+                token_digest=lease.token_digest,
+                event_id=new_event_id(),
+            )
+        )
+        return True
+
+    def lease_of(self, attempt_id: str) -> RunLeaseRecord | None:
+        """The Attempt's Run Lease in any status (any worker's), or None."""
+        return self._repo.find_lease(attempt_id)
+
+    def earlier_session_leases(self) -> list[RunLeaseRecord]:
+        """Active grants of this worker from sessions before the current one (restart recovery)."""
+        generation = self.generation
+        return [lease for lease in self._repo.list_active_leases(self.worker_id) if lease.session_generation < generation]
