@@ -1,0 +1,239 @@
+"""Build the edge-runtime artifacts into dist/ (``make build``).
+
+- ``dist/edge-runtime``: the one-file executable.
+- ``dist/edge-runtime-<version>-<platform>.tar.xz``: the one-folder build, tarred with xz.
+
+Both come from build/edge-runtime.spec, one PyInstaller run per form (the one-folder form stores
+its modules uncompressed so that xz can compress them together), with build/work/ as PyInstaller's
+work and staging directory. Outputs are published the way every file
+we produce outside SQLite is: written to a temp file, fsynced, renamed, directory fsynced.
+
+A build costs minutes of CPU on a small machine, so it is skipped when dist/ already holds the
+outputs of the same inputs (sources, migrations, build files, PyInstaller and Python versions,
+options); ``--force`` rebuilds anyway.
+
+Usage: build.py [--runtime-tmpdir PATH] [--force]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import lzma
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BUILD_DIR = ROOT / "build"
+WORK_DIR = BUILD_DIR / "work"
+STAGING_DIR = WORK_DIR / "dist"
+DIST_DIR = ROOT / "dist"
+SPEC = BUILD_DIR / "edge-runtime.spec"
+STAMP = DIST_DIR / ".edge-runtime-build.json"
+ONEFILE_NAME = "edge-runtime"
+
+# The files whose content decides what the artifacts hold.
+_INPUT_GLOBS = (
+    "edge_runtime/**/*.py",
+    "local_migrations/*.sql",
+    "build/edge-runtime.spec",
+    "build/edge-runtime.py",
+    "build/excludes.toml",
+    "build/exclusions.py",
+    "build/build.py",
+)
+
+
+class BuildError(Exception):
+    """The build could not produce the artifacts; the message says which step failed."""
+
+
+def platform_tag() -> str:
+    """``linux-x86_64-glibc2.36``: the OS, CPU architecture and C library the build runs on.
+
+    A PyInstaller build carries this machine's libpython and extension modules, so it runs only on
+    the same CPU architecture with the same (or a newer) C library.
+    """
+    libc, libc_version = platform.libc_ver()
+    tag = f"{sys.platform}-{platform.machine()}"
+    return f"{tag}-{libc}{libc_version}" if libc else tag
+
+
+def project_version() -> str:
+    sys.path.insert(0, str(ROOT))
+    try:
+        from edge_runtime import __version__
+    finally:
+        sys.path.remove(str(ROOT))
+    return __version__
+
+
+def folder_name() -> str:
+    return f"edge-runtime-{project_version()}-{platform_tag()}"
+
+
+def tarball_path() -> Path:
+    return DIST_DIR / f"{folder_name()}.tar.xz"
+
+
+def input_fingerprint(options: list[str]) -> str:
+    """SHA-256 over every input file (path and bytes) and the toolchain that turns them into the build."""
+    import PyInstaller  # the build extra; imported here so --help works without it
+
+    digest = hashlib.sha256()
+    for pattern in _INPUT_GLOBS:
+        for path in sorted(ROOT.glob(pattern)):
+            if "__pycache__" in path.parts:
+                continue
+            digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
+            digest.update(hashlib.sha256(path.read_bytes()).digest())
+    toolchain = [sys.version, PyInstaller.__version__, platform_tag(), *options]
+    digest.update(json.dumps(toolchain).encode())
+    return digest.hexdigest()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _publish(temp: Path, final: Path) -> None:
+    """fsync ``temp``, rename it over ``final``, fsync the directory."""
+    with open(temp, "rb+") as file:
+        os.fsync(file.fileno())
+    os.replace(temp, final)
+    _fsync_dir(final.parent)
+
+
+def publish_onefile(source: Path) -> Path:
+    final = DIST_DIR / ONEFILE_NAME
+    temp = DIST_DIR / f".{ONEFILE_NAME}.tmp"
+    shutil.copyfile(source, temp)
+    os.chmod(temp, 0o755)
+    _publish(temp, final)
+    return final
+
+
+def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
+    # Who built it is nobody's business on the router; root-owned entries unpack the same everywhere.
+    member.uid = member.gid = 0
+    member.uname = member.gname = "root"
+    return member
+
+
+def publish_tarball(folder: Path) -> Path:
+    final = tarball_path()
+    temp = DIST_DIR / f".{final.name}.tmp"
+    # xz -9e: the one-folder build is mostly libpython and extension modules, which compress well;
+    # the extra CPU is spent once, on the build machine.
+    with tarfile.open(temp, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+        tar.add(folder, arcname=folder.name, filter=_normalized)
+    _publish(temp, final)
+    return final
+
+
+def write_stamp(fingerprint: str, outputs: list[Path]) -> None:
+    record = {"fingerprint": fingerprint, "outputs": {p.name: p.stat().st_size for p in outputs}}
+    temp = STAMP.with_name(STAMP.name + ".tmp")
+    temp.write_text(json.dumps(record, indent=2) + "\n")
+    _publish(temp, STAMP)
+
+
+def up_to_date(fingerprint: str) -> bool:
+    try:
+        record = json.loads(STAMP.read_text())
+    except FileNotFoundError:
+        return False
+    if record.get("fingerprint") != fingerprint:
+        return False
+    outputs = record.get("outputs", {})
+    return bool(outputs) and all(
+        (DIST_DIR / name).is_file() and (DIST_DIR / name).stat().st_size == size for name, size in outputs.items()
+    )
+
+
+def run_pyinstaller(form: str, spec_args: list[str], *, zlib_level: int, clean: bool) -> Path:
+    """One PyInstaller run of the spec for one form; returns its staging directory."""
+    staging = STAGING_DIR / form
+    command = [
+        sys.executable,
+        "-m",
+        "PyInstaller",
+        "--noconfirm",
+        "--log-level=WARN",
+        # A work directory per form: PyInstaller's cache does not notice a changed compression level.
+        f"--workpath={WORK_DIR / form}",
+        f"--distpath={staging}",
+        *(["--clean"] if clean else []),
+        str(SPEC),
+        "--",
+        "--form",
+        form,
+        *spec_args,
+    ]
+    print("== " + " ".join(command), flush=True)
+    # PYTHONNODEBUGRANGES: compile the collected bytecode without column-position tables (CPython's
+    # documented switch for smaller code objects); they only place ^^^ markers under source lines in
+    # tracebacks, and a frozen program has no source lines to show. The hash seed keeps repeated
+    # builds of the same inputs alike.
+    env = {
+        **os.environ,
+        "PYINSTALLER_ZLIB_COMPRESSION_LEVEL": str(zlib_level),
+        "PYTHONNODEBUGRANGES": "1",
+        "PYTHONHASHSEED": "0",
+    }
+    result = subprocess.run(command, cwd=ROOT, env=env, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"PyInstaller ({form}) failed with exit code {result.returncode} (see its output above)")
+    return staging
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="build.py", description="Build the edge-runtime artifacts into dist/.")
+    parser.add_argument(
+        "--runtime-tmpdir",
+        metavar="PATH",
+        default=os.environ.get("EDGE_RUNTIME_BUILD_RUNTIME_TMPDIR") or None,
+        help="bake a fixed unpack directory into the one-file build (default: none, so the executable "
+        "unpacks into $TMPDIR, else /tmp, at run time); also $EDGE_RUNTIME_BUILD_RUNTIME_TMPDIR",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even when dist/ is up to date")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    onefile_args = ["--runtime-tmpdir", args.runtime_tmpdir] if args.runtime_tmpdir else []
+    onefolder_args = ["--folder-name", folder_name()]
+    fingerprint = input_fingerprint(onefile_args + onefolder_args)
+    if not args.force and up_to_date(fingerprint):
+        print(f"== dist/ is up to date with the sources ({STAMP.relative_to(ROOT)}); use --force to rebuild")
+        return 0
+    DIST_DIR.mkdir(exist_ok=True)
+    try:
+        # One-file: zlib level 9 everywhere (PyInstaller's PYZ default is 6), the bootloader inflates it.
+        staging = run_pyinstaller("onefile", onefile_args, zlib_level=9, clean=args.force)
+        onefile = publish_onefile(staging / ONEFILE_NAME)
+        # One-folder: modules stored uncompressed (level 0), so xz compresses them all together.
+        staging = run_pyinstaller("onefolder", onefolder_args, zlib_level=0, clean=args.force)
+        tarball = publish_tarball(staging / folder_name())
+    except (BuildError, OSError, tarfile.TarError) as exc:
+        sys.stderr.write(f"Error: build failed: {exc}\n")
+        return 1
+    write_stamp(fingerprint, [onefile, tarball])
+    for path in (onefile, tarball):
+        print(f"== built {path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
