@@ -1,0 +1,188 @@
+"""Restart recovery: a new session adopts live Attempts of earlier sessions and ends the rest."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, ProcessIdentity, SubmitRunCommand
+from edge_runtime.local.clock import ManualClock
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.attempts import REASON_ADOPTED_EXIT, AttemptSupervisor
+from edge_runtime.service.controller import LocalProcessController
+from edge_runtime.service.executor import reap, spawn
+from edge_runtime.service.journal import Journal
+from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.process_identity import read_boot_id
+from edge_runtime.service.recovery import (
+    REASON_ABANDONED,
+    REASON_GONE,
+    REASON_NEVER_STARTED,
+    REASON_REBOOTED,
+    REASON_STARTING,
+    recover,
+)
+from edge_runtime.service.worker import WorkerSession
+
+RUN_LEASE_MS = 60_000
+
+
+def _session(db: LocalDatabase) -> WorkerSession:
+    worker = WorkerSession(db, worker_id="w", slots=4, session_lease_ms=30_000, run_lease_ms=RUN_LEASE_MS)
+    worker.register()
+    return worker
+
+
+class Setup:
+    def __init__(self, db: LocalDatabase, tmp_path: Path) -> None:
+        self.db = db
+        self.runs = LocalRunRepository(db)
+        self.old = _session(db)
+        self.tmp = tmp_path
+
+    def attempt(self, *, until: str, identity: ProcessIdentity | None = None) -> str:
+        run = self.runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
+        attempt = self.runs.create_attempt(run.id, actor_id="old")
+        if until == "unleased":
+            return attempt.id
+        grant = self.old.claim(run.id, attempt.id)
+        if until == "claimed":
+            return attempt.id
+        self.old.begin_start(grant)
+        if until == "starting":
+            return attempt.id
+        self.runs.record_running(attempt.id, identity, log_path=str(self.tmp / f"{attempt.id}.log"), actor_id="old")
+        return attempt.id
+
+
+@pytest.fixture
+def setup(db: LocalDatabase, tmp_path: Path) -> Setup:
+    return Setup(db, tmp_path)
+
+
+@pytest.fixture
+def live_group(tmp_path: Path) -> Iterator[ProcessIdentity]:
+    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        identity = spawn(["sleep", "60"], output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())
+    finally:
+        os.close(fd)
+    yield identity
+    try:
+        os.killpg(identity.pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while reap(identity.pid) is None:
+        time.sleep(0.01)
+
+
+def _recover(setup: Setup, clock: ManualClock, loop: EventLoop, log: io.StringIO) -> tuple[AttemptSupervisor, dict]:
+    new = _session(setup.db)
+    assert new.generation == setup.old.generation + 1
+    controller = LocalProcessController()
+    supervisor = AttemptSupervisor(
+        runs=setup.runs, worker=new, controller=controller, loop=loop, journal=Journal(log), slots=4,
+        log_dir=setup.tmp, log_max_bytes=4096, boot_id=read_boot_id(),
+    )
+    counts = recover(runs=setup.runs, worker=new, supervisor=supervisor, controller=controller,
+                     journal=Journal(log), clock=clock, boot_id=read_boot_id(), abandon_after_ms=RUN_LEASE_MS)
+    return supervisor, counts
+
+
+def _ended(setup: Setup, attempt_id: str) -> tuple[str, str]:
+    attempt = setup.runs.get_attempt(attempt_id)
+    return attempt.status.value, attempt.end_reason
+
+
+def test_attempts_without_a_live_process_are_lost_with_a_reason(setup: Setup, clock: ManualClock,
+                                                                tmp_path: Path) -> None:
+    boot = read_boot_id()
+    gone = ProcessIdentity(2**22 + 5, 2**22 + 5, 1, boot)  # above pid_max: never a process
+    other_boot = ProcessIdentity(os.getpid(), os.getpgid(0), 1, "another-boot")
+    claimed = setup.attempt(until="claimed")
+    starting = setup.attempt(until="starting")
+    rebooted = setup.attempt(until="running", identity=other_boot)
+    exited = setup.attempt(until="running", identity=gone)
+    loop = EventLoop()
+    try:
+        supervisor, counts = _recover(setup, clock, loop, io.StringIO())
+    finally:
+        loop.close()
+    assert counts["lost"] == 4 and counts["adopted"] == 0
+    assert _ended(setup, claimed) == ("lost", REASON_NEVER_STARTED)
+    assert _ended(setup, starting) == ("lost", REASON_STARTING)
+    assert _ended(setup, rebooted) == ("lost", REASON_REBOOTED)
+    assert _ended(setup, exited) == ("lost", REASON_GONE)
+    assert setup.runs.active_attempts() == []
+    assert setup.old.lease_of(claimed).status.value == "completed"  # grants closed, not left open
+
+
+def test_an_attempt_abandoned_before_its_lease_is_lost_only_when_old(setup: Setup, clock: ManualClock) -> None:
+    stale = setup.attempt(until="unleased")
+    clock.advance(RUN_LEASE_MS + 1)
+    fresh = setup.attempt(until="unleased")  # created now: younger than a run lease
+    clock.advance(RUN_LEASE_MS // 2)
+    loop = EventLoop()
+    try:
+        _recover(setup, clock, loop, io.StringIO())
+    finally:
+        loop.close()
+    assert _ended(setup, stale) == ("lost", REASON_ABANDONED)
+    assert setup.runs.get_attempt(fresh).status is AttemptStatus.CLAIMED
+
+
+def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup, clock: ManualClock,
+                                                                   live_group: ProcessIdentity) -> None:
+    attempt_id = setup.attempt(until="running", identity=live_group)
+    loop = EventLoop()
+    log = io.StringIO()
+    try:
+        supervisor, counts = _recover(setup, clock, loop, log)
+        assert counts["adopted"] == 1
+        assert set(supervisor.running) == {attempt_id}
+        assert supervisor.adopted_count == 1
+        assert setup.runs.get_attempt(attempt_id).status is AttemptStatus.RUNNING
+        os.killpg(live_group.pgid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while attempt_id in supervisor.running:
+            assert time.monotonic() < deadline, "the adopted exit was not noticed"
+            for callback in loop.wait(1.0):
+                callback()
+            supervisor.poll_adopted()
+        supervisor.close()
+    finally:
+        loop.close()
+    assert _ended(setup, attempt_id) == ("lost", REASON_ADOPTED_EXIT)
+    assert "attempt.adopted" in log.getvalue()
+
+
+def test_a_cancelled_readopted_process_ends_cancelled(setup: Setup, clock: ManualClock,
+                                                      live_group: ProcessIdentity) -> None:
+    attempt_id = setup.attempt(until="running", identity=live_group)
+    run_id = setup.runs.get_attempt(attempt_id).run_id
+    loop = EventLoop()
+    try:
+        supervisor, _ = _recover(setup, clock, loop, io.StringIO())
+        setup.runs.request_cancel(CancelRunCommand(run_id=run_id))
+        assert LocalProcessController().request_termination(live_group).value == "termination_requested"
+        deadline = time.monotonic() + 10
+        while attempt_id in supervisor.running:
+            assert time.monotonic() < deadline
+            for callback in loop.wait(1.0):
+                callback()
+            supervisor.poll_adopted()
+        supervisor.close()
+    finally:
+        loop.close()
+    attempt = setup.runs.get_attempt(attempt_id)
+    assert attempt.status is AttemptStatus.CANCELLED
+    assert attempt.exit_code is msgspec.UNSET  # not our child: its status is not ours to read
+    assert setup.runs.get(run_id).status.value == "cancelled"
