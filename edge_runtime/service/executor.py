@@ -53,6 +53,31 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
     return identity
 
 
+def seal_inherited_descriptors() -> int:
+    """Mark every descriptor above stderr close-on-exec; how many were still inheritable.
+
+    ``posix_spawn`` passes every inheritable descriptor to the child. The service's own are
+    close-on-exec already, but it may have inherited some from whoever started it (a shell, an
+    init script's pipe); Attempts must not receive those. Call once at start.
+    """
+    sealed = 0
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return 0  # no /proc: identities cannot be read either, and the service refuses to start
+    for name in names:
+        fd = int(name)
+        if fd <= 2:
+            continue
+        try:
+            if os.get_inheritable(fd):
+                os.set_inheritable(fd, False)
+                sealed += 1
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+    return sealed
+
+
 def reap(pid: int) -> int | None:
     """Reap a child of this service without blocking: its exit code, or None while it runs.
 

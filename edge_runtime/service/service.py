@@ -40,6 +40,7 @@ from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.dispatcher import CancellationDispatcher
 from edge_runtime.service.errors import ServiceError
+from edge_runtime.service.executor import seal_inherited_descriptors
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
@@ -91,6 +92,7 @@ class DeviceService:
                 or the session was lost while serving.
         """
         boot_id = read_boot_id()
+        seal_inherited_descriptors()
         log_dir = self.config.resolved_log_dir(self.db_path)
         try:
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -213,3 +213,18 @@ def test_identity_of_recorded_attempt_matches_proc(harness: Harness) -> None:
     harness.cli("cancel", run_id)
     harness.wait_status(run_id, "cancelled")
     assert isinstance(identity, ProcessIdentity)
+
+
+def test_an_attempt_gets_only_stdin_stdout_and_stderr(harness: Harness) -> None:
+    # The service was handed an inheritable descriptor by whoever started it: no Attempt gets it.
+    reader, writer = os.pipe()
+    os.set_inheritable(writer, True)
+    try:
+        harness.serve(pass_fds=(writer,))
+    finally:
+        os.close(reader)
+        os.close(writer)
+    run_id = harness.submit("sh", "-c", "ls /proc/$$/fd; readlink /proc/$$/fd/0")
+    detail = harness.wait_status(run_id, "succeeded")
+    lines = Path(detail.attempts[-1].log_path).read_text().split()
+    assert lines == ["0", "1", "2", "/dev/null"]
