@@ -17,10 +17,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,build]'
 	@touch $@
 
+# Starts the service on the default database, runs a demo command, cancels it, shows the events.
 run: $(STAMP)
-	$(VENV)/bin/edge-runtime --version
-	$(VENV)/bin/edge-runtime migrate
-	$(VENV)/bin/edge-runtime check
+	EDGE_RUNTIME=$(VENV)/bin/edge-runtime sh build/demo.sh
 
 test: $(STAMP)
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,0 +1,53 @@
+#!/bin/sh
+# `make run`: start the service on the default database, submit a demo command, cancel it while it
+# runs, and show what happened. Uses only the public CLI, as a user on the device would.
+set -eu
+
+ER=${EDGE_RUNTIME:-.venv/bin/edge-runtime}
+GRACE_MS=${DEMO_GRACE_MS:-3000}
+
+say() { printf '\n== %s\n' "$*"; }
+
+wait_for_status() { # RUN STATUS SECONDS
+    i=0
+    while [ "$i" -lt $(( $3 * 10 )) ]; do
+        if "$ER" show "$1" --json | grep -q "\"status\":\"$2\""; then return 0; fi
+        sleep 0.1
+        i=$((i + 1))
+    done
+    echo "Error: run $1 did not reach status $2 within $3 s" >&2
+    "$ER" show "$1" >&2 || true
+    return 1
+}
+
+say "edge-runtime $("$ER" --version | cut -d' ' -f2) on $("$ER" migrate)"
+
+say "starting the service (grace ${GRACE_MS} ms)"
+"$ER" serve --grace-ms "$GRACE_MS" &
+SERVICE=$!
+trap 'kill -TERM "$SERVICE" 2>/dev/null || true; wait "$SERVICE" 2>/dev/null || true' EXIT INT TERM
+
+say "submitting a demo command that runs for a minute unless cancelled"
+RUN=$("$ER" submit --name demo -- sh -c 'echo "demo: started as pid $$"; trap "echo demo: got SIGTERM, exiting; exit 143" TERM; sleep 60 & wait')
+echo "run id: $RUN"
+wait_for_status "$RUN" running 15
+"$ER" show "$RUN"
+
+say "cancelling it"
+"$ER" cancel "$RUN" --reason "make run demo"
+wait_for_status "$RUN" cancelled 15
+"$ER" show "$RUN"
+
+say "its event log"
+"$ER" events "$RUN"
+
+say "its output"
+"$ER" logs "$RUN"
+
+say "stopping the service"
+kill -TERM "$SERVICE"
+wait "$SERVICE" || true
+trap - EXIT INT TERM
+
+say "database check"
+"$ER" check
