@@ -28,11 +28,13 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultCommand,
 )
 from edge_runtime.contract.runs import CancelRunCommand, RunError, SubmitRunCommand
+from edge_runtime.contract.worker_lease import WorkerLeaseError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
 
 from vfs_shim import RecordingVFS
 
@@ -69,6 +71,13 @@ def stored_problems(db: LocalDatabase) -> list[str]:
             runs.detail(run_id)  # projects (and so checks) the Run, its Attempts and its events
     except RunError as exc:
         problems.append(f"runs: {exc}")
+    try:
+        for row in db.connection.execute(f"SELECT {SESSION_COLUMNS} FROM worker_sessions").fetchall():
+            session_from_row(row)
+        for row in db.connection.execute(f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases").fetchall():
+            lease_from_row(row)
+    except WorkerLeaseError as exc:
+        problems.append(f"worker leases: {exc}")
     return problems
 
 
