@@ -17,7 +17,7 @@ stopped, and nothing here reports "not running".
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -26,6 +26,7 @@ from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, first_pr
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
     EVENT_ID_MAX_LENGTH,
+    LEASE_TOKEN_MAX_LENGTH,
     MAX_RUN_LEASE_DURATION_MS,
     MAX_VERSION,
     OFFER_ID_MAX_LENGTH,
@@ -45,6 +46,9 @@ from edge_runtime.contract.worker_lease import (
     WorkerId,
     decode_with,
     digest_problem,
+    identifier_ok,
+    int_ok,
+    is_token_digest,
     lease_token_problem,
     reject,
 )
@@ -94,6 +98,17 @@ def _session_fence_problem(cmd: object) -> str | None:
     )
 
 
+def _session_fence_ok(cmd: Any) -> bool:
+    # Hot path (every lease command): one cheap pass; the detailed messages only on failure.
+    return (
+        identifier_ok(cmd.worker_id, WORKER_ID_MAX_LENGTH)
+        and identifier_ok(cmd.session_id, SESSION_ID_MAX_LENGTH)
+        and int_ok(cmd.session_generation, 1, MAX_VERSION)
+        and identifier_ok(cmd.attempt_id, ATTEMPT_ID_MAX_LENGTH)
+        and identifier_ok(cmd.lease_token, LEASE_TOKEN_MAX_LENGTH)
+    )
+
+
 def _enum_member(cmd: object, name: str, kind: type[enum.StrEnum]) -> None:
     value = getattr(cmd, name)
     if not isinstance(value, kind):
@@ -125,6 +140,14 @@ class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     event_id: EventId
 
     def __post_init__(self) -> None:
+        if (
+            _session_fence_ok(self)
+            and identifier_ok(self.run_id, RUN_ID_MAX_LENGTH)
+            and identifier_ok(self.offer_id, OFFER_ID_MAX_LENGTH)
+            and int_ok(self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS)
+            and identifier_ok(self.event_id, EVENT_ID_MAX_LENGTH)
+        ):
+            return
         reject(
             first_problem(
                 _session_fence_problem(self),
@@ -158,6 +181,12 @@ class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields
     lease_duration_ms: RunLeaseDurationMs
 
     def __post_init__(self) -> None:
+        if (
+            _session_fence_ok(self)
+            and int_ok(self.expected_version, 1, MAX_VERSION)
+            and int_ok(self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS)
+        ):
+            return
         reject(
             first_problem(
                 _session_fence_problem(self),
@@ -189,14 +218,19 @@ class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fiel
     event_id: EventId
 
     def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                _session_fence_problem(self),
-                lease_token_problem(self.lease_token),
-                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+        if not (
+            _session_fence_ok(self)
+            and int_ok(self.expected_version, 1, MAX_VERSION)
+            and identifier_ok(self.event_id, EVENT_ID_MAX_LENGTH)
+        ):
+            reject(
+                first_problem(
+                    _session_fence_problem(self),
+                    lease_token_problem(self.lease_token),
+                    int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
+                    identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
+                )
             )
-        )
         _enum_member(self, "reason", ReleaseReason)
 
     def __repr__(self) -> str:
@@ -307,10 +341,31 @@ class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
 _OPTIONAL_TIMES = ("renewed_at_ms", "started_at_ms", "released_at_ms", "completed_at_ms")
 
 
-def lease_record_problem(record: RunLeaseRecord) -> str | None:
-    """The first contract invariant ``record`` breaks, or None."""
+def lease_record_problem(record: RunLeaseRecord, *, check_identities: bool = True) -> str | None:
+    """The first contract invariant ``record`` breaks, or None.
+
+    ``check_identities=False`` skips the five identifier texts, for a record about to be written
+    whose identifiers were all copied from a checked record or a validated command.
+    """
     UNSET = msgspec.UNSET
-    problem = first_problem(
+    fast = (
+        (
+            not check_identities
+            or identifier_ok(record.attempt_id, ATTEMPT_ID_MAX_LENGTH)
+            and identifier_ok(record.run_id, RUN_ID_MAX_LENGTH)
+            and identifier_ok(record.worker_id, WORKER_ID_MAX_LENGTH)
+            and identifier_ok(record.session_id, SESSION_ID_MAX_LENGTH)
+            and identifier_ok(record.offer_id, OFFER_ID_MAX_LENGTH)
+        )
+        and int_ok(record.session_generation, 1, MAX_VERSION)
+        and int_ok(record.lease_generation, 1, MAX_VERSION)
+        and int_ok(record.version, 1, MAX_VERSION)
+        and int_ok(record.expires_at_ms, 0, MAX_SAFE_INTEGER)
+        and int_ok(record.acquired_at_ms, 0, MAX_SAFE_INTEGER)
+        and int_ok(record.updated_at_ms, 0, MAX_SAFE_INTEGER)
+        and is_token_digest(record.token_digest)
+    )
+    problem = None if fast else first_problem(
         identifier_problem("attempt_id", record.attempt_id, ATTEMPT_ID_MAX_LENGTH),
         identifier_problem("run_id", record.run_id, RUN_ID_MAX_LENGTH),
         identifier_problem("worker_id", record.worker_id, WORKER_ID_MAX_LENGTH),
@@ -328,10 +383,8 @@ def lease_record_problem(record: RunLeaseRecord) -> str | None:
         return problem
     for name in _OPTIONAL_TIMES:
         value = getattr(record, name)
-        if value is not UNSET:
-            problem = int_problem(name, value, record.acquired_at_ms, MAX_SAFE_INTEGER)
-            if problem is not None:
-                return problem
+        if value is not UNSET and not int_ok(value, record.acquired_at_ms, MAX_SAFE_INTEGER):
+            return int_problem(name, value, record.acquired_at_ms, MAX_SAFE_INTEGER)
     status = record.status
     if not isinstance(status, LeaseStatus):
         return f"status {status!r} is not a lease status"

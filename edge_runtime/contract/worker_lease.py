@@ -69,6 +69,23 @@ SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
 RunLeaseDurationMs = bounded_int_type(1, MAX_RUN_LEASE_DURATION_MS)
 
 _DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
+_IDENTIFIER_PATTERNS: dict[int, re.Pattern[str]] = {}
+
+
+def identifier_ok(value: object, max_length: int) -> bool:
+    """Fast yes/no form of ``identifier_problem`` for the hot paths (one C regex match).
+
+    Callers use it as a pre-check and fall back to ``identifier_problem`` for the message.
+    """
+    pattern = _IDENTIFIER_PATTERNS.get(max_length)
+    if pattern is None:
+        pattern = _IDENTIFIER_PATTERNS[max_length] = re.compile(f"[^\\x00-\\x1f\\x7f]{{1,{max_length}}}")
+    return type(value) is str and pattern.fullmatch(value) is not None
+
+
+def int_ok(value: object, minimum: int, maximum: int) -> bool:
+    """Fast yes/no form of ``int_problem`` (bools are not integers here either)."""
+    return type(value) is int and minimum <= value <= maximum
 
 # --------------------------------------------------------------------------- errors
 

@@ -33,6 +33,9 @@ from edge_runtime.contract.worker_lease import (
     capabilities_problem,
     decode_with,
     digest_problem,
+    identifier_ok,
+    int_ok,
+    is_token_digest,
     reject,
 )
 
@@ -158,9 +161,27 @@ class WorkerSessionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=
         return self.lease_expires_at_ms > now_ms
 
 
-def session_record_problem(record: WorkerSessionRecord) -> str | None:
-    """The first contract invariant ``record`` breaks, or None."""
-    problem = first_problem(
+def session_record_problem(record: WorkerSessionRecord, *, check_capabilities: bool = True) -> str | None:
+    """The first contract invariant ``record`` breaks, or None.
+
+    ``check_capabilities=False`` skips the capabilities and their hash, for a caller that has
+    just checked that very canonical text (the Local adapter caches that check per text: it
+    costs more than every other invariant together and the text rarely changes).
+    """
+    fast = (
+        identifier_ok(record.worker_id, WORKER_ID_MAX_LENGTH)
+        and identifier_ok(record.session_id, SESSION_ID_MAX_LENGTH)
+        and int_ok(record.generation, 1, MAX_VERSION)
+        and int_ok(record.version, 0, MAX_VERSION)
+        and int_ok(record.max_concurrent_runs, 1, MAX_CONCURRENT_RUNS)
+        and int_ok(record.available_slots, 0, MAX_CONCURRENT_RUNS)
+        and int_ok(record.heartbeat_at_ms, 0, MAX_SAFE_INTEGER)
+        and int_ok(record.lease_expires_at_ms, 0, MAX_SAFE_INTEGER)
+        and int_ok(record.created_at_ms, 0, MAX_SAFE_INTEGER)
+        and int_ok(record.updated_at_ms, 0, MAX_SAFE_INTEGER)
+        and is_token_digest(record.capabilities_hash)
+    )
+    problem = None if fast else first_problem(
         identifier_problem("worker_id", record.worker_id, WORKER_ID_MAX_LENGTH),
         identifier_problem("session_id", record.session_id, SESSION_ID_MAX_LENGTH),
         int_problem("generation", record.generation, 1, MAX_VERSION),
@@ -171,7 +192,6 @@ def session_record_problem(record: WorkerSessionRecord) -> str | None:
         int_problem("lease_expires_at_ms", record.lease_expires_at_ms, 0, MAX_SAFE_INTEGER),
         int_problem("created_at_ms", record.created_at_ms, 0, MAX_SAFE_INTEGER),
         int_problem("updated_at_ms", record.updated_at_ms, 0, MAX_SAFE_INTEGER),
-        capabilities_problem(record.capabilities),
         digest_problem("capabilities_hash", record.capabilities_hash),
     )
     if problem is not None:
@@ -188,8 +208,12 @@ def session_record_problem(record: WorkerSessionRecord) -> str | None:
         return "lease_expires_at_ms must be >= heartbeat_at_ms"
     if record.updated_at_ms < record.created_at_ms:
         return "updated_at_ms must be >= created_at_ms"
-    if capabilities_hash(record.capabilities) != record.capabilities_hash:
-        return "capabilities_hash does not match the canonical capabilities"
+    if check_capabilities:
+        problem = capabilities_problem(record.capabilities)
+        if problem is not None:
+            return problem
+        if capabilities_hash(record.capabilities) != record.capabilities_hash:
+            return "capabilities_hash does not match the canonical capabilities"
     return None
 
 

@@ -8,8 +8,10 @@ here runs inside the caller's write transaction; nothing here reads a clock.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import apsw
@@ -20,7 +22,8 @@ from edge_runtime.contract.worker_lease import (
     WorkerLeaseError,
     WorkerLeaseFenceRejectedError,
     WorkerLeaseRepositoryError,
-    canonical_capabilities,
+    canonical_capabilities_unchecked,
+    capabilities_problem,
 )
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
 from edge_runtime.local.clock import InvalidClockValueError
@@ -28,6 +31,10 @@ from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.run_events import RunVersionConflict
 
 _UNSET = msgspec.UNSET
+# Plain dict lookups: calling an Enum class to convert a value costs more than the lookup.
+_SESSION_STATUS = {status.value: status for status in SessionStatus}
+_LEASE_STATUS = {status.value: status for status in LeaseStatus}
+_RELEASE_REASON = {reason.value: reason for reason in ReleaseReason}
 _decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
 
 # --------------------------------------------------------------------------- sessions
@@ -45,6 +52,33 @@ _UPDATE_SESSION = (
 )
 
 
+@lru_cache(maxsize=64)
+def _capabilities_text_problem(text: str, stored_hash: str) -> str | None:
+    """Why a stored capabilities text and hash break the contract, or None (cached per pair).
+
+    Safe to cache: the answer depends on nothing but the two strings. A worker re-registers
+    the same capabilities for its whole life, so every session read after the first is a hit.
+    """
+    try:
+        capabilities = _decode_capabilities(text)
+    except msgspec.DecodeError as exc:
+        return f"capabilities are not a JSON object: {exc}"
+    problem = capabilities_problem(capabilities)
+    if problem is not None:
+        return problem
+    if canonical_capabilities_unchecked(capabilities).decode() != text:
+        return "capabilities are not stored in canonical form"
+    if hashlib.sha256(text.encode()).hexdigest() != stored_hash:
+        return "capabilities_hash does not match the canonical capabilities"
+    return None
+
+
+def _session_problem(record: WorkerSessionRecord, text: str) -> str | None:
+    return _capabilities_text_problem(text, record.capabilities_hash) or session_record_problem(
+        record, check_capabilities=False
+    )
+
+
 def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
     """Project one stored session row to a checked record.
 
@@ -57,7 +91,7 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
             worker_id=worker_id,
             session_id=row[1],
             generation=row[2],
-            status=SessionStatus(row[3]),
+            status=_SESSION_STATUS[row[3]],
             version=row[4],
             capabilities=_decode_capabilities(row[5]),
             capabilities_hash=row[6],
@@ -68,9 +102,9 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
             created_at_ms=row[11],
             updated_at_ms=row[12],
         )
-    except (ValueError, TypeError, msgspec.DecodeError) as exc:
+    except (KeyError, ValueError, TypeError, msgspec.DecodeError) as exc:
         raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} is malformed: {exc}") from None
-    problem = session_record_problem(record)
+    problem = _session_problem(record, row[5])
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
     return record
@@ -83,7 +117,8 @@ def read_session(connection: apsw.Connection, worker_id: str) -> WorkerSessionRe
 
 def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expected_version: int | None) -> None:
     """Insert (``expected_version`` None) or version-CAS update one checked session."""
-    problem = session_record_problem(record)
+    text = canonical_capabilities_unchecked(record.capabilities).decode()
+    problem = _session_problem(record, text)
     if problem is not None:
         # Only reachable through a bug in the repository; refuse to write a broken row.
         raise WorkerLeaseRepositoryError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
@@ -92,7 +127,7 @@ def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expe
         record.generation,
         record.status.value,
         record.version,
-        canonical_capabilities(record.capabilities).decode(),
+        text,
         record.capabilities_hash,
         record.max_concurrent_runs,
         record.available_slots,
@@ -161,17 +196,17 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
             version=row[6],
             token_digest=row[7],
             offer_id=row[8],
-            status=LeaseStatus(row[9]),
+            status=_LEASE_STATUS[row[9]],
             expires_at_ms=row[10],
             acquired_at_ms=row[11],
             renewed_at_ms=_absent_if_null(row[12]),
             started_at_ms=_absent_if_null(row[13]),
             released_at_ms=_absent_if_null(row[14]),
-            release_reason=_UNSET if row[15] is None else ReleaseReason(row[15]),
+            release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
             completed_at_ms=_absent_if_null(row[16]),
             updated_at_ms=row[17],
         )
-    except (ValueError, TypeError) as exc:
+    except (KeyError, ValueError, TypeError) as exc:
         raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} is malformed: {exc}") from None
     problem = lease_record_problem(record)
     if problem is not None:
@@ -194,8 +229,12 @@ def read_active_leases(connection: apsw.Connection, worker_id: str) -> list[RunL
 
 
 def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_version: int | None) -> None:
-    """Insert (``expected_version`` None) or version-CAS update one checked lease."""
-    problem = lease_record_problem(record)
+    """Insert (``expected_version`` None) or version-CAS update one checked lease.
+
+    The identifiers of every record written here come from a checked record or a validated
+    command, so only the state invariants are re-checked (the table's CHECKs back them too).
+    """
+    problem = lease_record_problem(record, check_identities=False)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
     values = (
