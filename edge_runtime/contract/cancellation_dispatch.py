@@ -22,6 +22,7 @@ from edge_runtime.contract.validation import (
     SafeInt,
     bounded_int_type,
     first_problem,
+    identifier_matcher,
     identifier_problem,
     identifier_type,
     int_problem,
@@ -51,6 +52,13 @@ ExpectedVersion = bounded_int_type(1, MAX_VERSION)
 Version = bounded_int_type(0, MAX_VERSION)
 
 _DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
+_match_digest = _DIGEST_PATTERN.fullmatch
+
+# Hot-path identifier checks (one C call each); the *_problem helpers word a rejection.
+_match_id36 = identifier_matcher(36)  # run_id, attempt_id, event_id
+_match_id128 = identifier_matcher(128)  # owner, lease_token
+assert RUN_ID_MAX_LENGTH == ATTEMPT_ID_MAX_LENGTH == EVENT_ID_MAX_LENGTH == 36
+assert OWNER_MAX_LENGTH == LEASE_TOKEN_MAX_LENGTH == 128
 
 # --------------------------------------------------------------------------- errors
 
@@ -106,15 +114,14 @@ def digest_lease_token(token: str) -> str:
     Raises:
         InvalidCommandError: the token is not a valid lease token.
     """
-    problem = lease_token_problem(token)
-    if problem is not None:
-        raise InvalidCommandError(problem)
+    if type(token) is not str or _match_id128(token) is None:
+        raise InvalidCommandError(lease_token_problem(token) or "lease_token is invalid")
     return hashlib.sha256(LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
 
 
 def is_lease_token_digest(value: object) -> bool:
     """Whether ``value`` has the shape of a token digest (64 lowercase hex characters)."""
-    return type(value) is str and _DIGEST_PATTERN.fullmatch(value) is not None
+    return type(value) is str and _match_digest(value) is not None
 
 
 # --------------------------------------------------------------------------- enums
@@ -202,6 +209,19 @@ class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
     lease_duration_ms: LeaseDurationMs
 
     def __post_init__(self) -> None:
+        # Fast path: one cheap test per field; the detailed checks below only word a rejection.
+        run_id, attempt_id, requested, owner, token, duration = (
+            self.run_id, self.attempt_id, self.requested_at_ms, self.owner, self.lease_token, self.lease_duration_ms
+        )
+        if (
+            type(run_id) is str and _match_id36(run_id) is not None
+            and type(attempt_id) is str and _match_id36(attempt_id) is not None
+            and type(requested) is int and 0 <= requested <= MAX_SAFE_INTEGER
+            and type(owner) is str and _match_id128(owner) is not None
+            and type(token) is str and _match_id128(token) is not None
+            and type(duration) is int and 1 <= duration <= MAX_LEASE_DURATION_MS
+        ):
+            return
         _reject(
             first_problem(
                 identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
@@ -238,16 +258,28 @@ class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
-        _reject(
-            first_problem(
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                identifier_problem("attempt_id", self.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-                identifier_problem("owner", self.owner, OWNER_MAX_LENGTH),
-                lease_token_problem(self.lease_token),
-                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
-            )
+        run_id, attempt_id, owner, token, version, event_id = (
+            self.run_id, self.attempt_id, self.owner, self.lease_token, self.expected_version, self.event_id
         )
+        # Fast path as in ClaimCommand; the detailed checks only run to word a rejection.
+        if not (
+            type(run_id) is str and _match_id36(run_id) is not None
+            and type(attempt_id) is str and _match_id36(attempt_id) is not None
+            and type(owner) is str and _match_id128(owner) is not None
+            and type(token) is str and _match_id128(token) is not None
+            and type(version) is int and 1 <= version <= MAX_VERSION
+            and type(event_id) is str and _match_id36(event_id) is not None
+        ):
+            _reject(
+                first_problem(
+                    identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH),
+                    identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH),
+                    identifier_problem("owner", owner, OWNER_MAX_LENGTH),
+                    lease_token_problem(token),
+                    int_problem("expected_version", version, 1, MAX_VERSION),
+                    identifier_problem("event_id", event_id, EVENT_ID_MAX_LENGTH),
+                )
+            )
         if not isinstance(self.result, DispatchResult):
             # Python callers may pass the plain string; the frozen struct keeps the enum member.
             try:
@@ -291,59 +323,67 @@ class DispatchRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
 
 
 def dispatch_record_problem(record: DispatchRecord) -> str | None:
-    """The first contract invariant ``record`` breaks, or None when it satisfies all of them."""
+    """The first contract invariant ``record`` breaks, or None when it satisfies all of them.
+
+    Runs on every record read and written, so each test is a cheap inline check; a message is
+    only built for a record that fails one.
+    """
     UNSET = msgspec.UNSET
-    status = record.status
-    shape = first_problem(
-        identifier_problem("run_id", record.run_id, RUN_ID_MAX_LENGTH),
-        identifier_problem("attempt_id", record.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-        int_problem("version", record.version, 0, MAX_VERSION),
-        int_problem("dispatch_count", record.dispatch_count, 0, MAX_VERSION),
-        int_problem("created_at_ms", record.created_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("updated_at_ms", record.updated_at_ms, 0, MAX_SAFE_INTEGER),
-    )
-    if shape is not None:
-        return shape
-    for name in ("next_attempt_at_ms", "lease_expires_at_ms", "last_dispatched_at_ms"):
-        value = getattr(record, name)
-        if value is not UNSET:
-            problem = int_problem(name, value, 0, MAX_SAFE_INTEGER)
-            if problem is not None:
-                return problem
+    run_id, attempt_id, status = record.run_id, record.attempt_id, record.status
+    version, count, created, updated = record.version, record.dispatch_count, record.created_at_ms, record.updated_at_ms
+    next_at, expires, last_at = record.next_attempt_at_ms, record.lease_expires_at_ms, record.last_dispatched_at_ms
+    owner, digest, last = record.lease_owner, record.lease_token_digest, record.last_result
+
+    if type(run_id) is not str or _match_id36(run_id) is None:
+        return identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
+    if type(attempt_id) is not str or _match_id36(attempt_id) is None:
+        return identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH)
+    # Unrolled on purpose: this runs several times per operation.
+    if type(version) is not int or not 0 <= version <= MAX_VERSION:
+        return int_problem("version", version, 0, MAX_VERSION)
+    if type(count) is not int or not 0 <= count <= MAX_VERSION:
+        return int_problem("dispatch_count", count, 0, MAX_VERSION)
+    if type(created) is not int or not 0 <= created <= MAX_SAFE_INTEGER:
+        return int_problem("created_at_ms", created, 0, MAX_SAFE_INTEGER)
+    if type(updated) is not int or not 0 <= updated <= MAX_SAFE_INTEGER:
+        return int_problem("updated_at_ms", updated, 0, MAX_SAFE_INTEGER)
+    if next_at is not UNSET and (type(next_at) is not int or not 0 <= next_at <= MAX_SAFE_INTEGER):
+        return int_problem("next_attempt_at_ms", next_at, 0, MAX_SAFE_INTEGER)
+    if expires is not UNSET and (type(expires) is not int or not 0 <= expires <= MAX_SAFE_INTEGER):
+        return int_problem("lease_expires_at_ms", expires, 0, MAX_SAFE_INTEGER)
+    if last_at is not UNSET and (type(last_at) is not int or not 0 <= last_at <= MAX_SAFE_INTEGER):
+        return int_problem("last_dispatched_at_ms", last_at, 0, MAX_SAFE_INTEGER)
     if not isinstance(status, DispatchStatus):
         return f"status {status!r} is not a dispatch status"
-    if record.last_result is not UNSET and not isinstance(record.last_result, DispatchResult):
-        return f"last_result {record.last_result!r} is not a dispatch result"
+    if last is not UNSET and not isinstance(last, DispatchResult):
+        return f"last_result {last!r} is not a dispatch result"
 
-    lease_fields = (record.lease_owner, record.lease_token_digest, record.lease_expires_at_ms)
     if status is DispatchStatus.LEASED:
-        if any(value is UNSET for value in lease_fields):
+        if owner is UNSET or digest is UNSET or expires is UNSET:
             return "a leased dispatch must have lease_owner, lease_token_digest and lease_expires_at_ms"
-        problem = identifier_problem("lease_owner", record.lease_owner, OWNER_MAX_LENGTH)
-        if problem is not None:
-            return problem
-        if not is_lease_token_digest(record.lease_token_digest):
+        if type(owner) is not str or _match_id128(owner) is None:
+            return identifier_problem("lease_owner", owner, OWNER_MAX_LENGTH)
+        if type(digest) is not str or _match_digest(digest) is None:
             return "lease_token_digest must be 64 lowercase hex characters"
-    elif any(value is not UNSET for value in lease_fields):
+    elif owner is not UNSET or digest is not UNSET or expires is not UNSET:
         return f"a {status.value} dispatch must not carry lease fields"
 
-    waits = status in (DispatchStatus.PENDING, DispatchStatus.RETRY_WAIT)
-    if waits and record.next_attempt_at_ms is UNSET:
+    waits = status is DispatchStatus.PENDING or status is DispatchStatus.RETRY_WAIT
+    if waits and next_at is UNSET:
         return f"a {status.value} dispatch must have next_attempt_at_ms"
-    if not waits and record.next_attempt_at_ms is not UNSET:
+    if not waits and next_at is not UNSET:
         return f"a {status.value} dispatch must not have next_attempt_at_ms"
 
     if status is DispatchStatus.PENDING:
-        if record.version != 0 or record.dispatch_count != 0 or record.last_result is not UNSET:
+        if version != 0 or count != 0 or last is not UNSET:
             return "a pending dispatch must have version 0, dispatch_count 0 and no last_result"
-    elif record.dispatch_count < 1:
+    elif count < 1:
         return f"a {status.value} dispatch must have dispatch_count >= 1"
-    if record.version < record.dispatch_count:
+    if version < count:
         return "version must be >= dispatch_count"
-    if record.updated_at_ms < record.created_at_ms:
+    if updated < created:
         return "updated_at_ms must be >= created_at_ms"
 
-    last = record.last_result
     if status is DispatchStatus.RETRY_WAIT or (status is DispatchStatus.LEASED and last is not UNSET):
         if last not in RETRYABLE_RESULTS and last not in BLOCKING_RESULTS:
             return f"a {status.value} dispatch must have a retryable or blocking last_result"

@@ -13,8 +13,6 @@ never leaves this module and is never written by this runtime.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import apsw
@@ -83,8 +81,9 @@ _SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms FROM runs 
 _SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
 
 
-def _absent_if_null(value: Any) -> Any:
-    return _UNSET if value is None else value
+#: Stored text -> enum member, without the Python-level ``Enum.__call__`` on every read.
+_STATUS_BY_VALUE = {status.value: status for status in DispatchStatus}
+_RESULT_BY_VALUE = {result.value: result for result in DispatchResult}
 
 
 def _null_if_absent(value: Any) -> Any:
@@ -119,15 +118,16 @@ def record_from_row(row: tuple[Any, ...]) -> DispatchRecord:
         record = DispatchRecord(
             run_id=run_id,
             attempt_id=attempt_id,
-            status=DispatchStatus(status),
+            # An unknown value falls through to the enum call, whose ValueError names it.
+            status=_STATUS_BY_VALUE.get(status) or DispatchStatus(status),
             version=version,
             dispatch_count=dispatch_count,
-            next_attempt_at_ms=_absent_if_null(next_at),
-            lease_owner=_absent_if_null(owner),
+            next_attempt_at_ms=_UNSET if next_at is None else next_at,
+            lease_owner=_UNSET if owner is None else owner,
             lease_token_digest=project_stored_token(token),
-            lease_expires_at_ms=_absent_if_null(expires),
-            last_result=_UNSET if last is None else DispatchResult(last),
-            last_dispatched_at_ms=_absent_if_null(last_at),
+            lease_expires_at_ms=_UNSET if expires is None else expires,
+            last_result=_UNSET if last is None else (_RESULT_BY_VALUE.get(last) or DispatchResult(last)),
+            last_dispatched_at_ms=_UNSET if last_at is None else last_at,
             created_at_ms=created,
             updated_at_ms=updated,
         )
@@ -163,19 +163,35 @@ def _row_values(record: DispatchRecord) -> tuple[Any, ...]:
     )
 
 
-@contextmanager
-def repository_errors() -> Iterator[None]:
-    """Map storage failures to :class:`RepositoryError`; contract errors pass through unchanged."""
-    try:
-        yield
-    except CancellationDispatchError:
-        raise
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
-    except apsw.Error as exc:
-        raise RepositoryError(f"database operation failed: {exc}") from exc
-    except (InvalidClockValueError, LocalStorageError, RunVersionConflict) as exc:
-        raise RepositoryError(str(exc)) from exc
+class _RepositoryErrors:
+    """Map storage failures to :class:`RepositoryError`; contract errors pass through unchanged.
+
+    A plain class rather than ``@contextmanager``: it wraps every operation, and a generator-based
+    manager costs several times more per use.
+    """
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc_type is None or issubclass(exc_type, CancellationDispatchError):
+            return
+        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
+            raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
+        if issubclass(exc_type, apsw.Error):
+            raise RepositoryError(f"database operation failed: {exc}") from exc
+        if issubclass(exc_type, (InvalidClockValueError, LocalStorageError, RunVersionConflict)):
+            raise RepositoryError(str(exc)) from exc
+
+
+_REPOSITORY_ERRORS = _RepositoryErrors()
+
+
+def repository_errors() -> _RepositoryErrors:
+    """The context manager that maps storage failures to :class:`RepositoryError`."""
+    return _REPOSITORY_ERRORS
 
 
 class LocalCancellationDispatchRepository:
@@ -231,17 +247,16 @@ class LocalCancellationDispatchRepository:
 
             row = connection.execute(_SELECT_DISPATCH, (cmd.run_id,)).fetchone()
             if row is None:
-                current = _checked(
-                    DispatchRecord(
-                        run_id=cmd.run_id,
-                        attempt_id=cmd.attempt_id,
-                        status=DispatchStatus.PENDING,
-                        version=0,
-                        dispatch_count=0,
-                        next_attempt_at_ms=cmd.requested_at_ms,
-                        created_at_ms=now,
-                        updated_at_ms=now,
-                    )
+                # Checked below if it is stored as is; a claim taken at once checks the leased record.
+                current = DispatchRecord(
+                    run_id=cmd.run_id,
+                    attempt_id=cmd.attempt_id,
+                    status=DispatchStatus.PENDING,
+                    version=0,
+                    dispatch_count=0,
+                    next_attempt_at_ms=cmd.requested_at_ms,
+                    created_at_ms=now,
+                    updated_at_ms=now,
                 )
             else:
                 current = record_from_row(row)
@@ -271,7 +286,7 @@ class LocalCancellationDispatchRepository:
                 self._store(connection, claimed, None if row is None else current.version)
                 return ClaimedOutcome(dispatch=claimed, lease_token=cmd.lease_token)
             if row is None:
-                self._store(connection, current, None)
+                self._store(connection, _checked(current), None)
             return outcome
 
     @staticmethod

@@ -10,6 +10,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from edge_runtime.contract import cancellation_dispatch as cd
 from edge_runtime.contract.cancellation_dispatch import (
@@ -46,7 +48,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER, identifier_matcher, identifier_problem
 
 UNSET = msgspec.UNSET
 
@@ -579,3 +581,51 @@ def test_the_contract_imports_no_database_code() -> None:
         "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --------------------------------------------------------------------------- fast paths agree with the worded checks
+
+_IDENTIFIER_TEXT = st.one_of(
+    st.text(max_size=140),
+    st.text(alphabet=st.sampled_from("ab\x00\x1f\x7f\x80\u2603\n"), max_size=40),
+    st.text(alphabet="x", min_size=30, max_size=130),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=_IDENTIFIER_TEXT, max_length=st.sampled_from([36, 128]))
+def test_identifier_matcher_accepts_exactly_what_identifier_problem_accepts(value: str, max_length: int) -> None:
+    fast = identifier_matcher(max_length)(value) is not None
+    assert fast == (identifier_problem("x", value, max_length) is None)
+
+
+@settings(max_examples=200, deadline=None)
+@given(run_id=_IDENTIFIER_TEXT, owner=_IDENTIFIER_TEXT, token=_IDENTIFIER_TEXT,
+       requested=st.one_of(st.integers(-2, 2), st.integers(MAX_SAFE_INTEGER - 1, MAX_SAFE_INTEGER + 1)),
+       duration=st.one_of(st.integers(-1, 2), st.integers(MAX_LEASE_DURATION_MS - 1, MAX_LEASE_DURATION_MS + 1)))
+def test_claim_construction_accepts_exactly_the_valid_values(
+    run_id: str, owner: str, token: str, requested: int, duration: int
+) -> None:
+    valid = (
+        identifier_problem("run_id", run_id, 36) is None
+        and identifier_problem("owner", owner, 128) is None
+        and identifier_problem("lease_token", token, 128) is None
+        and 0 <= requested <= MAX_SAFE_INTEGER
+        and 1 <= duration <= MAX_LEASE_DURATION_MS
+    )
+    fields = {**CLAIM_PY, "run_id": run_id, "owner": owner, "lease_token": token, "requested_at_ms": requested,
+              "lease_duration_ms": duration}
+    try:
+        ClaimCommand(**fields)
+    except InvalidCommandError:
+        assert not valid
+    else:
+        assert valid
+    wire = {**CLAIM_WIRE, "runId": run_id, "owner": owner, "leaseToken": token, "requestedAtMs": requested,
+            "leaseDurationMs": duration}
+    try:
+        decode_claim_command(json.dumps(wire).encode())
+    except InvalidCommandError:
+        assert not valid
+    else:
+        assert valid
