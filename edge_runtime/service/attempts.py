@@ -118,6 +118,8 @@ class AttemptSupervisor:
         self.running: dict[str, RunningAttempt] = {}
         #: Log captures still being drained, by attempt id (may outlive the Attempt briefly).
         self._captures: dict[str, LogCapture] = {}
+        #: Ended Attempts whose Run Lease could not be completed yet.
+        self._uncompleted: set[str] = set()
 
     # ----------------------------------------------------------------- capacity
 
@@ -159,9 +161,12 @@ class AttemptSupervisor:
             return False  # another service took it, or it was cancelled meanwhile
         grant = self._worker.claim(run_id, attempt.id)
         if grant is None:
-            self._runs.finish_attempt(attempt.id, AttemptStatus.LOST, actor_id=actor,
-                                      reason="no run lease could be taken (no capacity, or not claimable)")
-            self._journal.warning("attempt.not_claimed", run=run_id, attempt=attempt.id)
+            if self._runs.get(run_id).cancel_requested_at_ms is not _UNSET:
+                status, reason = AttemptStatus.CANCELLED, "cancelled before the process was started"
+            else:
+                status, reason = AttemptStatus.LOST, "no run lease could be taken (no free slot in this session)"
+            self._runs.finish_attempt(attempt.id, status, actor_id=actor, reason=reason)
+            self._journal.warning("attempt.not_claimed", run=run_id, attempt=attempt.id, status=status.value)
             return False
         try:
             self._worker.begin_start(grant)
@@ -385,8 +390,17 @@ class AttemptSupervisor:
     def _complete_lease(self, attempt_id: str) -> None:
         try:
             self._worker.complete(attempt_id)
+            self._uncompleted.discard(attempt_id)
         except EdgeRuntimeError as exc:
-            self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc))
+            # An open grant would keep counting against this session's slots: retry it each tick.
+            self._uncompleted.add(attempt_id)
+            self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
+                                retryable=exc.retryable)
+
+    def retry_completions(self) -> None:
+        """Complete the grants whose completion failed earlier (e.g. the database was busy)."""
+        for attempt_id in list(self._uncompleted):
+            self._complete_lease(attempt_id)
 
     # ----------------------------------------------------------------- leases
 

@@ -64,6 +64,20 @@ def recover(
             journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
             outcome = "failed"
         counts[outcome] = counts.get(outcome, 0) + 1
+    counts["lost"] += end_abandoned(runs=runs, worker=worker, journal=journal, clock=clock,
+                                    abandon_after_ms=abandon_after_ms)
+    return counts
+
+
+def end_abandoned(
+    *, runs: LocalRunRepository, worker: WorkerSession, journal: Journal, clock: Clock, abandon_after_ms: int
+) -> int:
+    """End ``claimed`` Attempts that never got a Run Lease and are older than a lease; how many.
+
+    Run at start and at every fallback poll: a service that failed between creating an Attempt
+    and taking its lease (crash, busy database) would otherwise leave its Run ``dispatching``.
+    """
+    ended = 0
     now = read_now_ms(clock)
     for attempt in runs.active_attempts():
         if attempt.status is not AttemptStatus.CLAIMED or attempt.created_at_ms > now - abandon_after_ms:
@@ -71,10 +85,10 @@ def recover(
         try:
             if worker.lease_of(attempt.id) is None:
                 _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_ABANDONED)
-                counts["lost"] += 1
+                ended += 1
         except EdgeRuntimeError as exc:
             journal.error("recovery.failed", attempt=attempt.id, error=exc.code, detail=str(exc))
-    return counts
+    return ended
 
 
 def _recover_one(

@@ -44,7 +44,7 @@ from edge_runtime.service.executor import seal_inherited_descriptors
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
-from edge_runtime.service.recovery import recover
+from edge_runtime.service.recovery import end_abandoned, recover
 from edge_runtime.service.wake import WakeSocket
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import WorkerSession
@@ -174,8 +174,17 @@ class DeviceService:
                 supervisor.poll_adopted()
             if time.monotonic() >= next_fallback:
                 next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
+                self._sweep(runs, worker)
             worked = self._tick(worker, supervisor, dispatcher)
             callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, next_fallback))
+
+    def _sweep(self, runs: LocalRunRepository, worker: WorkerSession) -> None:
+        """The slow fallback poll's own chores (the tick that follows finds any missed work)."""
+        try:
+            end_abandoned(runs=runs, worker=worker, journal=self.journal, clock=self.clock,
+                          abandon_after_ms=self.config.run_lease_ms)
+        except EdgeRuntimeError as exc:
+            self.journal.error("service.sweep_failed", error=exc.code, detail=str(exc))
 
     def _tick(self, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher) -> bool:
         worked = False
@@ -189,6 +198,7 @@ class DeviceService:
             if now >= worker.next_heartbeat_at_ms():
                 worker.heartbeat(self.config.slots - supervisor.adopted_count)
             supervisor.renew_due(now)
+            supervisor.retry_completions()
         except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
             raise SessionLostError(f"the worker session of {worker.worker_id!r} was lost: {exc}") from exc
         except EdgeRuntimeError as exc:
