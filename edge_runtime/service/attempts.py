@@ -298,10 +298,21 @@ class AttemptSupervisor:
         if running.own_child:
             status = reap(running.identity.pid)
             if status is None:
-                return  # not yet reapable: the next readiness or SIGCHLD brings us back
+                # A readable pidfd means it exited; if it cannot be reaped it was reaped elsewhere.
+                # End it without a status rather than spin on a descriptor that stays readable.
+                if not self._leader_alive(running):
+                    self._leader_exited(running, None)
+                return
             self._leader_exited(running, status)
         else:
             self._leader_exited(running, None)
+
+    def _leader_alive(self, running: RunningAttempt) -> bool:
+        try:
+            return self._controller.leader_alive(running.identity)
+        except ProcfsUnavailableError as exc:
+            self._journal.error("attempt.poll_failed", attempt=running.attempt_id, detail=str(exc))
+            return False
 
     def reap_children(self) -> None:
         """SIGCHLD (no pidfds): reap every child of ours that has exited."""

@@ -71,6 +71,8 @@ class _Serve:
 
 
 def _kill_leftovers(db_path: Path) -> None:
+    if not db_path.exists():
+        return  # the service never got as far as creating it: nothing can have been started
     controller = LocalProcessController()
     with open_database(db_path, create=False) as db:
         runs = LocalRunRepository(db)
