@@ -11,9 +11,13 @@ Modules, one job each:
 - ``controller``: the identity-checked SIGTERM/SIGKILL of an Attempt's process group.
 - ``log_capture``: the per-Attempt FIFO pumped into a size-capped log file.
 - ``executor``: spawning an Attempt in its own session and process group.
+- ``attempts`` / ``running``: starting, watching and ending Attempts; the in-memory record.
+- ``worker``: this service's worker session and the Run Leases it holds.
 - ``watch``: noticing that a child or re-adopted process has exited (pidfd or slow poll).
 - ``wake``: the Unix datagram socket the CLI pokes after committing.
 - ``dispatcher``: claims due cancellation dispatches and records what the controller did.
 - ``recovery``: what a new worker session does with the Attempts of earlier ones.
 - ``loop`` / ``service``: the single-threaded event loop and its lifecycle.
+- ``journal``: the service's own log lines on stderr.
+- ``config``: the exact-shape TOML configuration with environment and flag overrides.
 """

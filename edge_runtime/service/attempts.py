@@ -27,7 +27,6 @@ so they end ``cancelled`` when a cancel was requested and ``lost`` (with the rea
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,7 +34,7 @@ import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_lease import ReleaseReason
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, ProcessIdentity
+from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord
 from edge_runtime.contract.worker_lease import RunNotStartableError
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
@@ -44,49 +43,11 @@ from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.log_capture import LogCapture, create_fifo, log_paths, open_child_output
 from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.running import REASON_ADOPTED_EXIT, RunningAttempt, describe_exit, exit_code_of
 from edge_runtime.service.watch import open_pidfd
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
 _UNSET = msgspec.UNSET
-
-REASON_ADOPTED_EXIT = "the process exited while re-adopted after a service restart; its exit status is unknown"
-
-
-def exit_code_of(status: int) -> int:
-    """``os.waitstatus_to_exitcode`` style (negative for a signal) -> shell style (128 + signal)."""
-    return 128 - status if status < 0 else status
-
-
-def describe_exit(status: int) -> str | None:
-    if status >= 0:
-        return None
-    try:
-        return f"terminated by {signal.Signals(-status).name}"
-    except ValueError:
-        return f"terminated by signal {-status}"
-
-
-class RunningAttempt:
-    """What the service holds in memory for one Attempt whose process it watches."""
-
-    __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path")
-
-    def __init__(
-        self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, own_child: bool, grant: RunGrant | None
-    ) -> None:
-        self.attempt_id = attempt_id
-        self.run_id = run_id
-        self.identity = identity
-        self.own_child = own_child
-        self.pidfd: int | None = None
-        self.grant = grant
-        #: (status, exit code, reason) decided at the leader's exit, applied after the SIGKILL step.
-        self.deferred: tuple[AttemptStatus, int | None, str | None] | None = None
-        #: Set when the process had to be killed because its identity could not be recorded.
-        self.failure: str | None = None
-        #: The Attempt's FIFO, unlinked when the Attempt ends.
-        self.fifo_path: Path | None = None
-
 
 class AttemptSupervisor:
     """Starts, watches and ends this service's Attempts. Single-threaded, driven by the loop."""
@@ -178,7 +139,7 @@ class AttemptSupervisor:
             return False
         return self._spawn(run, attempt, grant)
 
-    def _spawn(self, run, attempt: AttemptRecord, grant: RunGrant) -> bool:
+    def _spawn(self, run: RunRecord, attempt: AttemptRecord, grant: RunGrant) -> bool:
         actor = self._worker.owner
         log_path, fifo_path = log_paths(self._log_dir, attempt.id)
         argv = [] if run.command is _UNSET else list(run.command)

@@ -16,7 +16,8 @@ from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, ProcessI
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.service.attempts import REASON_ADOPTED_EXIT, AttemptSupervisor
+from edge_runtime.service.attempts import AttemptSupervisor
+from edge_runtime.service.running import REASON_ADOPTED_EXIT
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.journal import Journal
