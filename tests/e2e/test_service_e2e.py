@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import apsw
@@ -228,3 +229,29 @@ def test_an_attempt_gets_only_stdin_stdout_and_stderr(harness: Harness) -> None:
     detail = harness.wait_status(run_id, "succeeded")
     lines = Path(detail.attempts[-1].log_path).read_text().split()
     assert lines == ["0", "1", "2", "/dev/null"]
+
+
+def test_a_sigkill_deadline_survives_a_service_crash(harness: Harness) -> None:
+    first = harness.serve(grace_ms=1000)
+    ready = harness.tmp / "ready"
+    run_id = harness.submit("sh", "-c", f"trap '' TERM; echo $$ > {ready}; while :; do sleep 0.1; done")
+    leader = harness.wait_running(run_id)
+    _pids(ready, 1)
+    harness.cli("cancel", run_id)
+    wait_for(lambda: "run.cancel_dispatched" in harness.event_types(run_id), "the SIGTERM dispatch")
+    assert first.stop(signal.SIGKILL) == -signal.SIGKILL  # dies before the grace is over
+    deadline = harness.detail(run_id).attempts[-1].kill_deadline_at_ms
+    wait_for(lambda: os.path.exists(ready) and time_ms() > deadline + 200, "the deadline to pass unserved")
+    assert not process_gone(leader.pid)  # nobody enforced it while no service ran
+
+    second = harness.serve(grace_ms=1000)
+    detail = harness.wait_status(run_id, "cancelled")
+    wait_for(lambda: process_gone(leader.pid), "the overdue SIGKILL to be enforced")
+    assert "kill.enforced" in second.log()
+    kill = [e for e in harness.events(run_id) if e.type == "run.kill_sent"]
+    assert [e.payload["outcome"] for e in kill] == ["killed"]
+    assert detail.attempts[-1].killed_at_ms >= deadline
+
+
+def time_ms() -> int:
+    return time.time_ns() // 1_000_000
