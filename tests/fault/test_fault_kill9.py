@@ -62,8 +62,11 @@ class _Campaign:
         self.db_path = self.device / "edge-runtime.db"
         self.starts = self.harness / "starts.log"
         self.tokens = self.harness / "tokens.log"
+        # Short leases, so that an Attempt whose service died before it took the Run Lease is
+        # abandoned (and its cancel can end) within the settle phase rather than after a minute.
         self.env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", FAULT_TOKEN_LOG=str(self.tokens),
-                        STARTS=str(self.starts))
+                        STARTS=str(self.starts), EDGE_RUNTIME_RUN_LEASE_MS="3000",
+                        EDGE_RUNTIME_SESSION_LEASE_MS="3000")
         for variable in ("EDGE_RUNTIME_CONFIG", "EDGE_RUNTIME_DB"):
             self.env.pop(variable, None)
         self.services: list[subprocess.Popen] = []
