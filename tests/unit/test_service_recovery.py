@@ -140,8 +140,12 @@ def test_an_attempt_abandoned_before_its_lease_is_lost_only_when_old(setup: Setu
     assert setup.runs.get_attempt(fresh).status is AttemptStatus.CLAIMED
 
 
+@pytest.mark.parametrize("pidfds", [True, False], ids=["pidfd", "proc-poll"])
 def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup, clock: ManualClock,
-                                                                   live_group: ProcessIdentity) -> None:
+                                                                   live_group: ProcessIdentity, pidfds: bool,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    if not pidfds:  # an old router kernel: exits of re-adopted processes are found by polling /proc
+        monkeypatch.setattr("edge_runtime.service.attempts.open_pidfd", lambda pid: None)
     attempt_id = setup.attempt(until="running", identity=live_group)
     loop = EventLoop()
     log = io.StringIO()
@@ -150,6 +154,7 @@ def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup,
         assert counts["adopted"] == 1
         assert set(supervisor.running) == {attempt_id}
         assert supervisor.adopted_count == 1
+        assert supervisor.needs_poll() is (not pidfds)
         assert setup.runs.get_attempt(attempt_id).status is AttemptStatus.RUNNING
         os.killpg(live_group.pgid, signal.SIGKILL)
         deadline = time.monotonic() + 10

@@ -1,0 +1,117 @@
+"""The attempt supervisor in-process: real processes, real repositories, a manual clock."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, SubmitRunCommand
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.attempts import AttemptSupervisor
+from edge_runtime.service.controller import LocalProcessController
+from edge_runtime.service.journal import Journal
+from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.process_identity import read_boot_id
+from edge_runtime.service.worker import WorkerSession
+
+
+class Rig:
+    def __init__(self, db: LocalDatabase, tmp_path: Path, slots: int) -> None:
+        self.runs = LocalRunRepository(db)
+        self.worker = WorkerSession(db, worker_id="w", slots=slots, session_lease_ms=30_000, run_lease_ms=60_000)
+        self.worker.register()
+        self.loop = EventLoop()
+        self.log = io.StringIO()
+        self.supervisor = AttemptSupervisor(
+            runs=self.runs, worker=self.worker, controller=LocalProcessController(), loop=self.loop,
+            journal=Journal(self.log), slots=slots, log_dir=tmp_path / "logs", log_max_bytes=4096,
+            boot_id=read_boot_id(),
+        )
+
+    def submit(self, *argv: str) -> str:
+        return self.runs.submit(SubmitRunCommand(argv=list(argv))).id
+
+    def drive_until_idle(self, timeout: float = 10.0) -> None:
+        """Run the loop's callbacks (and the SIGCHLD fallback) until nothing is watched."""
+        deadline = time.monotonic() + timeout
+        while self.supervisor.running:
+            assert time.monotonic() < deadline, "attempts did not end"
+            for callback in self.loop.wait(0.05):
+                callback()
+            self.supervisor.reap_children()
+
+    def close(self) -> None:
+        for running in list(self.supervisor.running.values()):
+            try:
+                os.killpg(running.identity.pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.drive_until_idle()
+        self.supervisor.close()
+        self.loop.close()
+
+
+@pytest.fixture(params=[True, False], ids=["pidfd", "sigchld"])
+def rig(request: pytest.FixtureRequest, db: LocalDatabase, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
+    if not request.param:
+        monkeypatch.setattr("edge_runtime.service.attempts.open_pidfd", lambda pid: None)
+    r = Rig(db, tmp_path, slots=1)
+    yield r
+    r.close()
+
+
+def test_exit_code_and_output_are_kept(rig: Rig) -> None:
+    run_id = rig.submit("sh", "-c", "echo out; echo err >&2; exit 3")
+    assert rig.supervisor.start_queued() == 1
+    rig.drive_until_idle()
+    attempt = rig.runs.attempts(run_id)[-1]
+    assert (attempt.status, attempt.exit_code) == (AttemptStatus.FAILED, 3)
+    assert rig.runs.get(run_id).status.value == "failed"
+    assert Path(attempt.log_path).read_text() == "out\nerr\n"
+    assert not Path(attempt.log_path).with_suffix(".fifo").exists()
+    assert rig.worker.lease_of(attempt.id).status.value == "completed"
+
+
+def test_slots_bound_how_many_run_at_once(rig: Rig) -> None:
+    first = rig.submit("sleep", "0.2")
+    second = rig.submit("true")
+    assert rig.supervisor.start_queued() == 1
+    assert rig.supervisor.start_queued() == 0  # one slot, taken
+    assert rig.runs.get(second).status.value == "queued"
+    rig.drive_until_idle()
+    assert rig.supervisor.start_queued() == 1
+    rig.drive_until_idle()
+    assert [rig.runs.get(r).status.value for r in (first, second)] == ["succeeded", "succeeded"]
+
+
+def test_a_missing_program_fails_the_attempt_with_the_reason(rig: Rig) -> None:
+    run_id = rig.submit("definitely-not-a-program")
+    assert rig.supervisor.start_queued() == 0
+    attempt = rig.runs.attempts(run_id)[-1]
+    assert attempt.status is AttemptStatus.FAILED
+    assert attempt.end_reason.startswith("cannot start 'definitely-not-a-program'")
+    assert rig.supervisor.running == {}
+
+
+def test_a_cancel_that_lands_before_the_start_means_no_process(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    run_id = rig.submit("sleep", "60")
+    claim = WorkerSession.claim
+
+    def cancel_then_claim(self: WorkerSession, run: str, attempt: str):
+        rig.runs.request_cancel(CancelRunCommand(run_id=run))
+        return claim(self, run, attempt)
+
+    monkeypatch.setattr(WorkerSession, "claim", cancel_then_claim)
+    assert rig.supervisor.start_queued() == 0
+    attempt = rig.runs.attempts(run_id)[-1]
+    assert attempt.status is AttemptStatus.CANCELLED
+    assert attempt.identity is None  # never spawned
+    assert rig.runs.get(run_id).status.value == "cancelled"
