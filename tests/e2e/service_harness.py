@@ -89,14 +89,19 @@ class Harness:
         return result
 
     def serve(
-        self, *flags: str, worker_id: str = "e2e-worker", grace_ms: int = 1000, pass_fds: tuple[int, ...] = ()
+        self,
+        *flags: str,
+        worker_id: str = "e2e-worker",
+        grace_ms: int = 1000,
+        pass_fds: tuple[int, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> Service:
         log_path = self.tmp / f"serve-{len(self.services)}.log"
         with open(log_path, "wb") as log:
             process = subprocess.Popen(
                 [sys.executable, "-m", "edge_runtime", "--db", str(self.db_path), "serve",
                  "--worker-id", worker_id, "--grace-ms", str(grace_ms), "--poll-interval-ms", "5000", *flags],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=self.env, pass_fds=pass_fds,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env={**self.env, **(env or {})}, pass_fds=pass_fds,
             )
         service = Service(process, log_path)
         self.services.append(service)

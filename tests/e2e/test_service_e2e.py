@@ -255,3 +255,22 @@ def test_a_sigkill_deadline_survives_a_service_crash(harness: Harness) -> None:
 
 def time_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def test_a_second_service_with_the_same_worker_id_takes_over_without_running_twice(harness: Harness) -> None:
+    fast = {"EDGE_RUNTIME_SESSION_LEASE_MS": "1000"}  # heartbeat every ~333 ms
+    first = harness.serve(env=fast)
+    run_id = harness.submit("sleep", "60")
+    leader = harness.wait_running(run_id)
+
+    second = harness.serve(env=fast)  # same worker id: a new session, generation 2
+    second.wait_log("attempt.adopted")
+    assert first.process.wait(15) == 1  # its session was replaced: it stops, leaving the run alone
+    assert "[SERVICE_SESSION_LOST]" in first.log()
+    assert read_identity(leader.pid) == leader
+    assert len(harness.detail(run_id).attempts) == 1
+
+    harness.cli("cancel", run_id)
+    detail = harness.wait_status(run_id, "cancelled")
+    wait_for(lambda: process_gone(leader.pid), "the taken-over process to be gone")
+    assert len(detail.attempts) == 1
