@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import apsw
 import msgspec
 import pytest
 
@@ -822,3 +823,66 @@ def test_wrong_command_types_and_bad_ids_are_invalid_commands(repo: LocalWorkerL
         repo.find_session("")
     with pytest.raises(InvalidWorkerLeaseCommandError, match="attempt_id must be at most 36 characters"):
         repo.find_lease("a" * 37)
+
+
+# =========================================================================== schema
+
+
+def test_the_capacity_count_uses_the_partial_active_lease_index(db: LocalDatabase) -> None:
+    plan = db.connection.execute(
+        "EXPLAIN QUERY PLAN SELECT count(*) FROM run_dispatch_leases "
+        "WHERE worker_id = ? AND session_generation = ? AND status = 'leased' AND attempt_id <> ?",
+        ("w", 1, "a"),
+    ).fetchall()
+    assert any("run_dispatch_leases_active" in row[-1] for row in plan), plan
+    indexes = {row[0] for row in db.connection.execute(
+        "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN ('worker_sessions', 'run_dispatch_leases') "
+        "AND sql IS NOT NULL")}
+    assert indexes == {"run_dispatch_leases_active"}
+
+
+@pytest.mark.parametrize(
+    ("sql", "params"),
+    [
+        # draining and offline sessions report no capacity
+        ("UPDATE worker_sessions SET status = 'draining'", ()),
+        ("UPDATE worker_sessions SET available_slots = max_concurrent_runs + 1", ()),
+        ("UPDATE worker_sessions SET max_concurrent_runs = 65, available_slots = 0", ()),
+        ("UPDATE worker_sessions SET status = 'gone', available_slots = 0", ()),
+        ("UPDATE worker_sessions SET generation = 5", ()),  # version must be >= generation - 1
+        ("UPDATE worker_sessions SET capabilities_hash = 'ABC'", ()),
+        # terminal shape of leases
+        ("UPDATE run_dispatch_leases SET status = 'released'", ()),
+        ("UPDATE run_dispatch_leases SET status = 'released', released_at_ms = acquired_at_ms, "
+         "release_reason = 'declined', started_at_ms = acquired_at_ms", ()),
+        ("UPDATE run_dispatch_leases SET status = 'completed'", ()),
+        ("UPDATE run_dispatch_leases SET completed_at_ms = acquired_at_ms", ()),
+        ("UPDATE run_dispatch_leases SET token_digest = ?", ("raw-token",)),
+        ("UPDATE run_dispatch_leases SET lease_generation = version + 1", ()),
+        ("UPDATE run_dispatch_leases SET expires_at_ms = acquired_at_ms", ()),
+        # the Attempt projection is all or nothing
+        ("UPDATE run_attempts SET lease_offer_id = NULL", ()),
+        ("UPDATE run_attempts SET lease_token_digest = ?", ("raw-token",)),
+    ],
+)
+def test_the_schema_refuses_rows_that_break_the_shape(
+    repo: LocalWorkerLeaseRepository, db: LocalDatabase, sql: str, params: tuple[Any, ...]
+) -> None:
+    session = _register(repo)
+    seed_run(db.connection, "r1", "a1")
+    _claim(repo, session, "r1", "a1")
+    before = snapshot(db.connection)
+    with pytest.raises(apsw.ConstraintError):
+        db.connection.execute(sql, params)
+    assert snapshot(db.connection) == before
+
+
+def test_a_draining_session_may_still_start_what_it_already_claimed(
+    repo: LocalWorkerLeaseRepository, db: LocalDatabase
+) -> None:
+    session = _register(repo)
+    seed_run(db.connection, "r1", "a1")
+    lease = _claim(repo, session, "r1", "a1")
+    repo.drain(drain_cmd(session))
+    assert repo.begin_start(start_cmd(lease)).lease.started_at_ms is not msgspec.UNSET
+    assert _attempt_status(db, "a1") == "starting"
