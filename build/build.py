@@ -141,11 +141,23 @@ def publish_tarball(folder: Path) -> Path:
     return final
 
 
-def write_stamp(fingerprint: str, outputs: list[Path]) -> None:
-    record = {"fingerprint": fingerprint, "outputs": {p.name: p.stat().st_size for p in outputs}}
+def write_stamp(fingerprint: str, options: list[str], outputs: list[Path]) -> None:
+    record = {"fingerprint": fingerprint, "options": options, "outputs": {p.name: p.stat().st_size for p in outputs}}
     temp = STAMP.with_name(STAMP.name + ".tmp")
     temp.write_text(json.dumps(record, indent=2) + "\n")
     _publish(temp, STAMP)
+
+
+def dist_is_current() -> bool:
+    """Whether dist/ holds a build of the sources as they are now (whatever options it was built with).
+
+    The built-binary smoke test uses this to skip, rather than fail, on a stale local dist/.
+    """
+    try:
+        record = json.loads(STAMP.read_text())
+    except FileNotFoundError:
+        return False
+    return up_to_date(input_fingerprint(list(record.get("options", []))))
 
 
 def up_to_date(fingerprint: str) -> bool:
@@ -229,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     except (BuildError, OSError, tarfile.TarError) as exc:
         sys.stderr.write(f"Error: build failed: {exc}\n")
         return 1
-    write_stamp(fingerprint, [onefile, tarball])
+    write_stamp(fingerprint, onefile_args + onefolder_args, [onefile, tarball])
     for path in (onefile, tarball):
         print(f"== built {path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")
     return 0

@@ -92,6 +92,7 @@ def exercise_fallbacks() -> dict[str, object]:
         "warning": str(caught[0].message) if caught else None,
         "shutil_which_sh": shutil.which("sh") is not None,
         "toml": msgspec.toml.decode(b'slots = 2\nname = "x"\n'),
+        "decimal": msgspec.json.decode(b'"1.10"', type=__import__("decimal").Decimal).as_tuple()[1],
     }
 
 

@@ -96,6 +96,7 @@ def test_fallback_modules_have_a_working_fallback(blocked_run, exclusions) -> No
     assert values["warning"] == "probe"  # tracemalloc
     assert values["shutil_which_sh"] is True  # bz2, lzma (shutil imports them guarded)
     assert values["toml"] == {"slots": 2, "name": "x"}
+    assert values["decimal"] == [1, 1, 0]  # _decimal -> _pydecimal, through msgspec
 
 
 def test_frozen_modules_come_from_the_interpreter(blocked_run) -> None:

@@ -1,0 +1,219 @@
+"""Smoke test of the built artifacts: the executable, not the source tree, does the work.
+
+Runs against ``$EDGE_RUNTIME_ARTIFACT_DIR`` (default: dist/), both forms: the one-file executable and
+the one-folder build unpacked from its tarball. Without a current build it skips, saying why; CI
+(.ci/run) runs it right after ``make build`` with ``EDGE_RUNTIME_REQUIRE_ARTIFACT=1``, where a
+missing or stale build fails instead.
+
+The executables run in a temp directory with a scrubbed environment (no PYTHONPATH, no venv), so
+nothing of the source tree can stand in for what the artifact lacks; the stdlib modules the build
+excludes are really absent there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from edge_runtime import __version__
+from tests.artifact.conftest import ROOT, load_path_module
+
+ARTIFACT_DIR_ENV = "EDGE_RUNTIME_ARTIFACT_DIR"
+REQUIRE_ENV = "EDGE_RUNTIME_REQUIRE_ARTIFACT"
+LIVENESS_TIMEOUT_S = 30.0  # a guard against hanging, not a performance assertion
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get(REQUIRE_ENV) == "1":
+        pytest.fail(f"{reason} ({REQUIRE_ENV}=1: CI must test the artifact it just built)")
+    pytest.skip(f"{reason}; run `make build` (CI runs this right after building)")
+
+
+def _artifact_dir() -> Path:
+    return Path(os.environ.get(ARTIFACT_DIR_ENV) or ROOT / "dist")
+
+
+@pytest.fixture(scope="module", params=["onefile", "onefolder"])
+def executable(request, tmp_path_factory) -> Path:
+    dist = _artifact_dir()
+    if ARTIFACT_DIR_ENV not in os.environ:
+        build = load_path_module("edge_runtime_build_script", ROOT / "build" / "build.py")
+        if (dist / "edge-runtime").exists() and not build.dist_is_current():
+            _unavailable("dist/ holds a build of older sources")
+    if request.param == "onefile":
+        path = dist / "edge-runtime"
+        if not path.is_file():
+            _unavailable(f"no one-file build at {path}")
+        return path
+    tarballs = sorted(dist.glob("edge-runtime-*.tar.xz"))
+    if not tarballs:
+        _unavailable(f"no one-folder tarball in {dist}")
+    target = tmp_path_factory.mktemp("onefolder")
+    with tarfile.open(tarballs[-1]) as tar:
+        tar.extractall(target, filter="data")
+    (folder,) = target.iterdir()
+    return folder / "edge-runtime"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """A scrubbed environment: nothing points back into the source tree or the venv."""
+    home = tmp_path / "home"
+    home.mkdir()
+    unpack = tmp_path / "unpack"
+    unpack.mkdir()
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+        "TMPDIR": str(unpack),  # the one-file build unpacks here (see README: unpack directory)
+        "LANG": "C.UTF-8",
+        "COLUMNS": "100",
+    }
+
+
+def run(executable: Path, args: list[str], env: dict[str, str], cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(executable), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=LIVENESS_TIMEOUT_S, **kwargs
+    )
+
+
+def wait_for(predicate: Callable[[], object], what: str) -> object:
+    deadline = time.monotonic() + LIVENESS_TIMEOUT_S
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"timed out after {LIVENESS_TIMEOUT_S} s waiting for {what}")
+
+
+def test_version(executable, env, tmp_path) -> None:
+    result = run(executable, ["--version"], env, tmp_path)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"edge-runtime {__version__}\n", "")
+
+
+def test_help_is_the_same_as_from_source(executable, env, tmp_path) -> None:
+    # optimize=2 drops docstrings; the help must not have depended on them.
+    built = run(executable, ["--help"], env, tmp_path)
+    source = subprocess.run(
+        [sys.executable, "-m", "edge_runtime", "--help"],
+        env={**env, "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert built.returncode == 0 and source.returncode == 0
+    assert built.stdout == source.stdout
+
+
+def test_creates_a_database_and_checks_it(executable, env, tmp_path) -> None:
+    db = tmp_path / "state" / "edge.db"
+    migrated = run(executable, ["--db", str(db), "migrate"], env, tmp_path)
+    assert migrated.returncode == 0, migrated.stderr
+    assert db.is_file()
+    checked = run(executable, ["--db", str(db), "check", "--json"], env, tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["ok"] is True
+    # Every migration of the source tree is inside the artifact (edge_runtime/_migrations).
+    latest = sorted((ROOT / "local_migrations").glob("*.sql"))[-1].stem
+    (migrations,) = [c for c in report["checks"] if c["name"] == "migrations"]
+    assert migrations["detail"].endswith(f"latest {latest}")
+    # The one-file build cleaned up the directory it unpacked into.
+    assert list(Path(env["TMPDIR"]).iterdir()) == []
+
+
+def test_a_non_ascii_path_works_under_the_c_locale(executable, env, tmp_path) -> None:
+    # UTF-8 mode is baked in, so the trimmed codecs are never needed, whatever the router's locale.
+    db = tmp_path / "数据" / "édge.db"
+    result = run(executable, ["--db", str(db), "migrate"], {**env, "LANG": "C", "LC_ALL": "C"}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert db.is_file()
+
+
+def test_bad_usage_is_a_clear_error(executable, env, tmp_path) -> None:
+    result = run(executable, ["--db", str(tmp_path / "missing.db"), "check"], env, tmp_path)
+    assert result.returncode == 1
+    assert result.stderr.startswith("Error: ") and "Traceback" not in result.stderr
+
+
+def test_the_interpreter_options_are_baked_in(executable) -> None:
+    from PyInstaller.archive.readers import CArchiveReader
+
+    options = CArchiveReader(str(executable)).options
+    assert options.count("O") == 2 and "X utf8" in options
+
+
+@pytest.fixture
+def service(executable, env, tmp_path) -> Iterator[tuple[Path, subprocess.Popen]]:
+    help_text = run(executable, ["--help"], env, tmp_path).stdout
+    if "serve" not in help_text.split():
+        pytest.skip("this build has no serve command yet")
+    db = tmp_path / "svc" / "edge.db"
+    log = open(tmp_path / "serve.log", "w")
+    process = subprocess.Popen(
+        [str(executable), "--db", str(db), "serve", "--grace-ms", "2000"],
+        env=env,
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        wait_for(lambda: "service.started" in (tmp_path / "serve.log").read_text(), "serve to start")
+        yield db, process
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=LIVENESS_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        log.close()
+
+
+@pytest.mark.e2e
+def test_serves_runs_a_command_and_cancels_it(executable, service, env, tmp_path) -> None:
+    db, process = service
+    submitted = run(executable, ["--db", str(db), "submit", "--name", "smoke", "--", "sleep", "60"], env, tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+
+    def show() -> dict:
+        result = run(executable, ["--db", str(db), "show", run_id, "--json"], env, tmp_path)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    running = wait_for(lambda: (s := show())["status"] == "running" and s["attempts"][0].get("pid") and s, "the run to start")
+    pid = running["attempts"][0]["pid"]
+    assert os.path.exists(f"/proc/{pid}")
+
+    cancelled = run(executable, ["--db", str(db), "cancel", run_id, "--reason", "smoke test"], env, tmp_path)
+    assert cancelled.returncode == 0, cancelled.stderr
+    final = wait_for(lambda: (s := show())["status"] == "cancelled" and s, "the run to be cancelled")
+    assert final["attempts"][0]["status"] == "cancelled"
+    assert final["cancelRequestedAtMs"] > 0
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}") or _is_zombie(pid), "the command's process to be gone")
+
+    if executable.parent == _artifact_dir():  # the one-file build unpacked itself into $TMPDIR
+        assert [p.name.startswith("_MEI") for p in Path(env["TMPDIR"]).iterdir()] == [True]
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=LIVENESS_TIMEOUT_S) == 0
+    assert list(Path(env["TMPDIR"]).iterdir()) == []  # and removed it on a clean stop
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
+    except FileNotFoundError:
+        return True
