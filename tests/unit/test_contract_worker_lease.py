@@ -10,6 +10,8 @@ from typing import Any, Callable
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from edge_runtime.contract import run_lease as rl
 from edge_runtime.contract import worker_session as ws
@@ -32,7 +34,10 @@ from edge_runtime.contract.worker_lease import (
     capabilities_hash,
     digest_run_lease_token,
     encode,
+    identifier_ok,
+    int_ok,
 )
+from edge_runtime.contract.validation import identifier_problem, int_problem
 
 UNSET = msgspec.UNSET
 DIGEST = "ab" * 32
@@ -384,3 +389,50 @@ def test_contract_modules_import_no_database_code() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------------------- fast paths
+
+
+@given(value=st.one_of(st.text(max_size=12), st.integers(), st.booleans(), st.none(), st.binary(max_size=4)),
+       max_length=st.integers(1, 10))
+def test_the_fast_identifier_check_accepts_exactly_what_the_worded_check_accepts(value: Any, max_length: int) -> None:
+    assert identifier_ok(value, max_length) is (identifier_problem("x", value, max_length) is None)
+
+
+@given(value=st.one_of(st.integers(-5, 20), st.booleans(), st.floats(0, 10), st.text(max_size=2)),
+       low=st.integers(0, 5), high=st.integers(5, 15))
+def test_the_fast_int_check_accepts_exactly_what_the_worded_check_accepts(value: Any, low: int, high: int) -> None:
+    assert int_ok(value, low, high) is (int_problem("x", value, low, high) is None)
+
+
+@given(
+    worker_id=st.text(max_size=130), session_id=st.text(max_size=66), generation=st.integers(-1, 3),
+    attempt_id=st.text(max_size=38), token=st.text(max_size=130), version=st.integers(-1, 3),
+    duration=st.integers(-1, MAX_RUN_LEASE_DURATION_MS + 1), event_id=st.text(max_size=38),
+)
+def test_lease_commands_built_in_python_accept_exactly_the_valid_values(
+    worker_id: str, session_id: str, generation: int, attempt_id: str, token: str, version: int, duration: int,
+    event_id: str,
+) -> None:
+    fence = dict(worker_id=worker_id, session_id=session_id, session_generation=generation, attempt_id=attempt_id,
+                 lease_token=token, expected_version=version)
+    valid = all(
+        problem is None
+        for problem in (
+            identifier_problem("w", worker_id, 128), identifier_problem("s", session_id, 64),
+            int_problem("g", generation, 1, MAX_VERSION), identifier_problem("a", attempt_id, 36),
+            identifier_problem("t", token, 128), int_problem("v", version, 1, MAX_VERSION),
+        )
+    )
+    for build, extra_ok in (
+        (lambda: rl.RenewRunLeaseCommand(**fence, lease_duration_ms=duration),
+         int_problem("d", duration, 1, MAX_RUN_LEASE_DURATION_MS) is None),
+        (lambda: rl.ReleaseRunLeaseCommand(**fence, reason="declined", event_id=event_id),
+         identifier_problem("e", event_id, 36) is None),
+    ):
+        if valid and extra_ok:
+            build()
+        else:
+            with pytest.raises(InvalidWorkerLeaseCommandError):
+                build()
