@@ -121,7 +121,12 @@ def apply_pending(connection: apsw.Connection, db_path: str, pending: list[Migra
                 connection.execute("ROLLBACK")
                 continue
             connection.execute(_SCHEMA_MIGRATIONS_DDL)
-            connection.execute(migration.sql)
+            # apsw runs a multi-statement script lazily: it stops at the first statement that
+            # returns rows (a SELECT, a PRAGMA) and runs the rest only as the cursor is read.
+            # Read it to the end, or a script with such a statement would be recorded as applied
+            # with its later statements never run.
+            for _ in connection.execute(migration.sql):
+                pass
             connection.execute(
                 "INSERT INTO schema_migrations (id, checksum, applied_at_ms) VALUES (?, ?, ?)",
                 (migration.id, migration.checksum, read_now_ms(clock)),

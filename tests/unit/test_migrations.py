@@ -162,6 +162,26 @@ def test_a_failing_migration_stays_pending_and_nothing_is_half_applied(
     assert applied[NOTES] == hashlib.sha256(broken.read_bytes()).hexdigest()
 
 
+def test_a_migration_with_row_returning_statements_runs_to_its_end(
+    db_path: Path, clock: ManualClock, migration_copy: Path, use_migrations: Callable[[Path], None]
+) -> None:
+    (migration_copy / f"{NOTES}.sql").write_text(
+        "CREATE TABLE run_notes (id TEXT PRIMARY KEY NOT NULL) STRICT;\n"
+        "SELECT count(*) FROM runs;\n"
+        "PRAGMA table_info(run_notes);\n"
+        "CREATE TABLE run_note_tags (note_id TEXT NOT NULL REFERENCES run_notes (id)) STRICT;\n"
+        "INSERT INTO run_notes (id) VALUES ('n1');\n"
+    )
+    use_migrations(migration_copy)
+    open_database(db_path, clock=clock).close()
+    assert {"run_notes", "run_note_tags"} <= _tables(db_path)
+    connection = apsw.Connection(str(db_path))
+    try:
+        assert connection.execute("SELECT id FROM run_notes").fetchall() == [("n1",)]
+    finally:
+        connection.close()
+
+
 def test_migrations_are_recorded_with_the_injected_clock(db_path: Path) -> None:
     open_database(db_path, clock=ManualClock(42)).close()
     connection = apsw.Connection(str(db_path))
