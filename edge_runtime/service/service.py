@@ -34,6 +34,7 @@ from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, Wo
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
 from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.config import ServiceConfig
@@ -82,7 +83,9 @@ class DeviceService:
         self.config = config
         self.journal = journal or Journal()
         self.controller = controller or LocalProcessController()
-        self.clock = clock or SystemClock()
+        # Routers boot at 1970 and jump on NTP sync: never hand out a time below what was stored.
+        self.clock = clock or GuardedClock(SystemClock(), on_jump=self._on_clock_jump)
+        self._clock_db: LocalDatabase | None = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -99,6 +102,9 @@ class DeviceService:
         except OSError as exc:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
         with open_database(self.db_path, clock=self.clock) as db:
+            if isinstance(self.clock, GuardedClock):
+                restore_floor(self.clock, db)
+                self._clock_db = db
             loop = EventLoop()
             try:
                 return self._serve(db, loop, boot_id, log_dir)
@@ -186,13 +192,27 @@ class DeviceService:
         except EdgeRuntimeError as exc:
             self.journal.error("service.sweep_failed", error=exc.code, detail=str(exc))
 
+    def _on_clock_jump(self, jump: ClockJump) -> None:
+        self.journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
+                             wall_ms=jump.wall_ms, guarded_ms=jump.guarded_ms, at_boot=jump.at_boot)
+
+    def _persist_clock(self) -> None:
+        """The guarded clock's watermark and jump events: one short transaction per interval."""
+        if isinstance(self.clock, GuardedClock) and self._clock_db is not None:
+            try:
+                self.clock.maybe_persist(self._clock_db)
+            except EdgeRuntimeError as exc:
+                self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
+
     def _tick(self, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher) -> bool:
         worked = False
+        self._persist_clock()
         try:
             worked |= dispatcher.dispatch_due() > 0
             enforced = dispatcher.enforce_kills()
             worked |= bool(enforced)
             supervisor.on_kill_enforced(enforced)
+            supervisor.settle_deferred()
             worked |= supervisor.start_queued() > 0
             now = read_now_ms(self.clock)
             if now >= worker.next_heartbeat_at_ms():
