@@ -15,6 +15,7 @@ import platform
 import shutil
 import sys
 import time
+import traceback
 from pathlib import Path
 
 BENCH_DIR = Path(__file__).resolve().parent
@@ -66,15 +67,23 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"python {platform.python_version()}, SQLite {apsw.sqlite_lib_version()}, apsw {apsw.apsw_version()}, "
           f"{platform.machine()}, workdir {base} ({fs}){', quick' if args.quick else ''}")
+    failed = []
     for name in names:
         workdir = base / name
         shutil.rmtree(workdir, ignore_errors=True)
         workdir.mkdir(parents=True)
-        module = importlib.import_module(f"bench_{name}")
-        print(f"\n== {name}")
+        print(f"\n== {name}", flush=True)
         started = time.monotonic()
-        module.run(workdir, args.quick)
-        print(f"({name}: {time.monotonic() - started:.1f} s)")
+        try:
+            module = importlib.import_module(f"bench_{name}")
+            module.run(workdir, args.quick)
+        except Exception:  # one broken module must not hide the others' figures
+            traceback.print_exc()
+            failed.append(name)
+        print(f"({name}: {time.monotonic() - started:.1f} s)", flush=True)
+    if failed:
+        print(f"Error: benchmark module(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -271,10 +271,7 @@ def test_retry_wait_is_due_exactly_at_now_plus_delay(
     assert handle.dispatch.last_result is DispatchResult.HANDLE_MISSING
 
 
-def test_retry_wait_after_a_blocking_result_is_not_possible_but_leased_keeps_last_result(
-    repo: LocalCancellationDispatchRepository,
-) -> None:
-    # A blocking result ends in blocked; a retryable one never loses its last_result on re-lease.
+def test_a_blocking_result_given_as_a_plain_string_blocks(repo: LocalCancellationDispatchRepository) -> None:
     claimed(repo)
     outcome = repo.record_result(record_cmd(version=1, result="unsupported"))
     assert outcome.dispatch.status is DispatchStatus.BLOCKED
