@@ -48,6 +48,7 @@ from edge_runtime.service.watch import open_pidfd
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
 _UNSET = msgspec.UNSET
+_ACTIVE = (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING)
 
 class AttemptSupervisor:
     """Starts, watches and ends this service's Attempts. Single-threaded, driven by the loop."""
@@ -345,6 +346,16 @@ class AttemptSupervisor:
         for attempt_id in attempt_ids:
             running = self.running.get(attempt_id)
             if running is not None and running.deferred is not None:
+                end, code, reason = running.deferred
+                self.finish(running, end, code, reason)
+
+    def settle_deferred(self) -> None:
+        """End deferred Attempts whose SIGKILL step another service already took."""
+        for running in list(self.running.values()):
+            if running.deferred is None:
+                continue
+            attempt = self._runs.get_attempt(running.attempt_id)
+            if attempt is None or attempt.killed_at_ms is not _UNSET or attempt.status not in _ACTIVE:
                 end, code, reason = running.deferred
                 self.finish(running, end, code, reason)
 

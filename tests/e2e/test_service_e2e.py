@@ -274,3 +274,22 @@ def test_a_second_service_with_the_same_worker_id_takes_over_without_running_twi
     detail = harness.wait_status(run_id, "cancelled")
     wait_for(lambda: process_gone(leader.pid), "the taken-over process to be gone")
     assert len(detail.attempts) == 1
+
+
+def test_a_child_ignoring_sigterm_is_killed_after_its_leader_exited(harness: Harness) -> None:
+    harness.serve(grace_ms=2500)  # room for the checks made between the SIGTERM and the SIGKILL
+    pids = harness.tmp / "pids"
+    run_id = harness.submit(
+        "sh", "-c", f"(trap '' TERM; while :; do sleep 0.1; done) & echo $! > {pids}; wait"
+    )
+    leader = harness.wait_running(run_id)
+    [stubborn] = _pids(pids, 1)
+    harness.cli("cancel", run_id)
+    wait_for(lambda: process_gone(leader.pid), "the shell to die of SIGTERM")
+    assert not process_gone(stubborn)
+    assert harness.detail(run_id).status.value == "running"  # held open until the SIGKILL step
+    detail = harness.wait_status(run_id, "cancelled")
+    wait_for(lambda: process_gone(stubborn), "the leftover group member to be killed")
+    assert detail.attempts[-1].exit_code == 128 + signal.SIGTERM  # the leader's own status
+    kill = [e for e in harness.events(run_id) if e.type == "run.kill_sent"]
+    assert [e.payload["outcome"] for e in kill] == ["killed"]
