@@ -1,0 +1,237 @@
+"""Driving real ``edge-runtime serve`` processes for the service-level campaigns (kill -9, clock
+jumps): spawn through the :mod:`fault_serve` launcher (token log, shiftable clock), submit and
+cancel from this process, check the database between lives, and clean up every process.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+from edge_runtime.contract.runs import CancelRunCommand, ProcessIdentity, RunError, SubmitRunCommand
+from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.controller import LocalProcessController
+from edge_runtime.service.process_identity import group_members
+from edge_runtime.service.wake import poke
+from fault_workloads import stored_problems
+
+HERE = Path(__file__).resolve().parent
+GRACE_MS = 300
+SETTLE_S = 40.0
+
+#: Commands by kind. Each logs "<label> <attempt id> <pid>" when it starts, so a second start of
+#: the same Attempt shows as a repeated attempt id.
+_LOG_START = 'echo "$0 $EDGE_RUNTIME_ATTEMPT_ID $$" >> "$STARTS"; '
+_COMMANDS = {
+    "quick": _LOG_START + "exec sleep 0.3",
+    "long": _LOG_START + "exec sleep 4",
+    "stubborn": _LOG_START + "trap '' TERM; sleep 3; sleep 1",
+    "family": _LOG_START + "sleep 4 & sleep 4; wait",
+}
+
+
+class ServiceCampaign:
+    def __init__(self, root: Path, rng: random.Random, *, clock_offset_ms: int | None = None) -> None:
+        self.rng = rng
+        self.device = root / "device"  # everything the runtime writes
+        self.harness = root / "harness"  # what only the test writes (token log, start log)
+        self.device.mkdir()
+        self.harness.mkdir()
+        self.db_path = self.device / "edge-runtime.db"
+        self.starts = self.harness / "starts.log"
+        self.tokens = self.harness / "tokens.log"
+        # Short leases, so that an Attempt whose service died before it took the Run Lease is
+        # abandoned (and its cancel can end) within the settle phase rather than after a minute.
+        self.env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", FAULT_TOKEN_LOG=str(self.tokens),
+                        STARTS=str(self.starts), EDGE_RUNTIME_RUN_LEASE_MS="3000",
+                        EDGE_RUNTIME_SESSION_LEASE_MS="3000")
+        for variable in ("EDGE_RUNTIME_CONFIG", "EDGE_RUNTIME_DB"):
+            self.env.pop(variable, None)
+        self.clock_file = self.harness / "clock-offset-ms"
+        if clock_offset_ms is not None:
+            self.set_clock_offset(clock_offset_ms)
+            self.env["FAULT_CLOCK_FILE"] = str(self.clock_file)
+        self.services: list[subprocess.Popen] = []
+        self.labels: dict[str, str] = {}  # run id -> label
+        self.seen_events: set[str] = set()
+        self.acked_cancels: set[str] = set()
+        self.kills = 0
+        self.lost = 0
+        self.violations: list[str] = []
+        self.lost_problems: list[str] = []
+
+    # ----------------------------------------------------------------- processes
+
+    def set_clock_offset(self, offset_ms: int) -> None:
+        """Shift the services' wall clock (atomically: a reader never sees a half-written file)."""
+        temporary = self.clock_file.with_suffix(".tmp")
+        temporary.write_text(str(offset_ms))
+        os.replace(temporary, self.clock_file)
+
+    def serve(self) -> subprocess.Popen:
+        log = open(self.device / f"serve-{len(self.services)}.log", "wb")
+        try:
+            process = subprocess.Popen(
+                [sys.executable, str(HERE / "fault_serve.py"), "--db", str(self.db_path), "serve",
+                 "--worker-id", "fault-worker", "--grace-ms", str(GRACE_MS), "--poll-interval-ms", "1000",
+                 "--slots", "3"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=self.env,
+            )
+        finally:
+            log.close()
+        self.services.append(process)
+        return process
+
+    def wait_serving(self, process: subprocess.Popen, timeout: float = 30.0) -> bool:
+        """Until the service logged ``recovery.done`` (True) or exited (False)."""
+        log = self.device / f"serve-{len(self.services) - 1}.log"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and process.poll() is None:
+            if b"recovery.done" in log.read_bytes():
+                return True
+            time.sleep(0.02)
+        return False
+
+    def kill(self, process: subprocess.Popen) -> None:
+        if process.poll() is None:
+            process.send_signal(signal.SIGKILL)
+            self.kills += 1
+        process.wait(30)
+
+    def cleanup(self) -> None:
+        for process in self.services:
+            if process.poll() is None:
+                process.kill()
+            process.wait(30)
+        if not self.db_path.exists():
+            return
+        controller = LocalProcessController()
+        with open_database(self.db_path, create=False) as db:
+            for attempt in _attempt_identities(db):
+                controller.force_kill(attempt)  # identity-checked: never someone else's process
+
+    # ----------------------------------------------------------------- work
+
+    def submit(self, repo: LocalRunRepository) -> None:
+        kind = self.rng.choice(sorted(_COMMANDS))
+        label = f"{kind}-{len(self.labels)}"
+        run = repo.submit(SubmitRunCommand(argv=["/bin/sh", "-c", _COMMANDS[kind], label], name=label))
+        self.labels[run.id] = label
+
+    def cancel(self, repo: LocalRunRepository) -> None:
+        if not self.labels:
+            return
+        run_id = self.rng.choice(sorted(self.labels))
+        try:
+            repo.request_cancel(CancelRunCommand(run_id=run_id, reason="fault campaign"))
+        except RunError:
+            return  # already ended: nothing to cancel
+        self.acked_cancels.add(run_id)
+
+    def act(self, seconds: float) -> None:
+        """Submit and cancel while the service runs, for about ``seconds``."""
+        deadline = time.monotonic() + seconds
+        with open_database(self.db_path) as db:
+            repo = LocalRunRepository(db)
+            while True:
+                if self.rng.random() < 0.6:
+                    self.submit(repo)
+                else:
+                    self.cancel(repo)
+                poke(self.db_path)
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return
+                time.sleep(min(remaining, self.rng.uniform(0.0, 0.25)))
+
+    # ----------------------------------------------------------------- checks
+
+    def check(self, when: str) -> None:
+        with open_database(self.db_path, create=False) as db:
+            problems = stored_problems(db)
+            events = {row[0] for row in db.connection.execute("SELECT id FROM run_events")}
+            cancels = {row[0] for row in db.connection.execute(
+                "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL")}
+            past_barrier = Counter(row[0] for row in db.connection.execute(
+                "SELECT run_id FROM run_attempts WHERE status <> 'claimed'"))
+        missing = len(self.seen_events - events) + len(self.acked_cancels - cancels)
+        if missing:
+            self.lost += missing
+            self.lost_problems.append(f"{when}: {missing} committed events or acknowledged cancels disappeared")
+        self.seen_events |= events
+        starts = [line.split() for line in lines(self.starts)]
+        by_label = {label: run_id for run_id, label in self.labels.items()}
+        for attempt_id, count in Counter(fields[1] for fields in starts).items():
+            if count > 1:
+                problems.append(f"attempt {attempt_id} ran {count} times")
+        for label, count in Counter(fields[0] for fields in starts).items():
+            attempts = past_barrier[by_label.get(label, "")]
+            if count > attempts:
+                problems.append(f"{label} started {count} processes for {attempts} attempts past the start barrier")
+        self.violations += [f"{when}: {problem}" for problem in problems]
+
+    def settle(self) -> None:
+        """Cancel everything left, let one last service deliver it all, and judge the end state."""
+        with open_database(self.db_path) as db:
+            repo = LocalRunRepository(db)
+            for run_id in sorted(self.labels):
+                try:
+                    repo.request_cancel(CancelRunCommand(run_id=run_id, reason="campaign end"))
+                    self.acked_cancels.add(run_id)
+                except RunError:
+                    pass  # already ended
+        process = self.serve()
+        deadline = time.monotonic() + SETTLE_S
+        while time.monotonic() < deadline and self._unsettled():
+            poke(self.db_path)
+            time.sleep(0.2)
+        # Every SIGKILL deadline recorded has passed by now (grace is short): no group may be left.
+        time.sleep(2 * GRACE_MS / 1000)
+        with open_database(self.db_path, create=False) as db:
+            for identity, deadline_ms in _deadlines(db):
+                alive = [stat.pid for stat in group_members(identity.pgid, session=identity.pgid)]
+                if alive:
+                    self.violations.append(f"process group {identity.pgid} alive after its kill deadline: {alive}")
+        for run_id, status, dispatch in self._unsettled():
+            self.violations.append(f"cancel of run {self.labels[run_id]} never ended: run {status}, dispatch {dispatch}")
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+        self.check("after settling")
+
+    def _unsettled(self) -> list[tuple[str, str, str | None]]:
+        with open_database(self.db_path, create=False) as db:
+            rows = db.connection.execute(
+                "SELECT r.id, r.status, d.status FROM runs r LEFT JOIN run_cancellation_dispatches d ON d.run_id = r.id "
+                "WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status NOT IN ('succeeded', 'failed', 'cancelled') "
+                "AND (d.status IS NULL OR d.status NOT IN ('dispatched', 'blocked'))"
+            ).fetchall()
+        return rows
+
+
+def lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _attempt_identities(db: LocalDatabase) -> Iterator[ProcessIdentity]:
+    for pid, pgid, ticks, boot in db.connection.execute(
+        "SELECT pid, pgid, process_start_ticks, boot_id FROM run_attempts WHERE pid IS NOT NULL"
+    ):
+        yield ProcessIdentity(pid=pid, pgid=pgid, start_ticks=ticks, boot_id=boot)
+
+
+def _deadlines(db: LocalDatabase) -> Iterator[tuple[ProcessIdentity, int]]:
+    for pid, pgid, ticks, boot, deadline in db.connection.execute(
+        "SELECT pid, pgid, process_start_ticks, boot_id, kill_deadline_at_ms FROM run_attempts "
+        "WHERE pid IS NOT NULL AND kill_deadline_at_ms IS NOT NULL"
+    ):
+        yield ProcessIdentity(pid=pid, pgid=pgid, start_ticks=ticks, boot_id=boot), deadline
+
+
