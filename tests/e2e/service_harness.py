@@ -20,11 +20,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from edge_runtime.contract.runs import ProcessIdentity, RunDetail
+from edge_runtime.contract.runs import ProcessIdentity, RunDetail, SubmitRunCommand
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.process_identity import read_stat
+from edge_runtime.service.wake import poke
 
 WAIT_S = 15.0  # generous: these waits end as soon as the condition holds
 
@@ -110,6 +111,14 @@ class Harness:
 
     def submit(self, *argv: str) -> str:
         return self.cli("submit", "--", *argv).stdout.strip()
+
+    def submit_many(self, argvs: list[list[str]]) -> list[str]:
+        """Queue several Runs in one process (no CLI start-up each), then wake the services."""
+        with open_database(self.db_path, create=False) as db:
+            runs = LocalRunRepository(db)
+            ids = [runs.submit(SubmitRunCommand(argv=argv)).id for argv in argvs]
+        poke(self.db_path)
+        return ids
 
     # ----------------------------------------------------------------- state
 

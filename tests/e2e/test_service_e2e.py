@@ -140,9 +140,7 @@ def test_two_services_on_one_database_run_each_run_once(harness: Harness) -> Non
     harness.serve(worker_id="device-a")
     harness.serve(worker_id="device-b")
     out = harness.tmp / "executions"
-    run_ids = [
-        harness.submit("sh", "-c", f'echo "$EDGE_RUNTIME_RUN_ID" >> {out}; sleep 0.05') for _ in range(12)
-    ]
+    run_ids = harness.submit_many([["sh", "-c", f'echo "$EDGE_RUNTIME_RUN_ID" >> {out}; sleep 0.05']] * 12)
     for run_id in run_ids:
         detail = harness.wait_status(run_id, "succeeded", "failed")
         assert detail.status.value == "succeeded"
