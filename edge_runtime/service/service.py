@@ -110,6 +110,8 @@ class DeviceService:
                 return self._serve(db, loop, boot_id, log_dir)
             finally:
                 loop.close()
+                # A jump detected in the last tick (one that may have cost the session) is kept.
+                self._persist_clock()
 
     def _serve(self, db: LocalDatabase, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
         config, journal = self.config, self.journal
