@@ -27,8 +27,11 @@ test: $(STAMP)
 bench: $(STAMP)
 	$(PY) tests/bench/run.py
 
+# Skipped when dist/ already holds a build of the same sources (build/build.py --force rebuilds).
+# RUNTIME_TMPDIR=/path bakes a fixed unpack directory into the one-file build (README: artifact).
+RUNTIME_TMPDIR ?=
 build: $(STAMP)
-	$(PY) build/build.py
+	$(PY) build/build.py $(if $(RUNTIME_TMPDIR),--runtime-tmpdir $(RUNTIME_TMPDIR))
 
 audit: build
 	$(PY) artifact_audit.py dist/edge-runtime dist/edge-runtime-*.tar.xz
