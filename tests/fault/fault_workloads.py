@@ -11,11 +11,13 @@ existed, an invariant violation.
 from __future__ import annotations
 
 import random
+import secrets
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 from edge_runtime.contract.cancellation_dispatch import (
     RETRYABLE_RESULTS,
@@ -27,7 +29,9 @@ from edge_runtime.contract.cancellation_dispatch import (
     NotDueOutcome,
     RecordResultCommand,
 )
-from edge_runtime.contract.runs import CancelRunCommand, RunError, SubmitRunCommand
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.run_lease import ReleaseReason
+from edge_runtime.contract.runs import CancelRunCommand, ProcessIdentity, RunError, SubmitRunCommand
 from edge_runtime.contract.worker_lease import WorkerLeaseError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
@@ -35,6 +39,7 @@ from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
+from edge_runtime.service.worker import WorkerSession
 
 from vfs_shim import RecordingVFS
 
@@ -229,9 +234,73 @@ def runs_workload(ctx: WorkloadContext) -> None:
         ctx.clock.advance(ctx.rng.randint(0, 2_000))
 
 
+def worker_lease_workload(ctx: WorkloadContext) -> None:
+    """Worker sessions and Run Leases as the service drives them: register, claim, start barrier,
+    running, renew, complete or release, heartbeats, a restart (new session), and offline."""
+    runs = LocalRunRepository(ctx.db)
+    identity = ProcessIdentity(pid=4242, pgid=4242, start_ticks=1, boot_id="fault-boot")
+
+    def drawn_token(nbytes: int | None = None) -> str:
+        # Every Run Lease token the service-side code draws, registered for the secrets scan.
+        return ctx.token()
+
+    with mock.patch.object(secrets, "token_urlsafe", drawn_token):
+        worker = _register(ctx)
+        for step in range(ctx.size):
+            try:
+                if step % 5 == 4:
+                    worker.heartbeat(2)
+                elif step == ctx.size // 2:
+                    worker = _register(ctx)  # a restart: generation + 1 over the earlier session
+                else:
+                    _lease_cycle(ctx, runs, worker, identity)
+                    continue
+            except (EdgeRuntimeError, RunError):
+                pass  # fence rejections and refusals are expected outcomes with nothing written
+            ctx.ack()
+            ctx.clock.advance(ctx.rng.randint(0, 1_500))
+        worker.offline()
+        ctx.ack()
+
+
+def _register(ctx: WorkloadContext) -> WorkerSession:
+    worker = WorkerSession(ctx.db, worker_id="fault-worker", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
+    worker.register()
+    ctx.ack()
+    return worker
+
+
+def _lease_cycle(ctx: WorkloadContext, runs: LocalRunRepository, worker: WorkerSession, identity: ProcessIdentity) -> None:
+    """One Run through the lease authority; each repository call is acknowledged on its own."""
+    def step(action: Callable[[], Any]) -> Any:
+        try:
+            return action()
+        except (EdgeRuntimeError, RunError):
+            return None
+        finally:
+            ctx.ack()
+            ctx.clock.advance(ctx.rng.randint(0, 1_000))
+
+    run = step(lambda: runs.submit(SubmitRunCommand(argv=["/bin/true"])))
+    attempt = run and step(lambda: runs.create_attempt(run.id, actor_id=worker.owner))
+    grant = attempt and step(lambda: worker.claim(run.id, attempt.id))
+    if grant is None:
+        return
+    if ctx.rng.random() < 0.25:
+        step(lambda: worker.release(grant, ReleaseReason.DECLINED))
+        return
+    step(lambda: worker.begin_start(grant))
+    step(lambda: runs.record_running(attempt.id, identity, log_path="/dev/null", actor_id=worker.owner))
+    if ctx.rng.random() < 0.5:
+        step(lambda: worker.renew(grant))
+    step(lambda: runs.finish_attempt(attempt.id, ctx.rng.choice(("succeeded", "failed")), actor_id=worker.owner))
+    step(lambda: worker.complete(attempt.id))
+
+
 WORKLOADS: dict[str, Callable[[WorkloadContext], None]] = {
     "dispatch": dispatch_workload,
     "runs": runs_workload,
+    "worker_lease": worker_lease_workload,
 }
 
 
