@@ -157,7 +157,10 @@ def _package_of(relative: str) -> str | None:
 
 def _library_entry(path: str, relative: str, size: int, stored: int | None) -> Entry:
     module = _module_from_library_path(relative)
-    return Entry(path, "extension" if module else "shared-library", size, stored, module)
+    if module:
+        return Entry(path, "extension", size, stored, module)
+    # A plain shared library in a package's directory (numpy.libs/libopenblas.so) belongs to it.
+    return Entry(path, "shared-library", size, stored, package=_package_of(relative))
 
 
 def _base_library_entries(prefix: str, data: bytes) -> list[Entry]:

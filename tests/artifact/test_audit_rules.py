@@ -108,6 +108,14 @@ def test_a_third_party_data_directory_fails(tmp_path, audit_module, budgets) -> 
     assert offenders(report, "third-party") == ["certifi"]
 
 
+@pytest.mark.parametrize("form", ["onefile", "folder"])
+def test_a_shared_library_of_a_foreign_package_fails(form, tmp_path, audit_module, budgets) -> None:
+    artifact = MAKERS[form](tmp_path, extra_files={"numpy.libs/libopenblas64_p-r0-0cf96a72.3.23.dev.so": b"x"})
+    report = audit_module.audit(artifact, budgets)
+    assert failing_rules(report) == {"third-party"}
+    assert offenders(report, "third-party") == ["numpy"]
+
+
 def test_the_stdlib_sqlite3_fails_its_rule(tmp_path, audit_module, budgets) -> None:
     artifact = make_onefile(
         tmp_path, extra_files={"python3.11/lib-dynload/_sqlite3.cpython-311-x86_64-linux-gnu.so": b"x"}
