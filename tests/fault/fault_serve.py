@@ -3,6 +3,12 @@ file named by ``$FAULT_TOKEN_LOG`` (test tooling for the secrets-at-rest scan), 
 ``$FAULT_CLOCK_FILE`` is set, its system clock shifted by the milliseconds that file holds, so a
 campaign can make the wall clock of a real service jump without touching the machine's clock.
 
+When ``$FAULT_DISK_FULL_FILE`` is set, a VFS inheriting the default one is made the default: while
+that file exists, every write and sync of a ``-wal`` file fails with SQLITE_FULL (each failure
+appends a line to the file, counting the hits). Only the WAL: its writes and syncs happen inside
+a commit, so their errors are the commit's own (apsw re-raises a Python VFS exception even where
+SQLite ignores the error, as it does for an automatic checkpoint of the main file).
+
 The service generates its lease tokens in memory and never shows them; this launcher lets the
 campaign know every raw token so it can prove none reached the database, the WAL or a log. The
 token log lives outside the runtime's directory and is excluded from the scan.
@@ -14,6 +20,8 @@ import os
 import secrets
 import sys
 import time
+
+import apsw
 
 from edge_runtime.local.clock import SystemClock
 
@@ -37,6 +45,46 @@ def _shifted_now_ms(self: SystemClock) -> int:
 
 if os.environ.get("FAULT_CLOCK_FILE"):
     SystemClock.now_ms = _shifted_now_ms  # type: ignore[method-assign]
+
+
+#: The default VFS before ours replaces it (inheriting "" would then inherit from ourselves).
+_BASE_VFS = apsw.vfs_names()[0]
+
+
+class _DiskFullFile(apsw.VFSFile):
+    def __init__(self, name: object, flags: list[int]) -> None:
+        filename = name.filename() if isinstance(name, apsw.URIFilename) else name
+        self._wal = isinstance(filename, str) and filename.endswith("-wal")
+        super().__init__(_BASE_VFS, name, flags)
+
+    def _full(self) -> None:
+        control = os.environ["FAULT_DISK_FULL_FILE"]
+        if self._wal and os.path.exists(control):
+            with open(control, "a", encoding="ascii") as hits:
+                hits.write("hit\n")
+            error = apsw.exception_for(apsw.SQLITE_FULL)
+            error.args = ("database or disk is full",)
+            raise error
+
+    def xWrite(self, data: bytes, offset: int) -> None:
+        self._full()
+        super().xWrite(data, offset)
+
+    def xSync(self, flags: int) -> None:
+        self._full()
+        super().xSync(flags)
+
+
+class _DiskFullVFS(apsw.VFS):
+    def __init__(self) -> None:
+        super().__init__("fault-disk-full", base=_BASE_VFS, makedefault=True)
+
+    def xOpen(self, name: object, flags: list[int]) -> apsw.VFSFile:
+        return _DiskFullFile(name, flags)
+
+
+if os.environ.get("FAULT_DISK_FULL_FILE"):
+    _disk_full_vfs = _DiskFullVFS()  # kept referenced: an unreferenced VFS is unregistered
 
 if __name__ == "__main__":
     from edge_runtime.cli import main

@@ -39,7 +39,9 @@ _COMMANDS = {
 
 
 class ServiceCampaign:
-    def __init__(self, root: Path, rng: random.Random, *, clock_offset_ms: int | None = None) -> None:
+    def __init__(
+        self, root: Path, rng: random.Random, *, clock_offset_ms: int | None = None, env: dict[str, str] | None = None
+    ) -> None:
         self.rng = rng
         self.device = root / "device"  # everything the runtime writes
         self.harness = root / "harness"  # what only the test writes (token log, start log)
@@ -55,6 +57,7 @@ class ServiceCampaign:
                         EDGE_RUNTIME_SESSION_LEASE_MS="3000")
         for variable in ("EDGE_RUNTIME_CONFIG", "EDGE_RUNTIME_DB"):
             self.env.pop(variable, None)
+        self.env.update(env or {})
         self.clock_file = self.harness / "clock-offset-ms"
         if clock_offset_ms is not None:
             self.set_clock_offset(clock_offset_ms)
