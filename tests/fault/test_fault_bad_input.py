@@ -8,8 +8,12 @@ import contextlib
 import importlib
 import inspect
 import io
+import os
 import pkgutil
+import random
 import string
+import subprocess
+import sys
 import typing
 from collections.abc import Callable
 from pathlib import Path
@@ -295,3 +299,42 @@ def test_cli_arguments_give_usage_or_runtime_errors_only(
     check()
     fault_stats.add(fault_stats.BAD_INPUTS, refused, campaign=CAMPAIGN)
     assert refused > 0
+
+
+# --------------------------------------------------------------------------- serve, end to end
+
+_BAD_SERVE_CONFIGS = [
+    b"slots = 0\n",
+    b"slots = \"two\"\n",
+    b"grace_ms = -1\n",
+    b"unknown_key = 1\n",
+    b"worker_id = \"bad\\u0007id\"\n",
+    b"retry_base_ms = 5000\nretry_max_ms = 10\n",
+    b"[table]\nslots = 1\n",
+    b"\xff\xfe not toml",
+    b"slots = 1\nslots = 2\n",
+    b"log_max_bytes = 1\n",
+    b"dispatch_lease_ms = 300001\n",
+    b"poll_interval_ms = 1.5\n",
+]
+
+
+def test_serve_refuses_a_bad_config_file_cleanly(tmp_path: Path, rng: random.Random, long_mode: bool) -> None:
+    """The real ``serve`` process: exit 1, one ``Error: ... [CONFIG_INVALID]`` line, no traceback,
+    and no database created, for each bad configuration file."""
+    cases = _BAD_SERVE_CONFIGS if long_mode else rng.sample(_BAD_SERVE_CONFIGS, 2)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("EDGE_RUNTIME_")}
+    for index, document in enumerate(cases):
+        config = tmp_path / f"bad-{index}.toml"
+        config.write_bytes(document)
+        db_path = tmp_path / f"device-{index}" / "edge-runtime.db"
+        result = subprocess.run(
+            [sys.executable, "-m", "edge_runtime", "--db", str(db_path), "serve", "--config", str(config)],
+            capture_output=True, text=True, env=env, timeout=60,
+        )
+        assert result.returncode == 1, (document, result.returncode, result.stderr)
+        assert "Traceback" not in result.stderr
+        assert result.stderr.startswith("Error: ") and result.stderr.rstrip().endswith("[CONFIG_INVALID]"), result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert not db_path.exists(), "a refused configuration created the database"
+    fault_stats.add(fault_stats.BAD_INPUTS, len(cases), campaign=CAMPAIGN)
