@@ -361,12 +361,14 @@ class AttemptSupervisor:
 
     def finish(self, running: RunningAttempt, status: AttemptStatus, code: int | None, reason: str | None) -> None:
         self._unwatch(running)
+        if running.fifo_path is not None:
+            # Before the end is committed, so nobody who sees the Attempt ended finds its FIFO;
+            # open descriptors (leftover grandchildren) keep working and are drained until EOF.
+            _unlink(running.fifo_path)
         self._runs.finish_attempt(running.attempt_id, status, actor_id=self._worker.owner, exit_code=code,
                                   reason=reason)
         self.running.pop(running.attempt_id, None)
         self._complete_lease(running.attempt_id)
-        if running.fifo_path is not None:
-            _unlink(running.fifo_path)  # open descriptors (leftover grandchildren) are drained until EOF
         self._journal.info("attempt.finished", run=running.run_id, attempt=running.attempt_id,
                            status=status.value, exit_code=code, reason=reason)
 
