@@ -160,7 +160,8 @@ class LogCapture:
 
 
 def _write_all(fd: int | None, data: bytes) -> None:
-    assert fd is not None
+    if fd is None:
+        raise ValueError("log capture is closed")
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
