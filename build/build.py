@@ -114,13 +114,23 @@ def _publish(temp: Path, final: Path) -> None:
     _fsync_dir(final.parent)
 
 
-def publish_onefile(source: Path) -> Path:
-    final = DIST_DIR / ONEFILE_NAME
-    temp = DIST_DIR / f".{ONEFILE_NAME}.tmp"
-    shutil.copyfile(source, temp)
-    os.chmod(temp, 0o755)
-    _publish(temp, final)
+def _written_then_published(temp: Path, final: Path, write) -> Path:
+    """Call ``write(temp)``, then publish; a failed write leaves no temp file behind in dist/."""
+    try:
+        write(temp)
+        _publish(temp, final)
+    except BaseException:
+        temp.unlink(missing_ok=True)
+        raise
     return final
+
+
+def publish_onefile(source: Path) -> Path:
+    def write(temp: Path) -> None:
+        shutil.copyfile(source, temp)
+        os.chmod(temp, 0o755)
+
+    return _written_then_published(DIST_DIR / f".{ONEFILE_NAME}.tmp", DIST_DIR / ONEFILE_NAME, write)
 
 
 def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -132,13 +142,14 @@ def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
 
 def publish_tarball(folder: Path) -> Path:
     final = tarball_path()
-    temp = DIST_DIR / f".{final.name}.tmp"
-    # xz -9e: the one-folder build is mostly libpython and extension modules, which compress well;
-    # the extra CPU is spent once, on the build machine.
-    with tarfile.open(temp, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
-        tar.add(folder, arcname=folder.name, filter=_normalized)
-    _publish(temp, final)
-    return final
+
+    def write(temp: Path) -> None:
+        # xz -9e: the one-folder build is mostly libpython and extension modules, which compress
+        # well; the extra CPU is spent once, on the build machine.
+        with tarfile.open(temp, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
+            tar.add(folder, arcname=folder.name, filter=_normalized)
+
+    return _written_then_published(DIST_DIR / f".{final.name}.tmp", final, write)
 
 
 def write_stamp(fingerprint: str, options: list[str], outputs: list[Path]) -> None:
