@@ -64,6 +64,8 @@ DEFAULT_BACKWARD_TOLERANCE_MS = 1_000
 DEFAULT_FORWARD_THRESHOLD_MS = 60_000
 #: How often the service persists the watermark (one small transaction).
 DEFAULT_PERSIST_INTERVAL_MS = 30_000
+#: How soon a detected jump is persisted (and a failed persist of one retried).
+_PENDING_RETRY_MS = 1_000
 
 #: Columns ending in ``_at_ms`` that hold a *future* time (an expiry, a due time, a deadline).
 #: They are not observations of the clock, so they never raise the floor: a floor taken from a
@@ -226,15 +228,38 @@ class GuardedClock:
             self._last_persist_mono = self._monotonic()
         return now
 
-    def maybe_persist(self, db: LocalDatabase) -> bool:
-        """:meth:`persist` when a jump is pending or ``persist_interval_ms`` has passed since the
-        last persist (always the first time). Returns whether it wrote."""
+    def flush(self, db: LocalDatabase) -> bool:
+        """Persist pending jump events now, whatever the pacing (a service on its way out).
+        Returns whether anything was pending.
+
+        Raises:
+            LocalStorageError: as :meth:`persist`.
+        """
         with self._lock:
+            pending = bool(self._pending)
+        if pending:
+            self.persist(db)
+        return pending
+
+    def maybe_persist(self, db: LocalDatabase) -> bool:
+        """:meth:`persist` when ``persist_interval_ms`` has passed since the last attempt (always
+        the first time), or sooner, at most once a second, while a jump is pending. A failing
+        disk is thus retried at that pace, not on every loop iteration. Returns whether it wrote.
+
+        Raises:
+            LocalStorageError: as :meth:`persist`.
+        """
+        with self._lock:
+            mono = self._monotonic()
+            last = self._last_persist_mono
+            since = None if last is None else mono - last
             due = (
-                bool(self._pending)
-                or self._last_persist_mono is None
-                or self._monotonic() - self._last_persist_mono >= self._persist_interval_ms
+                since is None
+                or since >= self._persist_interval_ms
+                or (bool(self._pending) and since >= min(_PENDING_RETRY_MS, self._persist_interval_ms))
             )
+            if due:
+                self._last_persist_mono = mono  # counts the attempt, so a failure backs off too
         if due:
             self.persist(db)
         return due

@@ -111,7 +111,7 @@ class DeviceService:
             finally:
                 loop.close()
                 # A jump detected in the last tick (one that may have cost the session) is kept.
-                self._persist_clock()
+                self._persist_clock(final=True)
 
     def _serve(self, db: LocalDatabase, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
         config, journal = self.config, self.journal
@@ -198,11 +198,14 @@ class DeviceService:
         self.journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
                              wall_ms=jump.wall_ms, guarded_ms=jump.guarded_ms, at_boot=jump.at_boot)
 
-    def _persist_clock(self) -> None:
+    def _persist_clock(self, *, final: bool = False) -> None:
         """The guarded clock's watermark and jump events: one short transaction per interval."""
         if isinstance(self.clock, GuardedClock) and self._clock_db is not None:
             try:
-                self.clock.maybe_persist(self._clock_db)
+                if final:
+                    self.clock.flush(self._clock_db)
+                else:
+                    self.clock.maybe_persist(self._clock_db)
             except EdgeRuntimeError as exc:
                 self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
 

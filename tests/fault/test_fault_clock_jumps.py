@@ -22,6 +22,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import Clock, ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.guarded_clock import (
     DEFAULT_FORWARD_THRESHOLD_MS,
     GuardedClock,
@@ -257,3 +258,24 @@ def test_stored_future_times_never_raise_the_floor(db: LocalDatabase) -> None:
             "UPDATE run_attempts SET kill_deadline_at_ms = ? WHERE id = 'att-1'", (T0_MS + 10 * YEAR,)
         )
     assert observed_floor_ms(db) < T0_MS + YEAR
+
+
+def test_a_failing_persist_backs_off_and_keeps_the_jump(db_path: Path) -> None:
+    device = _Device(T0_MS)
+    clock = device.guarded()
+    db = _open(db_path, clock)
+    restore_floor(clock, db)
+    assert clock.maybe_persist(db) is True
+    device.jump(-HOUR)
+    clock.now_ms()
+    db.close()  # the store fails from now on
+    device.tick(2 * SECOND)
+    with pytest.raises(LocalStorageError):
+        clock.maybe_persist(db)
+    assert clock.maybe_persist(db) is False  # not retried on every loop iteration
+    assert len(clock.pending_jumps()) == 1  # and the jump is not forgotten
+    db = _open(db_path, clock)
+    device.tick(SECOND)
+    assert clock.maybe_persist(db) is True
+    assert [(j.direction, j.jump_ms) for j in list_clock_jumps(db)] == [("backward", HOUR)]
+    db.close()
