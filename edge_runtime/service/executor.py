@@ -15,10 +15,20 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 from collections.abc import Mapping, Sequence
 
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.process_identity import ProcessIdentity, read_identity
+
+
+#: Dispositions reset to the default in the child. Ignored signals survive exec: Python ignores
+#: SIGPIPE and SIGXFSZ, and a service started with ``nohup`` or ``&`` inherits ignored SIGHUP,
+#: SIGINT and SIGQUIT; a task must see the defaults, as it would from a shell.
+_DEFAULT_SIGNALS = tuple(
+    sig for sig in signal.Signals
+    if 0 < sig < 32 and sig not in (signal.SIGKILL, signal.SIGSTOP)
+)
 
 
 def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str) -> ProcessIdentity:
@@ -42,6 +52,8 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
                 (os.POSIX_SPAWN_DUP2, source, 2),
             ],
             setsid=True,
+            setsigdef=_DEFAULT_SIGNALS,
+            setsigmask=(),  # nothing blocked, whatever the service's own mask is
         )
     except OSError as exc:
         raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None

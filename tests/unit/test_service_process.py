@@ -178,3 +178,17 @@ def test_force_kill_reaches_children_left_behind_by_the_leader(tmp_path: Path, g
     while controller.group_alive(identity):
         assert time.monotonic() < deadline, f"orphan {orphan} survived SIGKILL"
         time.sleep(0.01)
+
+
+def test_a_spawned_process_has_default_signal_dispositions(tmp_path: Path, groups: list[int]) -> None:
+    out = tmp_path / "out"
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup; Python ignores SIGPIPE
+    try:
+        identity = _spawn(["cat", "/proc/self/status"], out, groups)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+    assert _wait_exit(identity.pid) == 0
+    fields = dict(line.split(":", 1) for line in out.read_text().splitlines() if ":" in line)
+    standard = (1 << 31) - 1  # signals 1..31; 32 and 33 belong to the C library
+    assert int(fields["SigIgn"].strip(), 16) & standard == 0
+    assert int(fields["SigBlk"].strip(), 16) & standard == 0
