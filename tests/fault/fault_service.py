@@ -114,6 +114,10 @@ class ServiceCampaign:
             if process.poll() is None:
                 process.kill()
             process.wait(30)
+        # A process whose service died before recording its identity is known only from the
+        # start log; its environment names its Attempt, which identifies it beyond a reused pid.
+        for fields in (line.split() for line in lines(self.starts)):
+            _kill_group_if_ours(int(fields[2]), fields[1])
         if not self.db_path.exists():
             return
         controller = LocalProcessController()
@@ -221,6 +225,18 @@ class ServiceCampaign:
 
 def lines(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def _kill_group_if_ours(pid: int, attempt_id: str) -> None:
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return  # gone already
+    if f"EDGE_RUNTIME_ATTEMPT_ID={attempt_id}".encode() in environ:
+        try:
+            os.killpg(pid, signal.SIGKILL)  # the command is its group's leader (setsid at spawn)
+        except ProcessLookupError:
+            pass  # exited meanwhile
 
 
 def _attempt_identities(db: LocalDatabase) -> Iterator[ProcessIdentity]:
