@@ -222,6 +222,8 @@ class AttemptSupervisor:
         """Keep a cancelled Attempt whose leader is gone open until its SIGKILL step."""
         running = RunningAttempt(attempt.id, attempt.run_id, attempt.identity, own_child=False, grant=None)
         running.deferred = (status, None, reason)
+        if attempt.log_path is not _UNSET:
+            running.fifo_path = Path(attempt.log_path).with_suffix(".fifo")
         self.running[attempt.id] = running
         self._journal.info("attempt.awaiting_kill", run=attempt.run_id, attempt=attempt.id)
 

@@ -24,6 +24,8 @@ after recovery. Each step is its own short transaction; nothing here holds one a
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
@@ -129,6 +131,12 @@ def _end(
     status: AttemptStatus,
     reason: str,
 ) -> str:
+    if attempt.log_path is not _UNSET:
+        # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
+        try:
+            Path(attempt.log_path).with_suffix(".fifo").unlink(missing_ok=True)
+        except OSError as exc:
+            journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
     runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
     worker.complete(attempt.id)
     journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
