@@ -43,8 +43,12 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
-from PyInstaller.archive.readers import CArchiveReader, NotAnArchiveError
-from PyInstaller.loader.pyimod01_archive import ArchiveReadError
+try:
+    from PyInstaller.archive.readers import CArchiveReader, NotAnArchiveError
+    from PyInstaller.loader.pyimod01_archive import ArchiveReadError
+except ImportError:  # the one dependency beyond the stdlib: say so instead of a traceback
+    sys.stderr.write("Error: artifact_audit.py needs PyInstaller's archive readers\nTry: pip install -e '.[build]'\n")
+    raise SystemExit(2) from None
 
 DEFAULT_BUDGET_FILE = Path(__file__).resolve().parent / "build" / "budget.toml"
 
