@@ -381,8 +381,27 @@ def rule_budget(report: ArtifactReport) -> RuleResult:
 RULES = (rule_postgres_driver, rule_cluster_module, rule_third_party, rule_stdlib_sqlite3, rule_budget)
 
 
+_PYTHON_VERSION_IN_PATH = re.compile(r"(?:libpython|python)(\d+\.\d+)(?:\.so|/lib-dynload)")
+
+
+def check_python_version(report: ArtifactReport) -> None:
+    """The stdlib's module list differs between Python versions: audit with the build's version.
+
+    Raises:
+        AuditError: the artifact carries another Python version than the one running the audit.
+    """
+    running = f"{sys.version_info.major}.{sys.version_info.minor}"
+    found = {m.group(1) for e in report.entries if (m := _PYTHON_VERSION_IN_PATH.search(e.path))}
+    if found and found != {running}:
+        raise AuditError(
+            f"{report.path}: built with Python {', '.join(sorted(found))}, audited with Python {running}; "
+            f"run the audit with the build's Python, whose sys.stdlib_module_names matches"
+        )
+
+
 def audit(path: Path, budgets: dict[str, int]) -> ArtifactReport:
     report = read_artifact(path, budgets)
+    check_python_version(report)
     report.rules = [rule(report) for rule in RULES]
     return report
 

@@ -189,6 +189,14 @@ def test_an_artifact_that_is_not_one_exits_2(tmp_path, audit_module, capsys) -> 
     assert audit_module.main([str(tmp_path / "missing")]) == 2
 
 
+def test_an_artifact_of_another_python_version_is_refused(tmp_path, audit_module, capsys) -> None:
+    other = f"3.{sys.version_info.minor + 1}"
+    artifact = make_onefile(tmp_path, extra_files={f"libpython{other}.so.1.0": b"x"})
+    assert audit_module.main([str(artifact)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("Error: ") and f"{other}, audited with Python 3.{sys.version_info.minor}" in error
+
+
 def test_the_readme_quotes_the_budget_file() -> None:
     with open(ROOT / "build" / "budget.toml", "rb") as file:
         budget = tomllib.load(file)
