@@ -10,16 +10,14 @@ of an Attempt, and the SIGKILL deadline bookkeeping.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import apsw
 import msgspec
 
-from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
+from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.runs import (
-    ACTIVE_ATTEMPT_STATUSES,
     ACTIVE_RUN_STATUSES,
     RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
@@ -33,109 +31,29 @@ from edge_runtime.contract.runs import (
     RunDetail,
     RunNotFoundError,
     RunRecord,
-    RunRepositoryError,
     RunStateConflictError,
     RunStatus,
     SubmitRunCommand,
 )
-from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
-from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
-from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
+from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict, append_run_event, list_run_events
+from edge_runtime.local.run_events import append_run_event, list_run_events
+from edge_runtime.local.run_rows import (
+    ACTIVE_ATTEMPT_SQL,
+    ACTIVE_RUN_SQL,
+    ATTEMPT_COLUMNS,
+    RUN_COLUMNS,
+    attempt_from_row,
+    run_from_row,
+    run_repository_errors,
+)
 
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
-_decode_argv = msgspec.json.Decoder(list[str]).decode
-
-_RUN_COLUMNS = (
-    "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
-    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms"
-)
-_ATTEMPT_COLUMNS = (
-    "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
-    "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
-)
-_ACTIVE_RUN_SQL = "('created', 'queued', 'dispatching', 'running', 'waiting_approval', 'retry_wait', 'lost')"
-_ACTIVE_ATTEMPT_SQL = "('claimed', 'starting', 'running')"
 
 EXECUTOR_LOCAL_PROCESS = "local_process"
-
-
-def _absent(value: Any) -> Any:
-    return _UNSET if value is None else value
-
-
-def _run_from_row(row: tuple[Any, ...]) -> RunRecord:
-    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished) = row
-    try:
-        return RunRecord(
-            id=run_id,
-            execution_owner=owner,
-            status=RunStatus(status),
-            version=version,
-            event_sequence=sequence,
-            name=_absent(name),
-            command=_UNSET if command is None else _decode_argv(command),
-            cancel_requested_at_ms=_absent(requested),
-            cancel_reason=_absent(reason),
-            created_at_ms=created,
-            updated_at_ms=_absent(updated),
-            finished_at_ms=_absent(finished),
-        )
-    except (ValueError, msgspec.DecodeError) as exc:
-        raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
-
-
-def _attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
-    (attempt_id, run_id, number, status, executor, pid, pgid, ticks, boot_id, exit_code, reason, log_path,
-     started, term_sent, deadline, killed, finished, created) = row
-    try:
-        status = AttemptStatus(status)
-    except ValueError:
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has unknown status {status!r}") from None
-    if (pid is None) != (pgid is None) or (pid is None) != (ticks is None) or (pid is None) != (boot_id is None):
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has a partial process identity")
-    return AttemptRecord(
-        id=attempt_id,
-        run_id=run_id,
-        attempt=number,
-        status=status,
-        executor_type=executor,
-        pid=_absent(pid),
-        pgid=_absent(pgid),
-        process_start_ticks=_absent(ticks),
-        boot_id=_absent(boot_id),
-        exit_code=_absent(exit_code),
-        end_reason=_absent(reason),
-        log_path=_absent(log_path),
-        started_at_ms=_absent(started),
-        term_sent_at_ms=_absent(term_sent),
-        kill_deadline_at_ms=_absent(deadline),
-        killed_at_ms=_absent(killed),
-        finished_at_ms=_absent(finished),
-        created_at_ms=created,
-    )
-
-
-@contextmanager
-def run_repository_errors() -> Iterator[None]:
-    """Map storage failures to :class:`RunRepositoryError`; deliberate errors pass through."""
-    try:
-        yield
-    except EdgeRuntimeError as exc:
-        if isinstance(exc, LocalStorageError):
-            raise RunRepositoryError(str(exc)) from exc
-        raise
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise RunRepositoryError(f"database busy: {exc}", retryable=True) from exc
-    except apsw.Error as exc:
-        raise RunRepositoryError(f"database operation failed: {exc}") from exc
-    except (InvalidClockValueError, RunVersionConflict) as exc:
-        raise RunRepositoryError(str(exc)) from exc
 
 
 def _check_run_id(run_id: object) -> None:
@@ -159,8 +77,8 @@ class LocalRunRepository:
     # ----------------------------------------------------------------- reads
 
     def _run_row(self, run_id: str) -> RunRecord | None:
-        row = self._db.connection.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
-        return None if row is None else _run_from_row(row)
+        row = self._db.connection.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone()
+        return None if row is None else run_from_row(row)
 
     def get(self, run_id: str) -> RunRecord:
         """The Run, or :class:`RunNotFoundError`."""
@@ -174,16 +92,16 @@ class LocalRunRepository:
     def attempts(self, run_id: str) -> list[AttemptRecord]:
         with run_repository_errors():
             rows = self._db.connection.execute(
-                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE run_id = ? ORDER BY attempt", (run_id,)
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE run_id = ? ORDER BY attempt", (run_id,)
             ).fetchall()
-            return [_attempt_from_row(row) for row in rows]
+            return [attempt_from_row(row) for row in rows]
 
     def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
         with run_repository_errors():
             row = self._db.connection.execute(
-                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
             ).fetchone()
-            return None if row is None else _attempt_from_row(row)
+            return None if row is None else attempt_from_row(row)
 
     def detail(self, run_id: str) -> RunDetail:
         """The Run with its Attempts and dispatch record, for ``show``."""
@@ -210,15 +128,15 @@ class LocalRunRepository:
         with run_repository_errors():
             if status is None:
                 rows = self._db.connection.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?", (limit,)
+                    f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?", (limit,)
                 ).fetchall()
             else:
                 rows = self._db.connection.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = ? ORDER BY created_at_ms DESC, rowid DESC "
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE status = ? ORDER BY created_at_ms DESC, rowid DESC "
                     "LIMIT ?",
                     (RunStatus(status).value, limit),
                 ).fetchall()
-            return [_run_from_row(row) for row in rows]
+            return [run_from_row(row) for row in rows]
 
     def events(self, run_id: str) -> list[RunEvent]:
         self.get(run_id)
@@ -279,7 +197,7 @@ class LocalRunRepository:
             if run.cancel_requested_at_ms is not _UNSET:
                 return run
             active = connection.execute(
-                f"SELECT count(*) FROM run_attempts WHERE run_id = ? AND status IN {_ACTIVE_ATTEMPT_SQL}",
+                f"SELECT count(*) FROM run_attempts WHERE run_id = ? AND status IN {ACTIVE_ATTEMPT_SQL}",
                 (cmd.run_id,),
             ).fetchone()[0]
             connection.execute(
@@ -490,9 +408,9 @@ class LocalRunRepository:
         """Every Attempt that may still own a process (for watching and restart recovery)."""
         with run_repository_errors():
             rows = self._db.connection.execute(
-                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE status IN {_ACTIVE_ATTEMPT_SQL} ORDER BY created_at_ms"
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} ORDER BY created_at_ms"
             ).fetchall()
-            return [_attempt_from_row(row) for row in rows]
+            return [attempt_from_row(row) for row in rows]
 
     def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]:
         """Cancel-requested active Runs whose active Attempt has no dispatch yet, or a due one.
@@ -506,9 +424,9 @@ class LocalRunRepository:
                 f"""
                 SELECT r.id, a.id, r.cancel_requested_at_ms
                 FROM runs r
-                JOIN run_attempts a ON a.run_id = r.id AND a.status IN {_ACTIVE_ATTEMPT_SQL}
+                JOIN run_attempts a ON a.run_id = r.id AND a.status IN {ACTIVE_ATTEMPT_SQL}
                 LEFT JOIN run_cancellation_dispatches d ON d.run_id = r.id
-                WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {_ACTIVE_RUN_SQL}
+                WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
                   AND r.execution_owner = 'runtime'
                   AND (d.run_id IS NULL
                        OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait') AND d.next_attempt_at_ms <= ?1)
@@ -525,13 +443,13 @@ class LocalRunRepository:
         now = read_now_ms(self._db.clock)
         with run_repository_errors():
             rows = self._db.connection.execute(
-                f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
-                f"AND killed_at_ms IS NULL AND status IN {_ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ?",
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
+                f"AND killed_at_ms IS NULL AND status IN {ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ?",
                 (now,),
             ).fetchall()
         candidates = []
         for row in rows:
-            attempt = _attempt_from_row(row)
+            attempt = attempt_from_row(row)
             identity = attempt.identity
             if identity is not None:
                 candidates.append(KillCandidate(attempt.id, attempt.run_id, identity, attempt.kill_deadline_at_ms))
@@ -547,16 +465,16 @@ class LocalRunRepository:
                 f"""
                 SELECT min(t) FROM (
                     SELECT min(d.next_attempt_at_ms) AS t FROM run_cancellation_dispatches d
-                      JOIN runs r ON r.id = d.run_id AND r.status IN {_ACTIVE_RUN_SQL}
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
                       WHERE d.status IN ('pending', 'retry_wait')
                     UNION ALL
                     SELECT min(d.lease_expires_at_ms) FROM run_cancellation_dispatches d
-                      JOIN runs r ON r.id = d.run_id AND r.status IN {_ACTIVE_RUN_SQL}
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
                       WHERE d.status = 'leased'
                     UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
-                        AND status IN {_ACTIVE_ATTEMPT_SQL}
+                        AND status IN {ACTIVE_ATTEMPT_SQL}
                 )
                 """
             ).fetchone()
@@ -566,9 +484,9 @@ class LocalRunRepository:
 
     def _attempt_row(self, attempt_id: str) -> AttemptRecord | None:
         row = self._db.connection.execute(
-            f"SELECT {_ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
+            f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE id = ?", (attempt_id,)
         ).fetchone()
-        return None if row is None else _attempt_from_row(row)
+        return None if row is None else attempt_from_row(row)
 
     def _end_run(
         self,
