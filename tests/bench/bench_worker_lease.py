@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import apsw
-from common import SERIES_HEADERS, Sample, alternate, paired_ratio, print_table, series_row, timed_cycles
+from common import Sample, alternate, paired_ratio, print_anchor_comparison, timed_cycles
 
 from edge_runtime.contract.run_lease import ClaimRunCommand, ReleaseRunLeaseCommand, RenewRunLeaseCommand
 from edge_runtime.contract.worker_session import HeartbeatCommand, RegisterWorkerCommand
@@ -275,22 +275,7 @@ def run(workdir: Path, quick: bool) -> None:
     cycles, repetitions = (60, 3) if quick else (200, 9)
     full, full_ratio = _pair(workdir, "FULL", cycles, repetitions, warmup=1)
     off, off_ratio = _pair(workdir, "OFF", cycles * 4, repetitions, warmup=1)
-    print_table(
-        f"claim_run + renew + release cycles, WAL, {cycles} cycles x {repetitions} alternating repetitions "
-        "(3 transactions per cycle)",
-        SERIES_HEADERS,
-        [series_row(s) for s in full.values()],
+    print_anchor_comparison(
+        'claim_run + renew + release cycles (3 transactions per cycle)',
+        full, full_ratio, off, off_ratio, cycles=cycles, repetitions=repetitions, target=TARGET,
     )
-    a, b = full.values()
-    print(f"ratio (b)/(a), synchronous=FULL: {full_ratio:.3f} (median of paired repetitions; "
-          f"medians {b.median_rate:,.0f} / {a.median_rate:,.0f} cycles/s = {b.median_rate / a.median_rate:.3f}); "
-          f"target >= {TARGET}")
-    print_table(
-        f"informative: the same without syncs (synchronous=OFF), {cycles * 4} cycles x {repetitions}: "
-        "the Python work per cycle",
-        SERIES_HEADERS,
-        [series_row(s) for s in off.values()],
-    )
-    off_a, off_b = off.values()
-    print(f"ratio (b)/(a), synchronous=OFF: {off_ratio:.3f}; "
-          f"repository overhead {off_b.median_us - off_a.median_us:,.1f} µs/cycle")

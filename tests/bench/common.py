@@ -29,6 +29,7 @@ __all__ = [
     "p95",
     "paired_ratio",
     "percentile",
+    "print_anchor_comparison",
     "print_table",
     "series_row",
     "timed_cycles",
@@ -179,3 +180,40 @@ def filesystem_type(path: Path) -> str:
     except OSError:
         pass
     return kind
+
+
+def print_anchor_comparison(
+    title: str,
+    full: Mapping[str, "Series"],
+    full_ratio: float,
+    off: Mapping[str, "Series"],
+    off_ratio: float,
+    *,
+    cycles: int,
+    repetitions: int,
+    target: float,
+) -> None:
+    """Report an anchor (a) vs repository (b) pair measured with and without syncs.
+
+    ``full``/``off`` map case names to series in the order (a), (b); the ratios are
+    :func:`paired_ratio` of (b) over (a). The ``synchronous=OFF`` pair isolates the Python work
+    per cycle, which is what the repository adds on top of the same durable work.
+    """
+    print_table(
+        f"{title}, WAL, {cycles} cycles x {repetitions} alternating repetitions",
+        SERIES_HEADERS,
+        [series_row(s) for s in full.values()],
+    )
+    a, b = full.values()
+    print(f"ratio (b)/(a), synchronous=FULL: {full_ratio:.3f} (median of paired repetitions; "
+          f"medians {b.median_rate:,.0f} / {a.median_rate:,.0f} cycles/s = {b.median_rate / a.median_rate:.3f}); "
+          f"target >= {target}")
+    print_table(
+        f"informative: the same without syncs (synchronous=OFF), {cycles * 4} cycles x {repetitions}: "
+        "the Python work per cycle",
+        SERIES_HEADERS,
+        [series_row(s) for s in off.values()],
+    )
+    off_a, off_b = off.values()
+    print(f"ratio (b)/(a), synchronous=OFF: {off_ratio:.3f}; "
+          f"repository overhead {off_b.median_us - off_a.median_us:,.1f} µs/cycle")
