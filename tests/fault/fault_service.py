@@ -103,6 +103,10 @@ class ServiceCampaign:
             time.sleep(0.02)
         return False
 
+    def log_tail(self, index: int, lines_wanted: int = 3) -> str:
+        text = (self.device / f"serve-{index}.log").read_text(errors="replace")
+        return " | ".join(text.strip().splitlines()[-lines_wanted:])
+
     def kill(self, process: subprocess.Popen) -> None:
         if process.poll() is None:
             process.send_signal(signal.SIGKILL)
