@@ -12,10 +12,10 @@ from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser(
         "cancel",
-        help="request cancellation of a Run",
+        help=help_text,
         description="Record a durable cancel request. The service delivers it to the Run's process "
         "group (SIGTERM, then SIGKILL after the grace period), even across restarts.",
     )

@@ -11,8 +11,8 @@ from edge_runtime.local.database import open_database
 from edge_runtime.local.health import check_health
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("check", help="check the database's integrity, migrations and readiness")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("check", help=help_text)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(run=run)
 

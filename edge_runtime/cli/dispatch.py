@@ -11,8 +11,8 @@ from edge_runtime.contract.runs import RunNotFoundError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("dispatch", help="inspect or re-arm a Run's cancellation dispatch")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("dispatch", help=help_text)
     actions = parser.add_subparsers(dest="dispatch_action", metavar="ACTION", required=True,
                                     parser_class=type(parser))
     show = actions.add_parser("show", help="show the dispatch record (never the lease token)")

@@ -13,8 +13,8 @@ from edge_runtime.local.runs import LocalRunRepository
 _encode = msgspec.json.Encoder().encode
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("events", help="show a Run's event log")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("events", help=help_text)
     parser.add_argument("run_id", metavar="RUN", help="the Run id")
     add_json_flag(parser)
     parser.set_defaults(run=run)

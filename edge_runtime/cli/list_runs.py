@@ -17,8 +17,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("list", help="list the newest Runs")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("list", help=help_text)
     parser.add_argument("--status", choices=[s.value for s in RunStatus], help="only Runs in this status")
     parser.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
     add_json_flag(parser)

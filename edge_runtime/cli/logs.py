@@ -13,8 +13,8 @@ from edge_runtime.contract.runs import RunStateConflictError
 from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("logs", help="print the captured output of a Run's Attempt")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("logs", help=help_text)
     parser.add_argument("run_id", metavar="RUN", help="the Run id")
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     parser.set_defaults(run=run)

@@ -10,8 +10,8 @@ from edge_runtime.local.database import open_database
 from edge_runtime.local.migrations import known_migrations
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("migrate", help="create the database and apply pending migrations")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("migrate", help=help_text)
     parser.set_defaults(run=run)
 
 

@@ -8,10 +8,10 @@ from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.service.config import CONFIG_ENV_VAR, load_config
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="run the device service (executes Runs, delivers cancels, recovers after restarts)",
+        help=help_text,
         description="Run queued commands as local processes, deliver cancel requests to their process "
         "groups and re-adopt running Attempts after a restart. Logs go to stderr, one line per event. "
         "Settings: a TOML file (--config or $" + CONFIG_ENV_VAR + "), then EDGE_RUNTIME_<KEY> "

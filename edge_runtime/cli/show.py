@@ -12,8 +12,8 @@ from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, pre
 from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("show", help="show a Run, its Attempts and its cancellation dispatch")
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser("show", help=help_text)
     parser.add_argument("run_id", metavar="RUN", help="the Run id")
     add_json_flag(parser)
     parser.set_defaults(run=run)

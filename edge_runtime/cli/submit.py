@@ -12,10 +12,10 @@ from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser(
         "submit",
-        help="queue a command as a new Run and print its id",
+        help=help_text,
         description="Queue CMD ARGS... as a new Run. The command is executed directly (no shell); "
         "use `-- sh -c '...'` for shell syntax.",
     )

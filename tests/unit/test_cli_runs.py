@@ -137,3 +137,40 @@ def test_every_command_has_help_text_and_is_documented_in_the_readme() -> None:
     for action in subparsers._choices_actions:
         assert action.help, f"{action.dest} has no help text"
         assert f"edge-runtime {action.dest}" in readme, f"README does not document `edge-runtime {action.dest}`"
+
+
+def test_version_and_help_load_no_command_module_nor_storage_libraries() -> None:
+    """Start-up on a router: --version/--help must not import apsw, msgspec or the service."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from edge_runtime.cli.main import main\n"
+        "for argv in (['--version'], ['--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "loaded = sorted(m for m in sys.modules if m.split('.')[0] in ('apsw', 'msgspec')\n"
+        "                or m.startswith(('edge_runtime.service', 'edge_runtime.local', 'edge_runtime.cli.')))\n"
+        "print(loaded)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == "['edge_runtime.cli.db_path', 'edge_runtime.cli.main']"
+
+
+def test_running_one_command_imports_only_that_command_module(db_path) -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from edge_runtime.cli.main import main\n"
+        f"assert main(['--db', {str(db_path)!r}, 'migrate']) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('edge_runtime.cli.', 'edge_runtime.service'))))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert result.stdout.strip().splitlines()[-1] == (
+        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate']"
+    )
