@@ -218,6 +218,13 @@ class DeviceService:
             worked |= bool(enforced)
             supervisor.on_kill_enforced(enforced)
             supervisor.settle_deferred()
+            # The lease authority counts capacity from the last reported available_slots; once a
+            # re-adopted Attempt ends, report the freed slot before claiming it, or the claim is
+            # refused and the queued Run fails (found by the kill -9 campaign).
+            session = worker.session
+            available = max(0, min(self.config.slots - supervisor.adopted_count, session.max_concurrent_runs))
+            if session.available_slots != available:
+                worker.heartbeat(available)
             worked |= supervisor.start_queued() > 0
             now = read_now_ms(self.clock)
             if now >= worker.next_heartbeat_at_ms():
