@@ -274,6 +274,56 @@ class LocalRunRepository:
             )
             return self._attempt_row(attempt_id)
 
+    def requeue_unstarted(self, attempt_id: str, *, actor_id: str, reason: str) -> AttemptRecord:
+        """An Attempt that never got its Run Lease: end it and put its Run back in the queue.
+
+        Running out of slots is a scheduling condition, not a failure of the user's command, so
+        the Attempt ends ``lost`` with ``reason`` and the Run goes back to ``queued`` for a later
+        Attempt. If a cancel arrived meanwhile (the lease authority refuses cancel-requested Runs),
+        the Attempt and the Run end ``cancelled`` instead. Only a ``claimed`` Attempt of a
+        ``dispatching`` Run qualifies.
+
+        Raises:
+            RunStateConflictError: the Attempt is not ``claimed`` or its Run is not ``dispatching``.
+        """
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None or attempt.status is not AttemptStatus.CLAIMED:
+                state = "missing" if attempt is None else attempt.status.value
+                raise RunStateConflictError(f"attempt {attempt_id} is {state}, not claimed")
+            run = self._run_row(attempt.run_id)
+            if run.status is not RunStatus.DISPATCHING:
+                raise RunStateConflictError(f"run {run.id} is {run.status.value}, not dispatching")
+            if run.cancel_requested_at_ms is not _UNSET:
+                # The lease was refused because a cancel arrived: nothing ran, the Run is over.
+                status, reason = AttemptStatus.CANCELLED, "cancelled before the process was started"
+            else:
+                status = AttemptStatus.LOST
+            connection.execute(
+                "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? "
+                "WHERE id = ?",
+                (status.value, reason, now, now, attempt_id),
+            )
+            if status is AttemptStatus.CANCELLED:
+                self._end_run(connection, run.id, RunStatus.CANCELLED, now, actor_id, attempt_id=attempt_id,
+                              extra={"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason})
+            else:
+                connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
+                append_run_event(
+                    connection,
+                    run_id=run.id,
+                    event_id=_new_id(),
+                    event_type="run.requeued",
+                    dedupe_key=f"requeued:{attempt_id}",
+                    actor_type="worker",
+                    actor_id=actor_id,
+                    attempt_id=attempt_id,
+                    payload={"attempt_id": attempt_id, "reason": reason},
+                    now_ms=now,
+                )
+            return self._attempt_row(attempt_id)
+
     def record_running(
         self, attempt_id: str, identity: ProcessIdentity, *, log_path: str, actor_id: str
     ) -> AttemptRecord:

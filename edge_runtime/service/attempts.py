@@ -72,6 +72,8 @@ class AttemptSupervisor:
         self._controller = controller
         self._loop = loop
         self._journal = journal
+        #: Set when a Run Lease was refused in this start pass, which then ends.
+        self._lease_refused = False
         self._slots = slots
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
@@ -105,8 +107,9 @@ class AttemptSupervisor:
         if free <= 0:
             return 0
         started = 0
+        self._lease_refused = False
         for run_id in self._runs.queued_run_ids(free):
-            if self.free_slots <= 0:
+            if self.free_slots <= 0 or self._lease_refused:
                 break
             try:
                 if self._start(run_id):
@@ -123,12 +126,14 @@ class AttemptSupervisor:
             return False  # another service took it, or it was cancelled meanwhile
         grant = self._worker.claim(run_id, attempt.id)
         if grant is None:
-            if self._runs.get(run_id).cancel_requested_at_ms is not _UNSET:
-                status, reason = AttemptStatus.CANCELLED, "cancelled before the process was started"
-            else:
-                status, reason = AttemptStatus.LOST, "no run lease could be taken (no free slot in this session)"
-            self._runs.finish_attempt(attempt.id, status, actor_id=actor, reason=reason)
-            self._journal.warning("attempt.not_claimed", run=run_id, attempt=attempt.id, status=status.value)
+            # Refused: a cancel arrived (the Run ends cancelled), or no slot is free in this
+            # session after all (the Run waits in the queue for a later pass instead of failing).
+            ended = self._runs.requeue_unstarted(
+                attempt.id, actor_id=actor, reason="no run lease could be taken (no free slot in this session)"
+            )
+            self._journal.warning("attempt.not_claimed", run=run_id, attempt=attempt.id, status=ended.status.value)
+            if ended.status is AttemptStatus.LOST:
+                self._lease_refused = True  # the session's count disagrees with ours: wait for the next pass
             return False
         try:
             self._worker.begin_start(grant)

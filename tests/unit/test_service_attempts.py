@@ -115,3 +115,22 @@ def test_a_cancel_that_lands_before_the_start_means_no_process(rig: Rig, monkeyp
     assert attempt.status is AttemptStatus.CANCELLED
     assert attempt.identity is None  # never spawned
     assert rig.runs.get(run_id).status.value == "cancelled"
+
+
+def test_a_refused_run_lease_requeues_the_run_instead_of_failing_it(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = rig.submit("true"), rig.submit("true")
+    # The session's own count says no slot is free (e.g. a re-adopted Attempt not yet reported).
+    monkeypatch.setattr(WorkerSession, "claim", lambda self, run_id, attempt_id: None)
+    assert rig.supervisor.start_queued() == 0
+    assert rig.runs.get(first).status.value == "queued"
+    [refused] = rig.runs.attempts(first)
+    assert (refused.status, refused.end_reason) == (
+        AttemptStatus.LOST, "no run lease could be taken (no free slot in this session)")
+    assert rig.runs.attempts(second) == []  # the pass stopped at the first refusal
+    monkeypatch.undo()
+    assert rig.supervisor.start_queued() == 1
+    rig.drive_until_idle()
+    assert rig.runs.get(first).status.value == "succeeded"
+    assert [a.attempt for a in rig.runs.attempts(first)] == [1, 2]
