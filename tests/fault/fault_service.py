@@ -211,6 +211,14 @@ class ServiceCampaign:
                 alive = [stat.pid for stat in group_members(identity.pgid, session=identity.pgid)]
                 if alive:
                     self.violations.append(f"process group {identity.pgid} alive after its kill deadline: {alive}")
+        with open_database(self.db_path, create=False) as db:
+            # A queued Run must wait for capacity, never fail because the lease authority saw a
+            # stale slot count (the reason text is the service's; see service.py _tick).
+            refused = db.connection.execute(
+                "SELECT count(*) FROM run_attempts WHERE end_reason LIKE 'no run lease could be taken%'"
+            ).fetchone()[0]
+        if refused:
+            self.violations.append(f"{refused} Attempts failed because a Run Lease was refused for capacity")
         for run_id, status, dispatch in self._unsettled():
             self.violations.append(f"cancel of run {self.labels[run_id]} never ended: run {status}, dispatch {dispatch}")
         process.send_signal(signal.SIGTERM)
