@@ -55,10 +55,18 @@ ADOPTED_POLL_MS = 2_000
 #: The shortest sleep when something is overdue but could not be done (busy database, a
 #: deadline another service holds): bounds a loop that would otherwise spin.
 MIN_SLEEP_MS = 200
+#: After consecutive failed ticks (a full disk, an I/O error) the loop backs off, doubling from
+#: MIN_SLEEP_MS up to this, so a broken disk is neither hammered nor logged ten times a second.
+MAX_FAILURE_BACKOFF_MS = 30_000
 #: After SIGKILL at shutdown, how long to wait for the groups to be reaped.
 _SHUTDOWN_KILL_WAIT_S = 2.0
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def failure_backoff_ms(failures: int) -> int:
+    """The sleep after ``failures`` consecutive failed ticks: MIN_SLEEP_MS doubling, capped."""
+    return min(MIN_SLEEP_MS << min(max(failures - 1, 0), 16), MAX_FAILURE_BACKOFF_MS)
 
 
 class SessionLostError(ServiceError):
@@ -86,6 +94,8 @@ class DeviceService:
         # Routers boot at 1970 and jump on NTP sync: never hand out a time below what was stored.
         self.clock = clock or GuardedClock(SystemClock(), on_jump=self._on_clock_jump)
         self._clock_db: LocalDatabase | None = None
+        #: Consecutive ticks that failed; drives the backoff and thins out repeated error lines.
+        self._tick_failures = 0
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -234,8 +244,16 @@ class DeviceService:
         except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
             raise SessionLostError(f"the worker session of {worker.worker_id!r} was lost: {exc}") from exc
         except EdgeRuntimeError as exc:
-            # A busy database or one failed step: log it and try again after a short sleep.
-            self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
+            # A busy database or one failed step: try again after a sleep that grows while the
+            # failures go on; log the 1st, 2nd, 4th, 8th... so a full disk cannot flood the log.
+            self._tick_failures += 1
+            if self._tick_failures & (self._tick_failures - 1) == 0:
+                self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable,
+                                   failures=self._tick_failures)
+            return worked
+        if self._tick_failures:
+            self.journal.info("service.recovered", failures=self._tick_failures)
+            self._tick_failures = 0
         return worked
 
     def _sleep_s(
@@ -265,6 +283,8 @@ class DeviceService:
             sleep_ms = 1_000
         if sleep_ms <= 0 and not worked:
             sleep_ms = MIN_SLEEP_MS  # overdue but nothing could be done now: do not spin
+        if self._tick_failures:
+            sleep_ms = max(sleep_ms, failure_backoff_ms(self._tick_failures))
         return sleep_ms / 1000
 
     # ----------------------------------------------------------------- stop
