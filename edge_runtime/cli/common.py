@@ -10,20 +10,36 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.db_path import ensure_parent
+from edge_runtime.local.clock import SystemClock
 from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
 
 _json_encoder = msgspec.json.Encoder()
 
 
 def open_existing(args: argparse.Namespace) -> LocalDatabase:
-    """Open the database for a command that must not create one (reads, cancel)."""
-    return open_database(args.db, create=False)
+    """Open the database for a command that must not create one (reads, cancel, rearm)."""
+    return _open_guarded(args.db, create=False)
 
 
 def open_or_create(args: argparse.Namespace) -> LocalDatabase:
     """Open the database, creating it (and its directory) if needed."""
     ensure_parent(args.db)
-    return open_database(args.db)
+    return _open_guarded(args.db, create=True)
+
+
+def _open_guarded(path: str, *, create: bool) -> LocalDatabase:
+    # A router's clock may sit at 1970 until NTP syncs: writes from the CLI never take a time
+    # below the service's persisted watermark (the service itself guards against every stored
+    # time; see edge_runtime/local/guarded_clock.py).
+    clock = GuardedClock(SystemClock())
+    db = open_database(path, clock=clock, create=create)
+    try:
+        clock.raise_floor(watermark_ms(db))
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:

@@ -53,6 +53,7 @@ __all__ = [
     "list_clock_jumps",
     "observed_floor_ms",
     "restore_floor",
+    "watermark_ms",
 ]
 
 CLOCK_JUMP_EVENT = "clock.jump_detected"
@@ -290,6 +291,14 @@ def observed_floor_ms(db: LocalDatabase) -> int:
         return 0
     row = connection.execute(f"SELECT max(t) FROM ({' UNION ALL '.join(parts)})").fetchone()
     return row[0] or 0
+
+
+def watermark_ms(db: LocalDatabase) -> int:
+    """The persisted watermark alone (one row): a cheap floor for short-lived processes such as
+    the CLI, which must not scan every table on each call. It trails the service's guarded time
+    by at most the service's persist interval."""
+    row = db.connection.execute("SELECT watermark_ms FROM clock_watermark WHERE id = 1").fetchone()
+    return 0 if row is None else row[0]
 
 
 def restore_floor(clock: GuardedClock, db: LocalDatabase) -> int:

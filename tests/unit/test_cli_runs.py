@@ -174,3 +174,21 @@ def test_running_one_command_imports_only_that_command_module(db_path) -> None:
     assert result.stdout.strip().splitlines()[-1] == (
         "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate']"
     )
+
+
+def test_cli_writes_never_take_a_time_below_the_persisted_clock_watermark(capsys, db_path) -> None:
+    """A router booted at 1970: the CLI's timestamps stay at or above what the service persisted."""
+    _cli(capsys, db_path, "migrate")
+    future_ms = 4_102_444_800_000  # 2100-01-01, far above the test machine's wall clock
+    connection = apsw.Connection(str(db_path))
+    connection.execute(
+        "INSERT INTO clock_watermark (id, watermark_ms, updated_at_ms) VALUES (1, ?1, ?1)", (future_ms,)
+    )
+    connection.close()
+    _, out, _ = _cli(capsys, db_path, "submit", "--", "true")
+    run_id = out.strip()
+    _cli(capsys, db_path, "cancel", run_id)
+    _, out, _ = _cli(capsys, db_path, "show", run_id, "--json")
+    shown = json.loads(out)
+    assert shown["createdAtMs"] >= future_ms
+    assert shown["cancelRequestedAtMs"] >= shown["createdAtMs"]
