@@ -194,7 +194,7 @@ def _reject(problem: str | None, path: str | None = None) -> None:
         raise error
 
 
-class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Claim the cancellation dispatch of a Run's Attempt for ``lease_duration_ms``.
 
     ``requested_at_ms`` is the Run's existing ``cancel_requested_at_ms``; the caller never
@@ -242,7 +242,7 @@ class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
         )
 
 
-class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Record what the controller did under the lease fenced by owner, token and version.
 
     ``retry_delay_ms`` is present exactly when ``result`` is retryable.
@@ -304,7 +304,7 @@ class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=
 # --------------------------------------------------------------------------- record
 
 
-class DispatchRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class DispatchRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """The durable state of one Run's cancellation dispatch. It never carries a raw token."""
 
     run_id: RunId
@@ -397,7 +397,7 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, tag_field="status"):
+class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
     status: ClassVar[str]
 
 
@@ -443,7 +443,7 @@ ClaimOutcome = Union[
 ]
 
 
-class RecordResultOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class RecordResultOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     dispatch: DispatchRecord
     event: RunEvent
 

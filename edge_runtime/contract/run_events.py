@@ -9,7 +9,7 @@ import msgspec
 from edge_runtime.contract.validation import SafeInt
 
 
-class RunEvent(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class RunEvent(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """One low-sensitivity, append-only fact about a Run.
 
     ``payload`` holds snake_case keys and is stored as JSON text. It never holds a lease token,

@@ -122,7 +122,7 @@ def _enum_member(cmd: object, name: str, kind: type[enum.StrEnum]) -> None:
 # --------------------------------------------------------------------------- commands
 
 
-class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
 
     ``offer_id`` is the stable id of the offer being accepted; with the token digest and the
@@ -169,7 +169,7 @@ class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
         )
 
 
-class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
 
     worker_id: WorkerId
@@ -205,7 +205,7 @@ class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields
         )
 
 
-class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Give back a grant whose Attempt is still ``claimed`` (before the start barrier)."""
 
     worker_id: WorkerId
@@ -242,7 +242,7 @@ class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fiel
         )
 
 
-class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Cross the start barrier: the Attempt goes ``claimed`` -> ``starting`` under a live grant."""
 
     worker_id: WorkerId
@@ -271,7 +271,7 @@ class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tr
         )
 
 
-class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Close a grant because its Attempt ended.
 
     Fenced by the grant itself (worker id, the session generation it was granted to, lease
@@ -307,7 +307,7 @@ class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fie
 # --------------------------------------------------------------------------- record
 
 
-class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """The durable state of an Attempt's Run Lease. It carries the token digest, never the token."""
 
     attempt_id: AttemptId
@@ -413,7 +413,7 @@ def lease_record_problem(record: RunLeaseRecord, *, check_identities: bool = Tru
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, tag_field="status"):
+class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
     status: ClassVar[str]
 
 
@@ -463,7 +463,7 @@ class NoCapacityOutcome(_Outcome, tag="no_capacity", kw_only=True):
 ClaimRunOutcome = Union[ClaimedRunOutcome, LeasedRunOutcome, NotClaimableOutcome, NoCapacityOutcome]
 
 
-class LeaseTransitionOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class LeaseTransitionOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """The grant after release, start or completion, and the event that recorded it."""
 
     lease: RunLeaseRecord

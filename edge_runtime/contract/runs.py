@@ -143,7 +143,7 @@ def text_problem(name: str, value: object, max_length: int) -> str | None:
     return identifier_problem(name, value, max_length)
 
 
-class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
 
     argv: list[str]
@@ -158,7 +158,7 @@ class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
         )
 
 
-class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     run_id: RunId
     reason: str | msgspec.UnsetType = msgspec.UNSET
 
@@ -174,7 +174,7 @@ class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
 # --------------------------------------------------------------------------- records
 
 
-class ProcessIdentity(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class ProcessIdentity(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """What proves that a pid still is the process we started: a pid alone is recycled.
 
     ``start_ticks`` is field 22 of ``/proc/<pid>/stat`` (clock ticks since boot) and ``boot_id``
@@ -187,7 +187,7 @@ class ProcessIdentity(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     boot_id: str
 
 
-class AttemptRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class AttemptRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     id: str
     run_id: str
     attempt: int
@@ -215,7 +215,7 @@ class AttemptRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, 
         return ProcessIdentity(self.pid, self.pgid, self.process_start_ticks, self.boot_id)
 
 
-class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     id: str
     execution_owner: str
     status: RunStatus
@@ -230,7 +230,7 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
-class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """A Run with its Attempts and its cancellation dispatch (``null`` when none exists)."""
 
     id: str
@@ -247,7 +247,7 @@ class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     dispatch: DispatchRecord | None
 
 
-class CancellationCandidate(msgspec.Struct, frozen=True):
+class CancellationCandidate(msgspec.Struct, frozen=True, gc=False):
     """A cancel-requested Run whose active Attempt's dispatch is due (or not yet created)."""
 
     run_id: str
@@ -255,7 +255,7 @@ class CancellationCandidate(msgspec.Struct, frozen=True):
     requested_at_ms: int
 
 
-class KillCandidate(msgspec.Struct, frozen=True):
+class KillCandidate(msgspec.Struct, frozen=True, gc=False):
     """An Attempt still active after its SIGKILL deadline passed."""
 
     attempt_id: str

@@ -58,7 +58,7 @@ def _fence_problem(cmd: Any) -> str | None:
 # --------------------------------------------------------------------------- commands
 
 
-class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Register (or replay the registration of) one worker session.
 
     A new session starts with ``available_slots = max_concurrent_runs``; a worker that already
@@ -88,7 +88,7 @@ class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_field
         return capabilities_hash(self.capabilities)
 
 
-class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Extend the session lease and report the free slots. A draining session's slots stay 0."""
 
     worker_id: WorkerId
@@ -108,7 +108,7 @@ class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
         )
 
 
-class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Stop taking new Runs; leases already held may still be renewed, started and completed."""
 
     worker_id: WorkerId
@@ -120,7 +120,7 @@ class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
         reject(_fence_problem(self))
 
 
-class OfflineCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True):
+class OfflineCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """End the session's authority now. Says nothing about whether its processes stopped."""
 
     worker_id: WorkerId
@@ -135,7 +135,7 @@ class OfflineCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
 # --------------------------------------------------------------------------- record
 
 
-class WorkerSessionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class WorkerSessionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """The durable state of a worker's current session.
 
     ``lease_expires_at_ms <= now`` means the session's authority lapsed; it never means that the
@@ -220,7 +220,7 @@ def session_record_problem(record: WorkerSessionRecord, *, check_capabilities: b
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, tag_field="status"):
+class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
     status: ClassVar[str]
 
 
