@@ -158,7 +158,7 @@ class DeviceService:
                 clock=self.clock, boot_id=boot_id, abandon_after_ms=config.run_lease_ms,
             )
             journal.info("recovery.done", **counts)
-            worker.heartbeat(config.slots - supervisor.adopted_count)
+            worker.heartbeat(self._available_slots(supervisor))
             self._loop(loop, runs, worker, supervisor, dispatcher)
             self._shutdown(loop, worker, supervisor, dispatcher)
             journal.info("service.stopped", running_left=len(supervisor.running))
@@ -219,6 +219,11 @@ class DeviceService:
             except EdgeRuntimeError as exc:
                 self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
 
+    def _available_slots(self, supervisor: AttemptSupervisor) -> int:
+        """Slots this session may report: re-adopted Attempts of earlier sessions occupy slots
+        that the lease authority does not count against this session's own leases."""
+        return max(0, self.config.slots - supervisor.adopted_count)
+
     def _tick(self, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher) -> bool:
         worked = False
         self._persist_clock()
@@ -230,15 +235,13 @@ class DeviceService:
             supervisor.settle_deferred()
             # The lease authority counts capacity from the last reported available_slots; once a
             # re-adopted Attempt ends, report the freed slot before claiming it, or the claim is
-            # refused and the queued Run fails (found by the kill -9 campaign).
-            session = worker.session
-            available = max(0, min(self.config.slots - supervisor.adopted_count, session.max_concurrent_runs))
-            if session.available_slots != available:
+            # refused (found by the kill -9 campaign). One heartbeat serves both that and the
+            # periodic one.
+            available = self._available_slots(supervisor)
+            now = read_now_ms(self.clock)
+            if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms():
                 worker.heartbeat(available)
             worked |= supervisor.start_queued() > 0
-            now = read_now_ms(self.clock)
-            if now >= worker.next_heartbeat_at_ms():
-                worker.heartbeat(self.config.slots - supervisor.adopted_count)
             supervisor.renew_due(now)
             supervisor.retry_completions()
         except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
