@@ -131,6 +131,10 @@ class LocalDatabase:
         """A ``BEGIN IMMEDIATE`` transaction; ``as`` gives ``now_ms`` read after the lock is held."""
         return WriteTransaction(self.connection, self.clock)
 
+    def snapshot(self) -> "ReadSnapshot":
+        """A read transaction: several reads see one committed state of the database (WAL)."""
+        return ReadSnapshot(self.connection)
+
     def close(self) -> None:
         if self._connection is not None:
             self._connection.close()
@@ -180,6 +184,23 @@ class WriteTransaction:
     def _rollback(self) -> None:
         if self._connection.in_transaction:
             self._connection.execute("ROLLBACK")
+
+
+class ReadSnapshot:
+    """``BEGIN`` (deferred, so it takes no write lock) ... ``COMMIT``: a consistent view for a
+    group of reads. It writes nothing; do not write inside it (use :meth:`LocalDatabase.write`)."""
+
+    __slots__ = ("_connection",)
+
+    def __init__(self, connection: apsw.Connection) -> None:
+        self._connection = connection
+
+    def __enter__(self) -> None:
+        self._connection.execute("BEGIN")
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._connection.in_transaction:
+            self._connection.execute("COMMIT")
 
 
 def open_database(

@@ -102,9 +102,10 @@ class LocalRunRepository(RunScans):
 
     def detail(self, run_id: str) -> RunDetail:
         """The Run with its Attempts and dispatch record, for ``show``."""
-        run = self.get(run_id)
-        attempts = self.attempts(run_id)
-        dispatch = LocalCancellationDispatchRepository(self._db).find_by_run_id(run_id)
+        with self._db.snapshot():
+            run = self.get(run_id)
+            attempts = self.attempts(run_id)
+            dispatch = LocalCancellationDispatchRepository(self._db).find_by_run_id(run_id)
         return RunDetail(
             id=run.id,
             execution_owner=run.execution_owner,
