@@ -324,7 +324,7 @@ def open_database(
         known = known_migrations()
         with ReadSnapshot(connection):  # another process may be migrating the file right now
             pending = verify_applied(connection, path, known)
-            applied = tuple(m.id for m in known if m not in pending)
+            applied = tuple(m for m in known if m not in pending)
             verify_schema(connection, path, applied)
         if read_only:
             if not applied:

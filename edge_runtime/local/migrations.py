@@ -100,25 +100,24 @@ def _schema_rows(connection: apsw.Connection) -> frozenset[tuple[str, str, str, 
 
 
 @cache
-def expected_schema(applied_ids: tuple[str, ...]) -> frozenset[tuple[str, str, str, str | None]]:
-    """The ``sqlite_schema`` rows that applying exactly ``applied_ids`` (in id order) produces.
+def expected_schema(applied: tuple[Migration, ...]) -> frozenset[tuple[str, str, str, str | None]]:
+    """The ``sqlite_schema`` rows that applying exactly ``applied`` (in order) produces.
 
     Derived from the migration files themselves, on an in-memory database, once per process and
-    set of ids: a later migration needs no list of objects to be kept up to date by hand.
+    set of migrations: a later migration needs no list of objects kept up to date by hand.
     """
     memory = apsw.Connection(":memory:")
     try:
-        for migration in known_migrations():
-            if migration.id in applied_ids:
-                memory.execute(_SCHEMA_MIGRATIONS_DDL)
-                for _ in memory.execute(migration.sql):
-                    pass
+        for migration in applied:
+            memory.execute(_SCHEMA_MIGRATIONS_DDL)
+            for _ in memory.execute(migration.sql):
+                pass
         return _schema_rows(memory)
     finally:
         memory.close()
 
 
-def verify_schema(connection: apsw.Connection, db_path: str, applied_ids: tuple[str, ...]) -> None:
+def verify_schema(connection: apsw.Connection, db_path: str, applied: tuple[Migration, ...]) -> None:
     """Refuse a database whose schema is not exactly what its applied migrations produce.
 
     A trigger, view or index added by hand (or by a hostile user) would run inside our own
@@ -131,7 +130,7 @@ def verify_schema(connection: apsw.Connection, db_path: str, applied_ids: tuple[
         MigrationError: an object is missing, extra or defined differently; nothing was written.
     """
     found = _schema_rows(connection)
-    expected = expected_schema(applied_ids)
+    expected = expected_schema(applied)
     if found == expected:
         return
     extra = sorted(f"{kind} {name}" for kind, name, _, _ in found - expected)
@@ -146,7 +145,7 @@ def verify_schema(connection: apsw.Connection, db_path: str, applied_ids: tuple[
         )
         if items
     ]
-    if applied_ids:
+    if applied:
         what, advice = "does not have the schema its migrations produce", "a schema edited by hand is refused: restore a backup"
     else:
         what, advice = "is not an edge-runtime database", "point --db at an edge-runtime database"
