@@ -21,6 +21,7 @@ from types import TracebackType
 
 import apsw
 
+from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
 from edge_runtime.local.errors import DatabaseClosedError, DatabaseUnusableError, MigrationError
 from edge_runtime.local.migrations import apply_pending, known_migrations, verify_applied, verify_schema
@@ -173,6 +174,14 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
     """Refuse a file that is not an intact SQLite database, before anything is written to it."""
     try:
         rows = connection.execute("PRAGMA quick_check").fetchall()
+    except apsw.ReadOnlyError as exc:
+        if os.path.exists(f"{path}-journal"):  # SQLite must roll a hot journal back before any read
+            raise DatabaseUnusableError(
+                f"{path} has an interrupted transaction in {path}-journal, which a read-only command may "
+                f"not roll back; it was not modified (a write command such as `edge-runtime migrate` rolls "
+                f"it back first, then checks the file)"
+            ) from exc
+        raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
     problems = [row[0] for row in rows if row[0] != "ok"]
@@ -311,6 +320,8 @@ def open_database(
     clock = clock or SystemClock()
     _refuse_unusable_file(path, create=create and not read_only)
     _refuse_foreign_wal(path)
+    journal = Path(f"{path}-journal")
+    hot_journal = not read_only and journal.exists()
     flags = apsw.SQLITE_OPEN_READONLY if read_only else apsw.SQLITE_OPEN_READWRITE
     try:
         connection = apsw.Connection(path, flags=flags, vfs=vfs)
@@ -342,5 +353,8 @@ def open_database(
         _close_leaving_files_as_found(connection)
         if isinstance(exc, apsw.Error):
             raise DatabaseUnusableError(f"cannot use database {path}: {exc}") from exc
+        if hot_journal and isinstance(exc, EdgeRuntimeError) and not journal.exists():
+            # SQLite rolls a hot journal back at the first read, before any check of ours can run.
+            raise type(exc)(f"{exc} (SQLite first rolled back the interrupted transaction left in {journal})") from exc
         raise
     return LocalDatabase(connection, path, clock, pending=tuple(m.id for m in pending))

@@ -93,7 +93,7 @@ def _own_socket(dir_fd: int, name: str) -> bool:
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
-    __slots__ = ("path", "_socket", "_dir_fd", "_name")
+    __slots__ = ("path", "refused", "_socket", "_dir_fd", "_name")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         refused = []
@@ -107,6 +107,8 @@ class WakeSocket:
                 break
         else:
             raise WakeSocketError("; ".join(refused))
+        #: Why the directories before the one used were not (for the service's log).
+        self.refused: list[str] = refused
         self._dir_fd: int | None = dir_fd
         self._name = f"{os.getpid()}.sock"
         self.path = directory / self._name

@@ -130,6 +130,7 @@ def test_serve_uses_another_path_when_its_wake_directory_belongs_to_another_user
     assert (own / f"{service.process.pid}.sock").exists()
     assert own.stat().st_uid == 0 and own.stat().st_mode & 0o077 == 0
     assert not list(foreign.iterdir())
+    assert "wake.directory_refused" in service.log() and f"uid {uid}" in service.log()
     result = harness.cli("submit", "--", "true", check=False)
     assert result.returncode == 0, result.stderr
     assert "wake directory" in result.stderr  # the planted directory is reported, not used

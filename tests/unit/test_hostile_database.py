@@ -207,3 +207,33 @@ def test_a_database_path_that_is_not_a_regular_file_is_refused(capsys, tmp_path)
     assert journal.exists() == existed
     code, _, err = _cli(capsys, tmp_path, "migrate")  # a directory
     assert code == 1 and "is not a regular file" in err
+
+
+# ------------------------------------------------------------------ point 12: a hot journal
+
+_INTERRUPTED_WRITER = """
+import apsw, os, sys
+c = apsw.Connection(sys.argv[1])
+c.execute("CREATE TABLE t (x); INSERT INTO t VALUES (1)")
+c.execute("PRAGMA cache_size = 1")
+c.execute("BEGIN")
+for _ in range(300):
+    c.execute("INSERT INTO t VALUES (randomblob(5000))")
+os._exit(0)  # dies mid-transaction: the -journal left behind is hot
+"""
+
+
+def test_a_hot_journal_blocks_reads_and_is_rolled_back_by_a_refused_write(capsys, db_path) -> None:
+    import subprocess
+    import sys
+
+    subprocess.run([sys.executable, "-c", _INTERRUPTED_WRITER, str(db_path)], check=True, timeout=60)
+    assert Path(f"{db_path}-journal").stat().st_size > 0
+    before = _files(db_path)
+    code, _, err = _cli(capsys, db_path, "list")
+    assert code == 1 and "has an interrupted transaction in" in err and "it was not modified" in err
+    assert _files(db_path) == before  # a read command cannot roll it back
+    code, _, err = _cli(capsys, db_path, "migrate")
+    assert code == 1 and "is not an edge-runtime database" in err
+    assert "SQLite first rolled back the interrupted transaction" in err  # as the README says
+    assert not Path(f"{db_path}-journal").exists()
