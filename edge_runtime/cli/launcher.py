@@ -9,7 +9,8 @@ init, holding the worker session and the database next to the service the superv
 
 So the child watches its launcher and, when it exits, takes the signal a parent-death signal would
 have brought: SIGTERM for ``serve`` (a clean stop: running Attempts stay re-adoptable by the next
-start), SIGKILL for every other command. Not prctl itself: calling it needs ctypes and libffi, about 75 KB
+start; one still running ``_STOP_TIMEOUT_S`` later is killed, as its supervisor would have done),
+SIGKILL for every other command. Not prctl itself: calling it needs ctypes and libffi, about 75 KB
 of the one-file budget for one system call. A pidfd of the launcher (Linux 5.3+, as the service's
 own process watch) turns readable when it exits, and a daemon thread blocked on it sends the signal:
 no wake-up until then. Kernels without pidfds get a parent-pid check once per ``_POLL_S``.
@@ -26,10 +27,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 
 from edge_runtime.service.watch import open_pidfd
 
 _POLL_S = 1.0  # the parent-pid check where the kernel gives no pidfd
+#: How long ``serve`` may take to stop after its launcher died before it is killed: the stop timeout
+#: of the shipped systemd unit and procd script (TimeoutStopSec, term_timeout).
+_STOP_TIMEOUT_S = 30.0
 _HEX = frozenset("0123456789abcdef")
 
 
@@ -89,11 +94,15 @@ def _watch(launcher: int, pidfd: int | None, signum: int) -> None:
 
         select.select([pidfd], [], [])  # readable once the launcher has exited
     else:
-        import time
-
         while os.getppid() == launcher:
             time.sleep(_POLL_S)
     _end(launcher, signum)
+    # Still here: a clean stop is under way. One stuck past the supervisors' own stop timeout is
+    # killed, as the supervisor would have done had its SIGKILL reached this process.
+    time.sleep(_STOP_TIMEOUT_S)
+    _say(f"edge-runtime: not stopped {_STOP_TIMEOUT_S:g} s after the launcher exited; killing\n")
+    _remove(sys._MEIPASS)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _end(launcher: int, signum: int) -> None:

@@ -51,10 +51,13 @@ if mode == "race":  # wait until the launcher is gone: the watch starts too late
 if mode == "poll":  # a kernel without pidfds
     launcher.open_pidfd, launcher._POLL_S = (lambda pid: None), 0.05
 launcher.bind_to_launcher(command)
+if mode == "stuck":  # a serve that does not stop on SIGTERM
+    launcher._STOP_TIMEOUT_S = 0.3
 if command == "serve":
     def stop(signum, frame):
-        open(os.path.join(tmp, "stopped-cleanly"), "w").close()
-        sys.exit(0)
+        open(os.path.join(tmp, "got-sigterm"), "w").close()
+        if mode != "stuck":
+            sys.exit(0)
     signal.signal(signal.SIGTERM, stop)
 open(os.path.join(tmp, "bound"), "w").close()
 while True:
@@ -116,8 +119,21 @@ def test_serve_is_stopped_with_sigterm_when_its_launcher_is_killed(tmp_path) -> 
         fake.kill()
         fake.wait()
         _wait_for(lambda: _gone(child), "the child to stop with its launcher")
-        assert (tmp_path / "stopped-cleanly").exists()  # its SIGTERM handler ran: a clean stop
+        assert (tmp_path / "got-sigterm").exists()  # its SIGTERM handler ran: a clean stop
         assert not home.exists()  # removed at exit, after the clean stop
+    finally:
+        _stop(child)
+
+
+def test_serve_that_does_not_stop_after_its_launcher_died_is_killed(tmp_path) -> None:
+    fake, child, home = _start(tmp_path, "serve", "stuck")
+    try:
+        _wait_for((tmp_path / "bound").exists, "the child to bind itself")
+        fake.kill()
+        fake.wait()
+        _wait_for((tmp_path / "got-sigterm").exists, "the child to get SIGTERM")
+        _wait_for(lambda: _gone(child), "the stuck child to be killed")
+        assert not home.exists()
     finally:
         _stop(child)
 
