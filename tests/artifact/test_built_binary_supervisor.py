@@ -54,6 +54,7 @@ class Cli:
     def __init__(self, executable: Path, db: Path, env: dict[str, str], cwd: Path) -> None:
         self.executable, self.db, self.env, self.cwd = executable, db, env, cwd
         self.started: list[subprocess.Popen] = []
+        self.strays: list[int] = []  # children and Attempts to kill if a test fails half-way
 
     def __call__(self, *args: str) -> str:
         result = subprocess.run([str(self.executable), "--db", str(self.db), *args], env=self.env, cwd=self.cwd,
@@ -85,6 +86,9 @@ def cli(onefile, env, tmp_path) -> Iterator[Cli]:
         if process.poll() is None:
             process.kill()
             process.wait()
+    for pid in cli.strays:
+        if _alive(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _state(pid: int) -> str | None:
@@ -114,9 +118,10 @@ def _child_of(pid: int) -> int:
     return child
 
 
-def _kill_launcher_and_wait_for_child(launcher: subprocess.Popen) -> tuple[int, float]:
+def _kill_launcher_and_wait_for_child(cli: Cli, launcher: subprocess.Popen) -> tuple[int, float]:
     """SIGKILL the launcher, as a supervisor's escalation does; the child must end by itself."""
     child = _child_of(launcher.pid)
+    cli.strays.append(child)
     assert _alive(child)
     launcher.kill()
     assert launcher.wait(timeout=LIVENESS_TIMEOUT_S) == -signal.SIGKILL
@@ -132,8 +137,9 @@ def test_serve_stops_with_its_killed_launcher_and_a_new_serve_readopts_its_attem
     running = wait_for(lambda: (s := cli.show(run_id))["status"] == "running" and s["attempts"][0].get("pid") and s,
                        "the run to start")
     attempt_pid = running["attempts"][0]["pid"]
+    cli.strays.append(attempt_pid)
 
-    child, elapsed = _kill_launcher_and_wait_for_child(first)
+    child, elapsed = _kill_launcher_and_wait_for_child(cli, first)
     print(f"serve child {child} ended {elapsed:.2f} s after its launcher was killed")
 
     log = first_log.read_text()
@@ -172,7 +178,7 @@ def test_a_long_cli_command_dies_with_its_killed_launcher(cli, env, tmp_path) ->
         time.sleep(0.5)
         reader.stdout.read(4096)
 
-        child, elapsed = _kill_launcher_and_wait_for_child(reader)
+        child, elapsed = _kill_launcher_and_wait_for_child(cli, reader)
         print(f"logs child {child} ended {elapsed:.2f} s after its launcher was killed")
         assert list(Path(env["TMPDIR"]).iterdir()) == []
     finally:
