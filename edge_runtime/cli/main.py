@@ -15,7 +15,6 @@ from collections.abc import Iterable, Sequence
 
 from edge_runtime import __version__
 from edge_runtime.cli.db_path import DB_ENV_VAR, default_db_path
-from edge_runtime.cli.launcher import bind_to_launcher
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
@@ -85,7 +84,10 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = _command_in(argv)
-    bind_to_launcher(command)  # first: a one-file child must not outlive its launcher (launcher.py)
+    if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
+        from edge_runtime.cli.launcher import bind_to_launcher
+
+        bind_to_launcher(command)
     parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if args.command is None:

@@ -192,3 +192,16 @@ def test_from_source_binding_is_a_no_op(monkeypatch) -> None:
     launcher.bind_to_launcher("serve")
     assert launcher.launcher_pid() is None
     assert threading.active_count() == before
+
+
+def test_the_cli_binds_a_frozen_process_first_with_its_command(monkeypatch, capsys) -> None:
+    from edge_runtime.cli.main import main
+
+    bound = []
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(launcher, "bind_to_launcher", bound.append)
+    with pytest.raises(SystemExit):
+        main(["--db", "unused.db", "serve", "--no-such-flag"])  # refused by argparse, after the binding
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert bound == ["serve", None]
