@@ -183,3 +183,14 @@ def test_a_long_cli_command_dies_with_its_killed_launcher(cli, env, tmp_path) ->
         assert list(Path(env["TMPDIR"]).iterdir()) == []
     finally:
         reader.stdout.close()
+
+
+def test_a_launcher_killed_while_its_child_starts_leaves_no_child(cli, env, tmp_path) -> None:
+    # Killed as soon as the child exists, most often before its Python reached the CLI: the child
+    # then finds itself re-parented at start and ends at once (else its watch ends it).
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        launcher = cli.start("serve", stdout=out, stderr=subprocess.STDOUT)
+    child, elapsed = _kill_launcher_and_wait_for_child(cli, launcher)
+    print(f"starting child {child} ended {elapsed:.2f} s after its launcher was killed")
+    assert list(Path(env["TMPDIR"]).iterdir()) == []
