@@ -10,7 +10,7 @@ init, holding the worker session and the database next to the service the superv
 So the child watches its launcher and, when it exits, takes the signal a parent-death signal would
 have brought: SIGTERM for ``serve`` (a clean stop: running Attempts stay re-adoptable by the next
 start; one still running ``_STOP_TIMEOUT_S`` later is killed, as its supervisor would have done),
-SIGKILL for every other command. Not prctl itself: calling it needs ctypes and libffi, about 75 KB
+SIGKILL for every other command. Not prctl itself: calling it needs ctypes and libffi, about 77 KB
 of the one-file budget for one system call. A pidfd of the launcher (Linux 5.3+, as the service's
 own process watch) turns readable when it exits, and a daemon thread blocked on it sends the signal:
 no wake-up until then. Kernels without pidfds get a parent-pid check once per ``_POLL_S``.
