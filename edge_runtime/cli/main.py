@@ -109,6 +109,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for position, token in enumerate(argv, 1):
         _require_utf8(f"argument {position}", token)
     command = _command_in(argv)
+    if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
+        from edge_runtime.cli.launcher import bind_to_launcher
+
+        bind_to_launcher(command)
     parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if args.command is None:
