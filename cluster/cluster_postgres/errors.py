@@ -25,6 +25,10 @@ RETRYABLE_SQLSTATES = frozenset(
 )
 
 
+#: The server ended the session (shutdown, crash, administrator): the connection is gone.
+_CONNECTION_ENDED = frozenset({"57P01", "57P02", "57P03"})
+
+
 def is_retryable(sqlstate: str | None) -> bool:
     """Whether a failure with ``sqlstate`` may succeed when retried unchanged.
 
@@ -66,7 +70,8 @@ class ClusterNotReadyError(EdgeRuntimeError):
 def storage_error(kind: type[EdgeRuntimeError], exc: BaseException, *, ambiguous: bool = False) -> EdgeRuntimeError:
     """``kind`` for a psycopg failure ``exc``; ``ambiguous`` when the connection died during COMMIT."""
     sqlstate = getattr(exc, "sqlstate", None)
-    if ambiguous and sqlstate is None:
+    # A deferred constraint failing at COMMIT is a known rollback; a lost connection is not.
+    if ambiguous and (sqlstate is None or sqlstate.startswith("08") or sqlstate in _CONNECTION_ENDED):
         return kind(f"connection lost during COMMIT: the outcome is unknown; retry the same command ({exc})",
                      retryable=True)
     label = "connection lost" if sqlstate is None else f"SQLSTATE {sqlstate}"
