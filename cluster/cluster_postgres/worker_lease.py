@@ -199,12 +199,11 @@ class PostgresWorkerLeaseRepository:
     ``count_active_leases``, ``list_active_leases``.
     """
 
-    __slots__ = ("_conn", "_cur", "_run_row")
+    __slots__ = ("_conn", "_cur")
 
     def __init__(self, conn: psycopg.Connection[Any]) -> None:
         self._conn = conn
         self._cur = conn.cursor()
-        self._run_row: tuple[Any, ...] | None = None
 
     # ================================================================= reads
 
@@ -330,7 +329,7 @@ class PostgresWorkerLeaseRepository:
             attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
             lease_row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
             existing = None if lease_row is None else _lease(lease_row)
-            run = None if run_row is None else [run_row[3], run_row[4]]
+            run = self._run_version(run_row)
             now = clamp(cur, database_now(cur), None if existing is None else existing.updated_at_ms, run,
                         cmd.run_id, cmd.worker_id)
             session = self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
@@ -393,7 +392,8 @@ class PostgresWorkerLeaseRepository:
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
             session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
-            run, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
             current, now = self._locked_lease(cmd, digest, session_row, tuple(SessionStatus), require_live=False, run=run)
             self._require_claimed(attempt, current, "released")
             lease = _replace(current, status=LeaseStatus.RELEASED, version=_bump(current.version, "lease"),
@@ -409,14 +409,15 @@ class PostgresWorkerLeaseRepository:
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
             session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
-            run, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
             current, now = self._locked_lease(cmd, digest, session_row, (SessionStatus.ONLINE, SessionStatus.DRAINING),
                                               run=run)
             if not current.is_live(now):
                 raise WorkerLeaseFenceRejectedError(
                     f"the lease of attempt {cmd.attempt_id!r} has expired; renew it before starting"
                 )
-            reason = self._run_problem(self._run_row)
+            reason = self._run_problem(run_row)
             if reason is not None:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(attempt, current, "started")
@@ -431,7 +432,8 @@ class PostgresWorkerLeaseRepository:
         _expect(cmd, CompleteRunLeaseCommand, "complete")
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
-            run, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
             row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
             current = None if row is None else _lease(row)
             if (
@@ -490,13 +492,17 @@ class PostgresWorkerLeaseRepository:
         self._check_state(session, now, allowed, require_live)
         return session
 
-    def _lock_run_and_attempt(self, attempt_id: str) -> tuple[list[int] | None, tuple[Any, ...] | None]:
+    def _lock_run_and_attempt(self, attempt_id: str) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
         """Lock the Attempt's Run, then the Attempt (the Run id of an Attempt never changes)."""
         cur = self._cur
         found = cur.execute(_ATTEMPT_RUN_ID, (attempt_id,)).fetchone()
-        self._run_row = None if found is None else cur.execute(_LOCK_RUN, (found[0],)).fetchone()
-        attempt = cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone()
-        return (None if self._run_row is None else [self._run_row[3], self._run_row[4]]), attempt
+        run_row = None if found is None else cur.execute(_LOCK_RUN, (found[0],)).fetchone()
+        return run_row, cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone()
+
+    @staticmethod
+    def _run_version(run_row: tuple[Any, ...] | None) -> list[int] | None:
+        """The locked Run's ``[version, event_sequence]``, advanced by each event appended."""
+        return None if run_row is None else [run_row[3], run_row[4]]
 
     def _locked_lease(self, cmd: Any, digest: str, session_row: tuple[Any, ...] | None,
                       allowed: tuple[SessionStatus, ...], *, require_live: bool = True, run: list[int] | None = None
