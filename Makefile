@@ -6,7 +6,14 @@ STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k claim -x"`.
 PYTEST_ARGS ?=
 
-.PHONY: venv run test bench build fault audit clean
+# The Cluster Profile (cluster/) has its own venv with psycopg; the edge venv never gets it.
+CLUSTER_VENV ?= .venv-cluster
+CPY := $(CLUSTER_VENV)/bin/python
+CSTAMP := $(CLUSTER_VENV)/.installed
+# The shared PostgreSQL the cluster suite and bench use; each session works in a private database.
+EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
+
+.PHONY: venv run test bench build fault audit clean test-cluster bench-cluster
 
 venv: $(STAMP)
 
@@ -39,5 +46,21 @@ audit: build
 fault: $(STAMP)
 	$(PY) -m pytest tests/fault -m fault --fault-mode=long -p no:cacheprovider $(PYTEST_ARGS)
 
+$(CSTAMP): pyproject.toml cluster/pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edge-runtime needs Python >= 3.11")'
+	$(PYTHON) -m venv $(CLUSTER_VENV)
+	$(CPY) -m pip install --quiet --upgrade pip
+	$(CPY) -m pip install --quiet -e . -e './cluster[test]'
+	@touch $@
+
+# The conformance suite on both adapters, the PostgreSQL-only tests and the HA gate (needs root
+# for the throwaway servers run as the postgres OS user). PostgreSQL is required here: no skips.
+test-cluster: $(CSTAMP)
+	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' EDGE_PG_REQUIRED=1 $(CPY) -m pytest -p no:cacheprovider \
+		tests/conformance cluster/tests $(PYTEST_ARGS)
+
+bench-cluster: $(CSTAMP)
+	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_cluster.py
+
 clean:
-	rm -rf $(VENV) dist build/work .pytest_cache .hypothesis
+	rm -rf $(VENV) $(CLUSTER_VENV) dist build/work .pytest_cache .hypothesis

@@ -1,0 +1,75 @@
+"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database.
+
+Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.
+A DSN is never printed (it may hold a password).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import psycopg
+
+from cluster_postgres import __version__
+from edge_runtime.contract.errors import EdgeRuntimeError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="edge-runtime-cluster", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"edge-runtime-cluster {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+    boot = commands.add_parser("bootstrap", help="create the three roles, the database and its grants (idempotent)")
+    boot.add_argument("--admin-dsn", required=True, help="a role with CREATEROLE and CREATEDB")
+    boot.add_argument("--database", required=True, help="database to create or keep, e.g. qinglong")
+    mig = commands.add_parser("migrate", help="apply pending migrations (connect as ql3_migration_owner)")
+    mig.add_argument("--dsn", required=True)
+    check = commands.add_parser("check", help="readiness: migration checksums, privilege matrix, settings; exit 1 when not ready")
+    check.add_argument("--dsn", required=True)
+    check.add_argument("--json", action="store_true", help="print the checks as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "bootstrap":
+            from cluster_postgres.readiness import bootstrap
+
+            for line in bootstrap(args.admin_dsn, args.database):
+                print(line)
+        elif args.command == "migrate":
+            from cluster_postgres.migrations import migrate
+
+            applied = migrate(args.dsn)
+            print(f"applied {len(applied)} migration(s){': ' + ', '.join(applied) if applied else ''}")
+        else:
+            from cluster_postgres.readiness import readiness
+
+            checks = readiness(args.dsn)
+            ready = all(c.ok for c in checks)
+            if args.json:
+                print(json.dumps({"ready": ready, "checks": [c._asdict() for c in checks]}, indent=2))
+            else:
+                for c in checks:
+                    print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
+            if not ready:
+                print("Error: the database is not ready [CLUSTER_NOT_READY]", file=sys.stderr)
+                return 1
+    except EdgeRuntimeError as exc:
+        print(f"Error: {exc} [{exc.code}]", file=sys.stderr)
+        return 1
+    except ValueError as exc:
+        print(f"Error: {exc} (try: edge-runtime-cluster {args.command} --help)", file=sys.stderr)
+        return 2
+    except psycopg.Error as exc:
+        state = getattr(exc, "sqlstate", None) or "connection"
+        print(f"Error: database failed ({state}): {str(exc).strip().splitlines()[0]} [CLUSTER_STORAGE_FAILED]",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""Bootstrap (roles, database, grants) and the fail-closed readiness check (cluster-profile.md §2).
+
+Roles are global to a PostgreSQL cluster, so they are created here, explicitly, never by a
+migration. ``check`` reads the catalog and passes only when migration checksums, the whole
+privilege matrix and the runtime role's three settings all match.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, NamedTuple
+
+import psycopg
+from psycopg import sql
+
+from cluster_postgres.connection import RUNTIME_SETTINGS
+from cluster_postgres.errors import ClusterNotReadyError
+from cluster_postgres.migrations import OWNER_ROLE, known_migrations, migration_problems, read_applied
+
+RUNTIME_ROLE = "ql3_runtime"
+ADMIN_ROLE = "ql3_cluster_admin"
+ROLES = (OWNER_ROLE, RUNTIME_ROLE, ADMIN_ROLE)
+
+TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
+_RUNTIME_WRITE = ("SELECT", "INSERT", "UPDATE")
+_LEASE_TABLES = ("worker_sessions", "run_dispatch_leases", "run_cancellation_dispatches")
+#: table -> role -> the privileges it must hold; every other table privilege must be absent.
+PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
+    "runs": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ("SELECT",)},
+    "run_attempts": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    "run_events": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ("SELECT",)},
+    "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
+    **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
+}
+_DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class Check(NamedTuple):
+    name: str
+    ok: bool
+    detail: str
+
+
+def bootstrap(admin_dsn: str, database: str) -> list[str]:
+    """Create the three roles, the database owned by the migration owner, and its grants.
+
+    Idempotent: an existing role or database is kept; settings and grants are set again.
+    Returns what it did, one line per step. The admin DSN needs CREATEROLE and CREATEDB.
+    """
+    if not _DATABASE_NAME.fullmatch(database):
+        raise ValueError(f"database name {database!r} must match [a-z_][a-z0-9_]{{0,62}}")
+    done: list[str] = []
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        for role in ROLES:
+            if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (role,)).fetchone() is None:
+                conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
+                             .format(sql.Identifier(role)))
+                done.append(f"created role {role}")
+        for name, value in RUNTIME_SETTINGS.items():
+            conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
+                sql.Identifier(RUNTIME_ROLE), sql.Identifier(name), sql.Literal(value)))
+        done.append(f"set {', '.join(f'{k}={v}' for k, v in RUNTIME_SETTINGS.items())} on {RUNTIME_ROLE}")
+        db = sql.Identifier(database)
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(db, sql.Identifier(OWNER_ROLE)))
+            done.append(f"created database {database} owned by {OWNER_ROLE}")
+        # No TEMP and no CREATE for anyone but the owner; CONNECT only for the profile's roles.
+        conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM PUBLIC").format(db))
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}, {}").format(
+            db, sql.Identifier(RUNTIME_ROLE), sql.Identifier(ADMIN_ROLE)))
+        done.append(f"granted CONNECT on {database} to {RUNTIME_ROLE}, {ADMIN_ROLE}; revoked PUBLIC")
+    with psycopg.connect(admin_dsn, autocommit=True, dbname=database) as conn:
+        conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+    return done
+
+
+def readiness(dsn: str) -> list[Check]:
+    """Every readiness check against the database of ``dsn`` (any role that can read the catalog)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [_migrations(conn), *_privileges(conn), _settings(conn)]
+
+
+def require_ready(dsn: str) -> list[Check]:
+    """:func:`readiness`, raising :class:`ClusterNotReadyError` naming every failed check."""
+    checks = readiness(dsn)
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise ClusterNotReadyError("; ".join(f"{c.name}: {c.detail}" for c in failed))
+    return checks
+
+
+def _migrations(conn: psycopg.Connection[Any]) -> Check:
+    known = known_migrations()
+    applied = read_applied(conn)
+    problems = migration_problems(applied, known)
+    problems += [f"migration {m.id} is not applied" for m in known if m.id not in applied]
+    return Check("migrations", not problems, "; ".join(problems) or f"{len(applied)} applied, checksums match")
+
+
+def _privileges(conn: psycopg.Connection[Any]) -> list[Check]:
+    wrong = []
+    for table, expected in PRIVILEGE_MATRIX.items():
+        if conn.execute("SELECT to_regclass(%s)", (f"ql3.{table}",)).fetchone()[0] is None:
+            wrong.append(f"table ql3.{table} is missing")
+            continue
+        for role, granted in expected.items():
+            for privilege in TABLE_PRIVILEGES:
+                has = conn.execute("SELECT has_table_privilege(%s, %s, %s)", (role, f"ql3.{table}", privilege)).fetchone()[0]
+                if has != (privilege in granted):
+                    wrong.append(f"{role} {'has' if has else 'lacks'} {privilege} on ql3.{table}")
+    row = conn.execute(
+        "SELECT has_schema_privilege(%s, 'ql3', 'CREATE'), has_database_privilege(%s, current_database(), 'CREATE'),"
+        " has_database_privilege(%s, current_database(), 'TEMP'),"
+        " (SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles WHERE rolname = %s),"
+        " (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'ql3')",
+        (RUNTIME_ROLE, RUNTIME_ROLE, RUNTIME_ROLE, RUNTIME_ROLE),
+    ).fetchone()
+    for flag, what in zip(row[:4], ("CREATE on schema ql3", "CREATE on the database", "TEMP on the database",
+                                   "superuser, CREATEROLE, CREATEDB or BYPASSRLS")):
+        if flag:
+            wrong.append(f"{RUNTIME_ROLE} has {what}")
+    if row[4] != OWNER_ROLE:
+        wrong.append(f"schema ql3 is owned by {row[4]!r}, not {OWNER_ROLE}")
+    return [Check("privileges", not wrong, "; ".join(wrong) or "the privilege matrix matches the catalog")]
+
+
+def _settings(conn: psycopg.Connection[Any]) -> Check:
+    rows = conn.execute(
+        "SELECT unnest(setconfig) FROM pg_db_role_setting s JOIN pg_roles r ON r.oid = s.setrole "
+        "WHERE r.rolname = %s AND s.setdatabase = 0", (RUNTIME_ROLE,)
+    ).fetchall()
+    found = dict(item.split("=", 1) for (item,) in rows)
+    wrong = [f"{name} is {found.get(name, 'unset')}, expected {value}"
+             for name, value in RUNTIME_SETTINGS.items() if found.get(name) != value]
+    return Check("settings", not wrong, "; ".join(wrong) or f"{RUNTIME_ROLE} runs with " +
+                 ", ".join(f"{k}={v}" for k, v in RUNTIME_SETTINGS.items()))

@@ -1,0 +1,608 @@
+"""PostgreSQL Worker Session and Run Lease repository (ADR-0057 as cluster-profile.md §4 states it).
+
+The same operations and results as the Local worker lease repository. Rows are locked
+``FOR NO KEY UPDATE`` in the one global order (advisory lock by worker id on registration) ->
+Worker -> Run -> Attempt -> Run Lease, and database time is read once, after the last blocking
+lock. A claim's capacity is decided under the Worker row lock, against
+``min(max_concurrent_runs, available_slots)``, so concurrent dispatchers never oversell a slot.
+Bearer tokens are digested in Python; only digests reach the server. Neither an expired lease nor
+an offline session is ever reported as "not running".
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+import msgspec
+import psycopg
+
+from edge_runtime.contract.run_lease import (
+    EVENT_ATTEMPT_STARTING,
+    EVENT_LEASE_CLAIMED,
+    EVENT_LEASE_COMPLETED,
+    EVENT_LEASE_RELEASED,
+    BeginStartCommand,
+    ClaimedRunOutcome,
+    ClaimRunCommand,
+    ClaimRunOutcome,
+    CompleteRunLeaseCommand,
+    LeasedRunOutcome,
+    LeaseStatus,
+    LeaseTransitionOutcome,
+    NoCapacityOutcome,
+    NotClaimableOutcome,
+    NotClaimableReason,
+    ReleaseReason,
+    ReleaseRunLeaseCommand,
+    RenewRunLeaseCommand,
+    RunLeaseRecord,
+    dedupe_key_for,
+    lease_record_problem,
+)
+from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.contract.worker_lease import (
+    ATTEMPT_ID_MAX_LENGTH,
+    MAX_VERSION,
+    WORKER_ID_MAX_LENGTH,
+    InvalidWorkerLeaseCommandError,
+    RunNotStartableError,
+    StartBarrierPassedError,
+    WorkerLeaseFenceRejectedError,
+    WorkerSessionRejectedError,
+    canonical_capabilities_unchecked,
+    digest_run_lease_token,
+    reject,
+)
+from edge_runtime.contract.worker_session import (
+    DrainCommand,
+    HeartbeatCommand,
+    OfflineCommand,
+    RegisteredOutcome,
+    RegisterOutcome,
+    RegisterWorkerCommand,
+    ReplayedOutcome,
+    SessionStatus,
+    WorkerSessionRecord,
+    session_record_problem,
+)
+from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
+from cluster_postgres.run_events import append_run_event, clamp, database_now
+
+ACTIVE_RUN_STATUSES = frozenset({"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"})
+
+_UNSET = msgspec.UNSET
+_replace = msgspec.structs.replace
+_SESSION_STATUS = {s.value: s for s in SessionStatus}
+_LEASE_STATUS = {s.value: s for s in LeaseStatus}
+_RELEASE_REASON = {r.value: r for r in ReleaseReason}
+_decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
+
+_SESSION_COLUMNS = (
+    "worker_id, session_id, generation, status, version, capabilities, capabilities_hash, max_concurrent_runs, "
+    "available_slots, heartbeat_at_ms, lease_expires_at_ms, created_at_ms, updated_at_ms"
+)
+_SELECT_SESSION = f"SELECT {_SESSION_COLUMNS} FROM ql3.worker_sessions WHERE worker_id = %s"
+_LOCK_SESSION = _SELECT_SESSION + " FOR NO KEY UPDATE"
+_INSERT_SESSION = f"INSERT INTO ql3.worker_sessions ({_SESSION_COLUMNS}) VALUES ({', '.join(['%s'] * 13)})"
+_UPDATE_SESSION = (
+    "UPDATE ql3.worker_sessions SET session_id = %s, generation = %s, status = %s, version = %s, capabilities = %s, "
+    "capabilities_hash = %s, max_concurrent_runs = %s, available_slots = %s, heartbeat_at_ms = %s, "
+    "lease_expires_at_ms = %s, created_at_ms = %s, updated_at_ms = %s WHERE worker_id = %s AND version = %s"
+)
+_REGISTRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))"
+
+_LEASE_COLUMNS = (
+    "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
+    "offer_id, status, expires_at_ms, acquired_at_ms, renewed_at_ms, started_at_ms, released_at_ms, "
+    "release_reason, completed_at_ms, updated_at_ms"
+)
+_SELECT_LEASE = f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE attempt_id = %s"
+_LOCK_LEASE = _SELECT_LEASE + " FOR NO KEY UPDATE"
+_INSERT_LEASE = f"INSERT INTO ql3.run_dispatch_leases ({_LEASE_COLUMNS}) VALUES ({', '.join(['%s'] * 18)})"
+_UPDATE_LEASE = (
+    "UPDATE ql3.run_dispatch_leases SET run_id = %s, worker_id = %s, session_id = %s, session_generation = %s, "
+    "lease_generation = %s, version = %s, token_digest = %s, offer_id = %s, status = %s, expires_at_ms = %s, "
+    "acquired_at_ms = %s, renewed_at_ms = %s, started_at_ms = %s, released_at_ms = %s, release_reason = %s, "
+    "completed_at_ms = %s, updated_at_ms = %s WHERE attempt_id = %s AND version = %s"
+)
+_COUNT_ACTIVE = (
+    "SELECT count(*) FROM ql3.run_dispatch_leases "
+    "WHERE worker_id = %s AND session_generation = %s AND status = 'leased' AND attempt_id <> %s"
+)
+_SELECT_ACTIVE = (
+    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s AND status = 'leased' "
+    "ORDER BY session_generation, attempt_id"
+)
+_LOCK_RUN = (
+    "SELECT execution_owner, status, cancel_requested_at_ms, version, event_sequence FROM ql3.runs "
+    "WHERE id = %s FOR NO KEY UPDATE"
+)
+_PROJECTION = (
+    "lease_worker_id, lease_session_id, lease_session_generation, lease_generation, lease_version, "
+    "lease_token_digest, lease_offer_id, lease_expires_at_ms"
+)
+_LOCK_ATTEMPT = f"SELECT run_id, status, {_PROJECTION} FROM ql3.run_attempts WHERE id = %s FOR NO KEY UPDATE"
+_ATTEMPT_RUN_ID = "SELECT run_id FROM ql3.run_attempts WHERE id = %s"  # immutable: read before locking the Run
+_SET_PROJECTION = (
+    "UPDATE ql3.run_attempts SET lease_worker_id = %s, lease_session_id = %s, lease_session_generation = %s, "
+    "lease_generation = %s, lease_version = %s, lease_token_digest = %s, lease_offer_id = %s, "
+    "lease_expires_at_ms = %s, updated_at_ms = %s, status = coalesce(%s, status) WHERE id = %s"
+)
+_NO_PROJECTION = (None,) * 8
+
+
+def _bump(version: int, what: str) -> int:
+    if version >= MAX_VERSION:
+        raise ClusterLeaseStorageError(f"{what} has reached the maximum version")
+    return version + 1
+
+
+def _expect(cmd: Any, kind: type, operation: str) -> None:
+    if not isinstance(cmd, kind):
+        raise InvalidWorkerLeaseCommandError(f"{operation} expects a {kind.__name__}, got {type(cmd).__name__}")
+
+
+def _session(row: tuple[Any, ...]) -> WorkerSessionRecord:
+    worker_id = row[0]
+    try:
+        record = WorkerSessionRecord(
+            worker_id=worker_id, session_id=row[1], generation=row[2], status=_SESSION_STATUS[row[3]],
+            version=row[4], capabilities=_decode_capabilities(row[5]), capabilities_hash=row[6],
+            max_concurrent_runs=row[7], available_slots=row[8], heartbeat_at_ms=row[9],
+            lease_expires_at_ms=row[10], created_at_ms=row[11], updated_at_ms=row[12],
+        )
+    except (KeyError, ValueError, TypeError, msgspec.DecodeError) as exc:
+        raise ClusterLeaseStorageError(f"stored session of worker {worker_id!r} is malformed: {exc!r}") from None
+    problem = session_record_problem(record)
+    if problem is None and canonical_capabilities_unchecked(record.capabilities).decode() != row[5]:
+        problem = "capabilities are not stored in canonical form"
+    if problem is not None:
+        raise ClusterLeaseStorageError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def _lease(row: tuple[Any, ...]) -> RunLeaseRecord:
+    def absent(value: Any) -> Any:
+        return _UNSET if value is None else value
+
+    attempt_id = row[0]
+    try:
+        record = RunLeaseRecord(
+            attempt_id=attempt_id, run_id=row[1], worker_id=row[2], session_id=row[3], session_generation=row[4],
+            lease_generation=row[5], version=row[6], token_digest=row[7], offer_id=row[8],
+            status=_LEASE_STATUS[row[9]], expires_at_ms=row[10], acquired_at_ms=row[11], renewed_at_ms=absent(row[12]),
+            started_at_ms=absent(row[13]), released_at_ms=absent(row[14]),
+            release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
+            completed_at_ms=absent(row[16]), updated_at_ms=row[17],
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} is malformed: {exc!r}") from None
+    problem = lease_record_problem(record)
+    if problem is not None:
+        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def _projection(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
+    if lease is None or lease.status is not LeaseStatus.LEASED:
+        return _NO_PROJECTION
+    return (lease.worker_id, lease.session_id, lease.session_generation, lease.lease_generation, lease.version,
+            lease.token_digest, lease.offer_id, lease.expires_at_ms)
+
+
+class PostgresWorkerLeaseRepository:
+    """Fenced Worker Sessions and Run Leases in ``ql3``. One connection, not thread-safe.
+
+    Mutations: ``register``, ``heartbeat``, ``drain``, ``offline``, ``claim_run``, ``renew``,
+    ``release``, ``begin_start``, ``complete``; reads: ``find_session``, ``find_lease``,
+    ``count_active_leases``, ``list_active_leases``.
+    """
+
+    __slots__ = ("_conn", "_cur")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+
+    # ================================================================= reads
+
+    def find_session(self, worker_id: str) -> WorkerSessionRecord | None:
+        reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
+        with reading(ClusterLeaseStorageError):
+            row = self._cur.execute(_SELECT_SESSION, (worker_id,)).fetchone()
+        return None if row is None else _session(row)
+
+    def find_lease(self, attempt_id: str) -> RunLeaseRecord | None:
+        reject(identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH))
+        with reading(ClusterLeaseStorageError):
+            row = self._cur.execute(_SELECT_LEASE, (attempt_id,)).fetchone()
+        return None if row is None else _lease(row)
+
+    def count_active_leases(self, worker_id: str) -> int:
+        """``leased`` grants (expired or not) of the worker's current session; 0 without one."""
+        reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            row = self._cur.execute(_SELECT_SESSION, (worker_id,)).fetchone()
+            if row is None:
+                return 0
+            return self._cur.execute(_COUNT_ACTIVE, (worker_id, _session(row).generation, "")).fetchone()[0]
+
+    def list_active_leases(self, worker_id: str) -> list[RunLeaseRecord]:
+        """Every ``leased`` grant of the worker, of any session generation (restart recovery)."""
+        reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
+        with reading(ClusterLeaseStorageError):
+            rows = self._cur.execute(_SELECT_ACTIVE, (worker_id,)).fetchall()
+        return [_lease(row) for row in rows]
+
+    # ================================================================= sessions
+
+    def register(self, cmd: RegisterWorkerCommand) -> RegisterOutcome:
+        """First registration, idempotent replay, or replacement (generation + 1), under an
+        advisory lock by worker id and the Worker row lock."""
+        _expect(cmd, RegisterWorkerCommand, "register")
+        caps_hash = cmd.capabilities_hash
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            cur.execute(_REGISTRATION_LOCK, (cmd.worker_id,))
+            row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            current = None if row is None else _session(row)
+            now = clamp(cur, database_now(cur), None if current is None else current.updated_at_ms, None, "", "")
+            fresh = dict(
+                session_id=cmd.session_id, status=SessionStatus.ONLINE, capabilities=cmd.capabilities,
+                capabilities_hash=caps_hash, max_concurrent_runs=cmd.max_concurrent_runs,
+                available_slots=cmd.max_concurrent_runs, heartbeat_at_ms=now,
+                lease_expires_at_ms=now + cmd.lease_duration_ms, updated_at_ms=now,
+            )
+            if current is None:
+                session = WorkerSessionRecord(worker_id=cmd.worker_id, generation=1, version=0, created_at_ms=now, **fresh)
+                self._store_session(session, None)
+                return RegisteredOutcome(session=session, replaced_session=False)
+            if current.session_id == cmd.session_id:
+                problem = (
+                    f"it is {current.status.value}" if current.status is not SessionStatus.ONLINE
+                    else "its session lease has expired" if not current.is_live(now)
+                    else "its capabilities differ" if current.capabilities_hash != caps_hash
+                    else "its max_concurrent_runs differs" if current.max_concurrent_runs != cmd.max_concurrent_runs
+                    else None
+                )
+                if problem is not None:
+                    raise WorkerSessionRejectedError(
+                        f"session {cmd.session_id!r} of worker {cmd.worker_id!r} cannot be registered again: {problem}"
+                    )
+                return ReplayedOutcome(session=current)
+            session = _replace(current, generation=_bump(current.generation, "session generation"),
+                               version=_bump(current.version, "session"), **fresh)
+            self._store_session(session, current.version)
+            return RegisteredOutcome(session=session, replaced_session=True)
+
+    def heartbeat(self, cmd: HeartbeatCommand) -> WorkerSessionRecord:
+        _expect(cmd, HeartbeatCommand, "heartbeat")
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            current, now = self._fenced_session(cmd, (SessionStatus.ONLINE, SessionStatus.DRAINING))
+            if cmd.available_slots > current.max_concurrent_runs:
+                raise InvalidWorkerLeaseCommandError(
+                    f"available_slots {cmd.available_slots} exceeds max_concurrent_runs {current.max_concurrent_runs}"
+                )
+            online = current.status is SessionStatus.ONLINE
+            session = _replace(current, version=_bump(current.version, "session"),
+                               available_slots=cmd.available_slots if online else 0, heartbeat_at_ms=now,
+                               lease_expires_at_ms=now + cmd.lease_duration_ms, updated_at_ms=now)
+            self._store_session(session, current.version)
+            return session
+
+    def drain(self, cmd: DrainCommand) -> WorkerSessionRecord:
+        _expect(cmd, DrainCommand, "drain")
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            current, now = self._fenced_session(cmd, (SessionStatus.ONLINE,))
+            session = _replace(current, status=SessionStatus.DRAINING, version=_bump(current.version, "session"),
+                               available_slots=0, updated_at_ms=now)
+            self._store_session(session, current.version)
+            return session
+
+    def offline(self, cmd: OfflineCommand) -> WorkerSessionRecord:
+        _expect(cmd, OfflineCommand, "offline")
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            current, now = self._fenced_session(cmd, (SessionStatus.ONLINE, SessionStatus.DRAINING), require_live=False)
+            session = _replace(
+                current, status=SessionStatus.OFFLINE, version=_bump(current.version, "session"), available_slots=0,
+                lease_expires_at_ms=max(current.heartbeat_at_ms, min(current.lease_expires_at_ms, now)),
+                updated_at_ms=now,
+            )
+            self._store_session(session, current.version)
+            return session
+
+    # ================================================================= run leases
+
+    def claim_run(self, cmd: ClaimRunCommand) -> ClaimRunOutcome:
+        """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
+
+        Capacity is counted under the Worker row lock, so no two dispatchers can both take the
+        last slot.
+        """
+        _expect(cmd, ClaimRunCommand, "claim_run")
+        digest = digest_run_lease_token(cmd.lease_token)
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            run_row = cur.execute(_LOCK_RUN, (cmd.run_id,)).fetchone()
+            attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            lease_row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+            existing = None if lease_row is None else _lease(lease_row)
+            run = self._run_version(run_row)
+            now = clamp(cur, database_now(cur), None if existing is None else existing.updated_at_ms, run,
+                        cmd.run_id, cmd.worker_id)
+            session = self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
+            reason = self._run_problem(run_row)
+            if reason is not None:
+                return NotClaimableOutcome(reason=reason)
+            if attempt is None or attempt[0] != cmd.run_id:
+                return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
+            if attempt[1] != "claimed":
+                return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
+            if existing is not None:
+                if existing.status is LeaseStatus.COMPLETED:
+                    return NotClaimableOutcome(reason=NotClaimableReason.LEASE_COMPLETED)
+                if existing.started_at_ms is not _UNSET:
+                    raise ClusterLeaseStorageError(
+                        f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
+                    )
+                if existing.is_live(now):
+                    if (
+                        existing.worker_id == cmd.worker_id and existing.session_id == cmd.session_id
+                        and existing.session_generation == cmd.session_generation
+                        and existing.offer_id == cmd.offer_id and hmac.compare_digest(existing.token_digest, digest)
+                    ):
+                        return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
+                    return LeasedRunOutcome(lease=existing)
+            active = cur.execute(_COUNT_ACTIVE, (cmd.worker_id, session.generation, cmd.attempt_id)).fetchone()[0]
+            if active >= session.max_concurrent_runs or active >= session.available_slots:
+                return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
+                                         available_slots=session.available_slots)
+            lease = RunLeaseRecord(
+                attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                session_generation=cmd.session_generation,
+                lease_generation=1 if existing is None else _bump(existing.lease_generation, "lease generation"),
+                version=1 if existing is None else _bump(existing.version, "lease"), token_digest=digest,
+                offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
+                acquired_at_ms=now, updated_at_ms=now,
+            )
+            self._store_lease(lease, None if existing is None else existing.version)
+            self._move_projection(attempt, existing, lease, now)
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
+            return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
+
+    def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord:
+        _expect(cmd, RenewRunLeaseCommand, "renew")
+        digest = digest_run_lease_token(cmd.lease_token)
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            current, now = self._locked_lease(cmd, digest, session_row, (SessionStatus.ONLINE, SessionStatus.DRAINING))
+            lease = _replace(current, version=_bump(current.version, "lease"), expires_at_ms=now + cmd.lease_duration_ms,
+                             renewed_at_ms=now, updated_at_ms=now)
+            self._store_lease(lease, current.version)
+            self._move_projection(attempt, current, lease, now)
+            return lease
+
+    def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
+        _expect(cmd, ReleaseRunLeaseCommand, "release")
+        digest = digest_run_lease_token(cmd.lease_token)
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
+            current, now = self._locked_lease(cmd, digest, session_row, tuple(SessionStatus), require_live=False, run=run)
+            self._require_claimed(attempt, current, "released")
+            lease = _replace(current, status=LeaseStatus.RELEASED, version=_bump(current.version, "lease"),
+                             released_at_ms=now, release_reason=cmd.reason, updated_at_ms=now)
+            self._store_lease(lease, current.version)
+            self._move_projection(attempt, current, lease, now)
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome:
+        _expect(cmd, BeginStartCommand, "begin_start")
+        digest = digest_run_lease_token(cmd.lease_token)
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
+            current, now = self._locked_lease(cmd, digest, session_row, (SessionStatus.ONLINE, SessionStatus.DRAINING),
+                                              run=run)
+            if not current.is_live(now):
+                raise WorkerLeaseFenceRejectedError(
+                    f"the lease of attempt {cmd.attempt_id!r} has expired; renew it before starting"
+                )
+            reason = self._run_problem(run_row)
+            if reason is not None:
+                raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
+            self._require_claimed(attempt, current, "started")
+            lease = _replace(current, version=_bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
+            self._store_lease(lease, current.version)
+            self._move_projection(attempt, current, lease, now, set_status="starting")
+            event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome:
+        """Close a grant because its Attempt ended, fenced by the grant itself (not the current session)."""
+        _expect(cmd, CompleteRunLeaseCommand, "complete")
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
+            run = self._run_version(run_row)
+            row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+            current = None if row is None else _lease(row)
+            if (
+                current is None or current.status is not LeaseStatus.LEASED or current.worker_id != cmd.worker_id
+                or current.session_generation != cmd.session_generation
+                or current.lease_generation != cmd.lease_generation or current.version != cmd.expected_version
+                or not hmac.compare_digest(current.token_digest, cmd.token_digest)
+            ):
+                raise WorkerLeaseFenceRejectedError(self._mismatch(cmd.attempt_id, current))
+            now = clamp(cur, database_now(cur), current.updated_at_ms, run, current.run_id, cmd.worker_id)
+            lease = _replace(current, status=LeaseStatus.COMPLETED, version=_bump(current.version, "lease"),
+                             completed_at_ms=now, updated_at_ms=now)
+            self._store_lease(lease, current.version)
+            self._move_projection(attempt, current, lease, now)
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now,
+                                attempt_status=attempt[1])
+            return LeaseTransitionOutcome(lease=lease, event=event)
+
+    # ----------------------------------------------------------------- helpers
+
+    def _fenced_session(self, cmd: Any, allowed: tuple[SessionStatus, ...], *, require_live: bool = True
+                        ) -> tuple[WorkerSessionRecord, int]:
+        cur = self._cur
+        row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+        current = None if row is None else _session(row)
+        if (current is None or current.session_id != cmd.session_id or current.generation != cmd.generation
+                or current.version != cmd.expected_version):
+            found = "no session" if current is None else f"generation {current.generation} version {current.version}"
+            raise WorkerLeaseFenceRejectedError(
+                f"session {cmd.session_id!r} generation {cmd.generation} version {cmd.expected_version} "
+                f"no longer fences worker {cmd.worker_id!r} (found {found})"
+            )
+        now = clamp(cur, database_now(cur), current.updated_at_ms, None, "", "")
+        self._check_state(current, now, allowed, require_live)
+        return current, now
+
+    @staticmethod
+    def _check_state(session: WorkerSessionRecord, now: int, allowed: tuple[SessionStatus, ...], require_live: bool) -> None:
+        if session.status not in allowed:
+            raise WorkerSessionRejectedError(
+                f"session {session.session_id!r} of worker {session.worker_id!r} is {session.status.value}"
+            )
+        if require_live and not session.is_live(now):
+            raise WorkerSessionRejectedError(
+                f"session {session.session_id!r} of worker {session.worker_id!r} has an expired session lease"
+            )
+
+    def _current_session(self, row: tuple[Any, ...] | None, cmd: Any, now: int, allowed: tuple[SessionStatus, ...],
+                         require_live: bool = True) -> WorkerSessionRecord:
+        session = None if row is None else _session(row)
+        if session is None or session.session_id != cmd.session_id or session.generation != cmd.session_generation:
+            raise WorkerLeaseFenceRejectedError(
+                f"session {cmd.session_id!r} generation {cmd.session_generation} is not the current session "
+                f"of worker {cmd.worker_id!r}"
+            )
+        self._check_state(session, now, allowed, require_live)
+        return session
+
+    def _lock_run_and_attempt(self, attempt_id: str) -> tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]:
+        """Lock the Attempt's Run, then the Attempt (the Run id of an Attempt never changes)."""
+        cur = self._cur
+        found = cur.execute(_ATTEMPT_RUN_ID, (attempt_id,)).fetchone()
+        run_row = None if found is None else cur.execute(_LOCK_RUN, (found[0],)).fetchone()
+        return run_row, cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone()
+
+    @staticmethod
+    def _run_version(run_row: tuple[Any, ...] | None) -> list[int] | None:
+        """The locked Run's ``[version, event_sequence]``, advanced by each event appended."""
+        return None if run_row is None else [run_row[3], run_row[4]]
+
+    def _locked_lease(self, cmd: Any, digest: str, session_row: tuple[Any, ...] | None,
+                      allowed: tuple[SessionStatus, ...], *, require_live: bool = True, run: list[int] | None = None
+                      ) -> tuple[RunLeaseRecord, int]:
+        cur = self._cur
+        row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+        current = None if row is None else _lease(row)
+        now = clamp(cur, database_now(cur), None if current is None else current.updated_at_ms, run,
+                    "" if current is None else current.run_id, cmd.worker_id)
+        self._current_session(session_row, cmd, now, allowed, require_live)
+        if (
+            current is None or current.status is not LeaseStatus.LEASED or current.worker_id != cmd.worker_id
+            or current.session_id != cmd.session_id or current.session_generation != cmd.session_generation
+            or current.version != cmd.expected_version or not hmac.compare_digest(current.token_digest, digest)
+        ):
+            raise WorkerLeaseFenceRejectedError(self._mismatch(cmd.attempt_id, current))
+        return current, now
+
+    @staticmethod
+    def _mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
+        if current is None:
+            return f"attempt {attempt_id!r} has no Run Lease"
+        return (
+            f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
+            f"(now {current.status.value} at version {current.version}, session generation {current.session_generation})"
+        )
+
+    @staticmethod
+    def _run_problem(run: tuple[Any, ...] | None) -> NotClaimableReason | None:
+        if run is None:
+            return NotClaimableReason.RUN_MISSING
+        if run[0] != "runtime":
+            return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
+        if run[1] not in ACTIVE_RUN_STATUSES:
+            return NotClaimableReason.RUN_TERMINAL
+        if run[2] is not None:
+            return NotClaimableReason.CANCEL_REQUESTED
+        return None
+
+    @staticmethod
+    def _require_claimed(attempt: tuple[Any, ...] | None, lease: RunLeaseRecord, action: str) -> None:
+        status = None if attempt is None else attempt[1]
+        if status != "claimed" or lease.started_at_ms is not _UNSET:
+            raise StartBarrierPassedError(
+                f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
+            )
+
+    def _move_projection(self, attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None, new: RunLeaseRecord,
+                         now: int, *, set_status: str | None = None) -> None:
+        """Move the Attempt's projection (locked above) from ``old``'s fence to ``new``'s, whole."""
+        if attempt is None or tuple(attempt[2:]) != _projection(old):
+            raise WorkerLeaseFenceRejectedError(
+                f"the lease projection of attempt {new.attempt_id!r} does not match its lease; nothing was changed"
+            )
+        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, set_status, new.attempt_id))
+
+    def _store_session(self, record: WorkerSessionRecord, expected_version: int | None) -> None:
+        problem = session_record_problem(record)
+        if problem is not None:
+            raise ClusterLeaseStorageError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
+        text = canonical_capabilities_unchecked(record.capabilities).decode()
+        values = (record.session_id, record.generation, record.status.value, record.version, text,
+                  record.capabilities_hash, record.max_concurrent_runs, record.available_slots, record.heartbeat_at_ms,
+                  record.lease_expires_at_ms, record.created_at_ms, record.updated_at_ms)
+        if expected_version is None:
+            self._cur.execute(_INSERT_SESSION, (record.worker_id, *values))
+            return
+        self._cur.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+        if self._cur.rowcount != 1:
+            raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
+
+    def _store_lease(self, record: RunLeaseRecord, expected_version: int | None) -> None:
+        problem = lease_record_problem(record, check_identities=False)
+        if problem is not None:
+            raise ClusterLeaseStorageError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
+
+        def null(value: Any) -> Any:
+            return None if value is _UNSET else value
+
+        values = (record.run_id, record.worker_id, record.session_id, record.session_generation,
+                  record.lease_generation, record.version, record.token_digest, record.offer_id, record.status.value,
+                  record.expires_at_ms, record.acquired_at_ms, null(record.renewed_at_ms), null(record.started_at_ms),
+                  null(record.released_at_ms), None if record.release_reason is _UNSET else record.release_reason.value,
+                  null(record.completed_at_ms), record.updated_at_ms)
+        if expected_version is None:
+            self._cur.execute(_INSERT_LEASE, (record.attempt_id, *values))
+            return
+        self._cur.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
+        if self._cur.rowcount != 1:
+            raise ClusterLeaseStorageError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+
+    def _event(self, run: list[int] | None, lease: RunLeaseRecord, event_id: str, event_type: str, step: str,
+               now: int, **extra: Any) -> Any:
+        if run is None:
+            raise ClusterLeaseStorageError(f"run {lease.run_id!r} does not exist")
+        payload = {"attempt_id": lease.attempt_id, "worker_id": lease.worker_id,
+                   "session_generation": lease.session_generation, "lease_generation": lease.lease_generation,
+                   "lease_version": lease.version, **extra}
+        return append_run_event(
+            self._cur, run, run_id=lease.run_id, event_id=event_id, event_type=event_type,
+            dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step), actor_type="worker",
+            actor_id=lease.worker_id, attempt_id=lease.attempt_id, payload=payload, now_ms=now,
+        )
