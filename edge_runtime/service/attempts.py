@@ -39,7 +39,7 @@ from edge_runtime.contract.worker_lease import RunNotStartableError
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
-from edge_runtime.service.executor import reap, spawn
+from edge_runtime.service.executor import reap, spawn, task_environment
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.log_capture import LogCapture, create_fifo, log_paths, open_child_output
 from edge_runtime.service.loop import EventLoop
@@ -78,7 +78,7 @@ class AttemptSupervisor:
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
         self._boot_id = boot_id
-        self._env = dict(os.environ if env is None else env)
+        self._env = task_environment(os.environ if env is None else env)
         self.running: dict[str, RunningAttempt] = {}
         #: Log captures still being drained, by attempt id (may outlive the Attempt briefly).
         self._captures: dict[str, LogCapture] = {}

@@ -24,9 +24,11 @@ Log writes are not fsynced: they are diagnostics, and an fsync per chunk would w
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 
 #: Default cap on the bytes of output kept per Attempt (beyond it: one marker, the rest dropped).
@@ -67,9 +69,28 @@ def create_fifo(fifo_path: Path) -> None:
     os.mkfifo(fifo_path, 0o600)
 
 
+def open_checked(path: Path | str, flags: int, file_type: int) -> int:
+    """Open ``path`` only if it is a ``file_type`` (``stat.S_IFIFO``/``S_IFREG``) and not a symlink.
+
+    ``O_NONBLOCK`` so that a FIFO swapped in for a log file cannot hang the opener, and the type
+    is checked on the open descriptor, so nothing can be swapped in between check and use.
+
+    Raises:
+        OSError: cannot be opened (``ELOOP``: a symlink), or is of another type.
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if stat.S_IFMT(os.fstat(fd).st_mode) != file_type:
+        os.close(fd)
+        kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
+        raise OSError(errno.EINVAL, f"{path} is not a {kind}; refused")
+    return fd
+
+
 def open_child_output(fifo_path: Path) -> int:
     """The descriptor to give the child as stdout and stderr (``O_RDWR``: see the module docstring)."""
-    return os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
+    fd = open_checked(fifo_path, os.O_RDWR, stat.S_IFIFO)
+    os.set_blocking(fd, True)  # the child's writes wait for room, as on any pipe
+    return fd
 
 
 class LogCapture:
@@ -99,9 +120,9 @@ class LogCapture:
         Raises:
             OSError: the FIFO or the log file cannot be opened (e.g. the FIFO is gone).
         """
-        fd = os.open(self.fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_checked(self.fifo_path, os.O_RDONLY, stat.S_IFIFO)
         try:
-            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            log_fd = open_checked(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
         except BaseException:
             os.close(fd)
             raise

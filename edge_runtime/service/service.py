@@ -46,6 +46,7 @@ from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import end_abandoned, recover
+from edge_runtime.service.trusted_paths import require_trusted_directory
 from edge_runtime.service.wake import WakeSocket
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import WorkerSession
@@ -111,6 +112,9 @@ class DeviceService:
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
+        # Root writes task output by fixed names there and opens the database's -wal/-shm beside it.
+        require_trusted_directory(log_dir, "log directory")
+        require_trusted_directory(Path(os.path.abspath(self.db_path)).parent, "database's directory")
         with open_database(self.db_path, clock=self.clock) as db:
             if isinstance(self.clock, GuardedClock):
                 restore_floor(self.clock, db)

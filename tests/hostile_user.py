@@ -1,0 +1,58 @@
+"""A second, unprivileged local user for the hardening tests (issue 10), created and removed by them.
+
+The service runs as root on a shared device; these tests let a real other user act first (create a
+directory, plant a file) and check that the service refuses to trust it. Needs root and ``useradd``;
+otherwise the tests that use it skip, saying why. Each test run gets its own user
+(``edgeh<pid>``), so parallel runs in other worktrees never remove each other's; users left by a
+killed run (their pid no longer alive) are removed at the next start.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from collections.abc import Iterator
+from typing import NamedTuple
+
+import pytest
+
+_PREFIX = "edgeh"
+
+
+class OtherUser(NamedTuple):
+    name: str
+    uid: int
+    gid: int
+
+    def run(self, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+        """Run ``argv`` as this user (no supplementary groups), failing the test if it fails."""
+        return subprocess.run(argv, user=self.uid, group=self.gid, extra_groups=[], check=True,
+                              capture_output=True, text=True, timeout=30, **kwargs)
+
+
+def _remove_stale() -> None:
+    for entry in pwd.getpwall():
+        suffix = entry.pw_name[len(_PREFIX):]
+        if entry.pw_name.startswith(_PREFIX) and suffix.isdigit() and not os.path.exists(f"/proc/{suffix}"):
+            subprocess.run(["userdel", entry.pw_name], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def other_user() -> Iterator[OtherUser]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to create a second unprivileged user (useradd)")
+    if shutil.which("useradd") is None or shutil.which("userdel") is None:
+        pytest.skip("useradd/userdel are not installed: cannot create a second user")
+    _remove_stale()
+    name = f"{_PREFIX}{os.getpid()}"
+    created = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", name],
+                             capture_output=True, text=True, check=False)
+    if created.returncode != 0:
+        pytest.skip(f"useradd failed: {created.stderr.strip()}")
+    try:
+        entry = pwd.getpwnam(name)
+        yield OtherUser(name, entry.pw_uid, entry.pw_gid)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
