@@ -30,7 +30,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultCommand,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import CancellationCandidate, KillCandidate
+from edge_runtime.contract.runs import CancellationCandidate, KillCandidate, ProcessIdentity
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import Clock, read_now_ms
 from edge_runtime.local.runs import LocalRunRepository
@@ -149,7 +149,23 @@ class CancellationDispatcher:
             retry_in_ms=delay,
             pid=None if identity is None else identity.pid,
         )
+        if result is DispatchResult.TERMINATION_REQUESTED:
+            self._report_escaped(candidate, identity, owner)
         return True
+
+    def _report_escaped(self, candidate: CancellationCandidate, identity: ProcessIdentity, owner: str) -> None:
+        """Record the Attempt's descendants that left its process group: the SIGTERM (and the later
+        SIGKILL) to the group does not reach them, and ``show`` says so."""
+        try:
+            pids = self._controller.escaped_descendants(identity)
+            if pids:
+                self._runs.record_escaped_processes(candidate.attempt_id, pids, actor_id=owner)
+        except EdgeRuntimeError as exc:  # the cancel itself was delivered and recorded
+            self._journal.error("cancel.escaped_unknown", attempt=candidate.attempt_id, error=exc.code, detail=str(exc))
+            return
+        if pids:
+            self._journal.warning("cancel.escaped_processes", run=candidate.run_id, attempt=candidate.attempt_id,
+                                  pids=" ".join(map(str, pids)))
 
     # ----------------------------------------------------------------- SIGKILL
 

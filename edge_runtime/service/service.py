@@ -150,6 +150,7 @@ class DeviceService:
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
+                log_linger_ms=config.log_linger_ms,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=LocalCancellationDispatchRepository(db), runs=runs, controller=self.controller,
@@ -194,6 +195,7 @@ class DeviceService:
                 supervisor.reap_children()
             if supervisor.needs_poll():
                 supervisor.poll_adopted()
+            supervisor.run_capture_timers()
             if time.monotonic() >= next_fallback:
                 next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
                 self._sweep(runs, worker)
@@ -275,6 +277,9 @@ class DeviceService:
         fallback_ms = max(0.0, (next_fallback - time.monotonic()) * 1000)
         if supervisor.needs_poll():
             fallback_ms = min(fallback_ms, ADOPTED_POLL_MS)
+        capture_timer_s = supervisor.seconds_to_capture_timer()
+        if capture_timer_s is not None:
+            fallback_ms = min(fallback_ms, capture_timer_s * 1000)
         try:
             now = read_now_ms(self.clock)
             dues = [
