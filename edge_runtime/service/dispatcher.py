@@ -121,6 +121,9 @@ class CancellationDispatcher:
             return False
         attempt = self._runs.get_attempt(candidate.attempt_id)
         identity = None if attempt is None else attempt.identity
+        # Before the signal: once the leader dies, what it left outside its group is re-parented
+        # and can no longer be told apart from anyone else's processes.
+        escaped = self._escaped(candidate, identity)
         result = self._controller.request_termination(identity)
         if result is DispatchResult.TERMINATION_REQUESTED:
             self._runs.record_termination_requested(candidate.attempt_id, grace_ms=self._grace_ms)
@@ -149,23 +152,22 @@ class CancellationDispatcher:
             retry_in_ms=delay,
             pid=None if identity is None else identity.pid,
         )
-        if result is DispatchResult.TERMINATION_REQUESTED:
-            self._report_escaped(candidate, identity, owner)
+        if escaped and result is DispatchResult.TERMINATION_REQUESTED:
+            # The group's SIGTERM (and the later SIGKILL) does not reach these; ``show`` says so.
+            self._runs.record_escaped_processes(candidate.attempt_id, escaped, actor_id=owner)
+            self._journal.warning("cancel.escaped_processes", run=candidate.run_id, attempt=candidate.attempt_id,
+                                  pids=" ".join(map(str, escaped)))
         return True
 
-    def _report_escaped(self, candidate: CancellationCandidate, identity: ProcessIdentity, owner: str) -> None:
-        """Record the Attempt's descendants that left its process group: the SIGTERM (and the later
-        SIGKILL) to the group does not reach them, and ``show`` says so."""
+    def _escaped(self, candidate: CancellationCandidate, identity: ProcessIdentity | None) -> list[int]:
+        """Live descendants of the Attempt's group that left it (``setsid``), for the record."""
+        if identity is None:
+            return []
         try:
-            pids = self._controller.escaped_descendants(identity)
-            if pids:
-                self._runs.record_escaped_processes(candidate.attempt_id, pids, actor_id=owner)
-        except EdgeRuntimeError as exc:  # the cancel itself was delivered and recorded
+            return self._controller.escaped_descendants(identity)
+        except EdgeRuntimeError as exc:  # cannot tell: deliver the cancel anyway and say so
             self._journal.error("cancel.escaped_unknown", attempt=candidate.attempt_id, error=exc.code, detail=str(exc))
-            return
-        if pids:
-            self._journal.warning("cancel.escaped_processes", run=candidate.run_id, attempt=candidate.attempt_id,
-                                  pids=" ".join(map(str, pids)))
+            return []
 
     # ----------------------------------------------------------------- SIGKILL
 
