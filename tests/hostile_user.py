@@ -3,12 +3,14 @@
 The service runs as root on a shared device; these tests let a real other user act first (create a
 directory, plant a file) and check that the service refuses to trust it. Needs root and ``useradd``;
 otherwise the tests that use it skip, saying why. Each test run gets its own user
-(``edgeh<pid>``), so parallel runs in other worktrees never remove each other's; users left by a
-killed run (their pid no longer alive) are removed at the next start.
+(``edgeh<pid>-<n>``), so parallel runs in other worktrees never remove each other's; users left by a
+killed run (their pid no longer alive) are removed at the next start. One user per test module
+that uses it (a fixture imported into two modules is instantiated once in each).
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import pwd
 import shutil
@@ -19,6 +21,7 @@ from typing import NamedTuple
 import pytest
 
 _PREFIX = "edgeh"
+_serial = itertools.count(1)
 
 
 class OtherUser(NamedTuple):
@@ -34,8 +37,8 @@ class OtherUser(NamedTuple):
 
 def _remove_stale() -> None:
     for entry in pwd.getpwall():
-        suffix = entry.pw_name[len(_PREFIX):]
-        if entry.pw_name.startswith(_PREFIX) and suffix.isdigit() and not os.path.exists(f"/proc/{suffix}"):
+        pid = entry.pw_name[len(_PREFIX):].split("-")[0]
+        if entry.pw_name.startswith(_PREFIX) and pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             subprocess.run(["userdel", entry.pw_name], capture_output=True, check=False)
 
 
@@ -46,14 +49,14 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def other_user() -> Iterator[OtherUser]:
     if os.geteuid() != 0:
         _unavailable("needs root to create a second unprivileged user (useradd)")
     if shutil.which("useradd") is None or shutil.which("userdel") is None:
         _unavailable("useradd/userdel are not installed: cannot create a second user")
     _remove_stale()
-    name = f"{_PREFIX}{os.getpid()}"
+    name = f"{_PREFIX}{os.getpid()}-{next(_serial)}"
     created = subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", "--user-group", name],
                              capture_output=True, text=True, check=False)
     if created.returncode != 0:
