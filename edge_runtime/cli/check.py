@@ -1,4 +1,7 @@
-"""``edge-runtime check``: integrity, migrations, durability settings and stored invariants."""
+"""``edge-runtime check``: integrity, migrations, durability settings and stored invariants.
+
+Read-only: it never migrates, so a database with pending migrations is reported as such.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_database(args.db, create=False) as db:
+    with open_database(args.db, create=False, read_only=True) as db:
         report = check_health(db)
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")

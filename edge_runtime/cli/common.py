@@ -11,14 +11,32 @@ import msgspec
 
 from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.local.clock import SystemClock
+from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.errors import MigrationError
 from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
 
 _json_encoder = msgspec.json.Encoder()
 
 
+def open_read_only(args: argparse.Namespace) -> LocalDatabase:
+    """Open the database for a read command: never created, switched to WAL nor migrated.
+
+    A database an older release wrote (migrations pending) is refused with what to run; a file
+    that is not an edge-runtime database is refused and left byte-for-byte as it was.
+    """
+    db = open_database(args.db, create=False, read_only=True)
+    if db.pending:
+        db.close()
+        raise MigrationError(
+            f"database {args.db} needs migration {', '.join(db.pending)} (written by an older release); "
+            f"run `edge-runtime migrate` first"
+        )
+    return db
+
+
 def open_existing(args: argparse.Namespace) -> LocalDatabase:
-    """Open the database for a command that must not create one (reads, cancel, rearm)."""
+    """Open (and migrate) the database for a write command that must not create one (cancel, rearm)."""
     return _open_guarded(args.db, create=False)
 
 
@@ -57,15 +75,31 @@ def format_ms(value: Any) -> str:
     return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+#: C0 controls, DEL and C1 controls: a stored name or reason could otherwise move the cursor,
+#: rewrite the terminal's title or hide text when printed. Escaped as JSON escapes them.
+_CONTROL_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\u001b``), for plain-text output."""
+    return text.translate(_CONTROL_ESCAPES)
+
+
 def present(value: Any, default: str = "-") -> str:
-    return default if value is msgspec.UNSET or value is None else str(value)
+    return default if value is msgspec.UNSET or value is None else printable(str(value))
 
 
 def wake_service(db_path: str) -> None:
     """Tell a running service that new work was committed, so it acts now instead of at its next poll.
 
-    Best effort by design: when no service runs, the committed work simply waits for one.
+    Best effort by design: when no service runs, the committed work simply waits for one. It runs
+    after the commit, so a failure is at most a warning: the command has succeeded either way.
     """
     from edge_runtime.service.wake import poke
 
-    poke(db_path)
+    try:
+        poke(db_path)
+    except (OSError, EdgeRuntimeError) as exc:
+        sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")

@@ -6,7 +6,9 @@ import argparse
 import sys
 import uuid
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, present, print_json, wake_service
+from edge_runtime.cli.common import (
+    add_json_flag, format_ms, open_existing, open_read_only, present, print_json, wake_service,
+)
 from edge_runtime.contract.runs import RunNotFoundError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 
@@ -32,7 +34,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
+    with open_read_only(args) as db:
         record = LocalCancellationDispatchRepository(db).find_by_run_id(args.run_id)
         if record is None:
             exists = db.connection.execute("SELECT 1 FROM runs WHERE id = ?", (args.run_id,)).fetchone()

@@ -7,7 +7,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, print_json
+from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, print_json
 from edge_runtime.local.runs import LocalRunRepository
 
 _encode = msgspec.json.Encoder().encode
@@ -21,7 +21,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
+    with open_read_only(args) as db:
         events = LocalRunRepository(db).events(args.run_id)
     if args.json:
         print_json(events)

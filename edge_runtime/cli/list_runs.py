@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, present, print_json
+from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json
 from edge_runtime.contract.runs import RunStatus
 from edge_runtime.local.runs import LocalRunRepository
 
@@ -26,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
+    with open_read_only(args) as db:
         runs = LocalRunRepository(db).list_runs(
             limit=args.limit, status=None if args.status is None else RunStatus(args.status)
         )

@@ -10,7 +10,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import open_existing
+from edge_runtime.cli.common import open_read_only
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import RunStateConflictError
 from edge_runtime.local.runs import LocalRunRepository
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
+    with open_read_only(args) as db:
         repository = LocalRunRepository(db)
         repository.get(args.run_id)
         attempts = repository.attempts(args.run_id)

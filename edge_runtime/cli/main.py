@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Sequence
 
@@ -21,6 +22,8 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+#: Like a tool killed by SIGPIPE (128 + 13), without the traceback: ``list | head -1``.
+EXIT_BROKEN_PIPE = 141
 
 #: Command name -> (module under edge_runtime.cli, one-line help). The single source of each
 #: command's help text: the module's ``register(subparsers, help_text)`` receives it.
@@ -81,9 +84,35 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _require_utf8(what: str, text: str) -> None:
+    """Python hands undecodable argument and environment bytes over as lone surrogates, which
+    fail deep inside SQLite or msgspec; every id, name, command and path we use is UTF-8 text."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
+        sys.stderr.write(f"Error: {what} ({shown}) is not valid UTF-8\n")
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _quiet_broken_pipe() -> int:
+    # The reader went away (``| head``): point stdout at /dev/null so the interpreter's own final
+    # flush cannot raise again, and leave as a SIGPIPE'd tool would, without a word.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    for position, token in enumerate(argv, 1):
+        _require_utf8(f"argument {position}", token)
     command = _command_in(argv)
+    if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
+        from edge_runtime.cli.launcher import bind_to_launcher
+
+        bind_to_launcher(command)
     parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if args.command is None:
@@ -91,8 +120,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     if args.db is None:
         args.db = str(default_db_path())
+        _require_utf8("the database path", args.db)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except EdgeRuntimeError as exc:
         sys.stderr.write(f"Error: {exc} [{exc.code}]\n")
         return EXIT_ERROR

@@ -8,7 +8,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_existing, present, print_json
+from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json, printable
 from edge_runtime.local.runs import LocalRunRepository
 
 
@@ -20,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
+    with open_read_only(args) as db:
         repository = LocalRunRepository(db)
         detail = repository.detail(args.run_id)
         escaped = {} if args.json else {
@@ -33,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"run        {detail.id}\n")
     out.write(f"name       {present(detail.name)}\n")
     if detail.command is not msgspec.UNSET:
-        out.write(f"command    {shlex.join(detail.command)}\n")
+        out.write(f"command    {printable(shlex.join(detail.command))}\n")
     out.write(f"status     {detail.status.value}\n")
     out.write(f"created    {format_ms(detail.created_at_ms)}\n")
     out.write(f"finished   {format_ms(detail.finished_at_ms)}\n")

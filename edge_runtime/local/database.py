@@ -1,22 +1,30 @@
 """Opening the one SQLite file, and the single-writer transaction every durable change uses.
 
-Open order matters on a device that may hand us a file from a newer release or a corrupt one:
-first only read (is it a database, is it intact, do we know its migrations), and only then switch
-it to WAL and migrate. A refused file is left exactly as it was.
+Open order matters on a device that may hand us a file from a newer release, a corrupt one or a
+hostile one: first only read (is it a regular file, is it a database, is it intact, do we know its
+migrations, is its schema exactly what they produce), and only then switch it to WAL and migrate.
+A refused file is left exactly as it was. Read-only opens (the CLI's read commands, ``check``)
+never write at all: they neither create, switch to WAL nor migrate.
+
+Every connection runs with ``trusted_schema=OFF`` and ``SQLITE_DBCONFIG_DEFENSIVE``: the schema
+comparison refuses objects the migrations did not create, and these two keep SQL stored in the
+file from calling functions with side effects or corrupting the file on purpose.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
 from types import TracebackType
 
 import apsw
 
+from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
 from edge_runtime.local.errors import DatabaseClosedError, DatabaseUnusableError, MigrationError
-from edge_runtime.local.migrations import apply_pending, known_migrations, verify_applied
+from edge_runtime.local.migrations import apply_pending, known_migrations, verify_applied, verify_schema
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "LocalDatabase", "MigrationError", "open_database"]
 
@@ -36,6 +44,13 @@ def _forbid_double_quoted_strings(connection: apsw.Connection) -> None:
     """A misspelt column in double quotes must be an error, not silently a string literal."""
     connection.config(apsw.SQLITE_DBCONFIG_DQS_DML, 0)
     connection.config(apsw.SQLITE_DBCONFIG_DQS_DDL, 0)
+
+
+def _distrust_the_schema(connection: apsw.Connection) -> None:
+    """SQL stored in the file (views, triggers, defaults) may call no function with side effects,
+    and no statement may corrupt the file on purpose (writable_schema and the like)."""
+    connection.config(apsw.SQLITE_DBCONFIG_TRUSTED_SCHEMA, 0)
+    connection.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
 
 
 def _enable_foreign_keys(connection: apsw.Connection) -> None:
@@ -71,17 +86,76 @@ def _use_wal_with_full_sync(connection: apsw.Connection, busy_timeout_ms: int) -
 _SQLITE_HEADER_BYTES = 100
 
 
-def _refuse_truncated_header(path: str) -> None:
-    """SQLite takes a 1-byte file for an empty database and would write a new one over it; a file
-    shorter than the header but not empty can only be a truncated database, so refuse it."""
+def _create_private(path: str) -> None:
+    """Create the file 0600 whatever the umask: SQLite gives ``-wal``, ``-shm`` and ``-journal``
+    the mode of the database file, and commands, output and events are often secrets."""
     try:
-        size = os.stat(path).st_size
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        return  # created meanwhile by another process: open it as found
+    except OSError as exc:
+        raise DatabaseUnusableError(f"cannot create database {path}: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
+def _refuse_unusable_file(path: str, *, create: bool) -> None:
+    """Refuse what SQLite would misuse before it opens anything: a missing file (unless we may
+    create it), something that is not a regular file (``/dev/null`` would leave a
+    ``/dev/null-journal``; a FIFO would hang), and a truncated database (SQLite takes a 1-byte file
+    for an empty database and would write a new one over it)."""
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        if not create:
+            raise DatabaseUnusableError(
+                f"database {path} does not exist (submit a run or run `edge-runtime migrate` to create it)"
+            ) from None
+        _create_private(path)
+        return
+    except OSError as exc:
+        raise DatabaseUnusableError(f"cannot open database {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise DatabaseUnusableError(f"{path} is not a regular file; it was not modified")
+    if 0 < info.st_size < _SQLITE_HEADER_BYTES:
+        raise DatabaseUnusableError(
+            f"{path} is not a usable edge-runtime database: it is {info.st_size} bytes long, shorter than a "
+            f"database header (truncated?); it was not modified"
+        )
+
+
+#: WAL header: magic (either byte order of the checksums), then the page size at offset 8.
+_WAL_MAGICS = (0x377F0682, 0x377F0683)
+
+
+def _page_size(header: bytes) -> int:
+    size = int.from_bytes(header[16:18], "big")
+    return 65536 if size == 1 else size
+
+
+def _refuse_foreign_wal(path: str) -> None:
+    """A ``-wal`` left beside a restored backup belongs to another database; SQLite would merge
+    its pages in. Its header does not name its database, so only a page-size mismatch is
+    detectable here at no cost; the README says how to restore a backup safely."""
+    try:
+        with open(f"{path}-wal", "rb") as wal, open(path, "rb") as db:
+            wal_header, db_header = wal.read(32), db.read(_SQLITE_HEADER_BYTES)
     except FileNotFoundError:
         return
-    if 0 < size < _SQLITE_HEADER_BYTES:
+    except OSError as exc:
+        raise DatabaseUnusableError(f"cannot read database {path} or its -wal: {exc.strerror or exc}") from None
+    if len(wal_header) < 32 or len(db_header) < _SQLITE_HEADER_BYTES:
+        return
+    if int.from_bytes(wal_header[:4], "big") not in _WAL_MAGICS:
+        return  # not a valid WAL: SQLite ignores it
+    wal_page = int.from_bytes(wal_header[8:12], "big")
+    if wal_page != _page_size(db_header):
         raise DatabaseUnusableError(
-            f"{path} is not a usable edge-runtime database: it is {size} bytes long, shorter than a "
-            f"database header (truncated?); it was not modified"
+            f"{path}-wal belongs to another database (page size {wal_page}, the database's is "
+            f"{_page_size(db_header)}); nothing was modified. Move the -wal and -shm away, or restore "
+            f"the database together with its own -wal."
         )
 
 
@@ -100,6 +174,14 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
     """Refuse a file that is not an intact SQLite database, before anything is written to it."""
     try:
         rows = connection.execute("PRAGMA quick_check").fetchall()
+    except apsw.ReadOnlyError as exc:
+        if os.path.exists(f"{path}-journal"):  # SQLite must roll a hot journal back before any read
+            raise DatabaseUnusableError(
+                f"{path} has an interrupted transaction in {path}-journal, which a read-only command may "
+                f"not roll back; it was not modified (a write command such as `edge-runtime migrate` rolls "
+                f"it back first, then checks the file)"
+            ) from exc
+        raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
     problems = [row[0] for row in rows if row[0] != "ok"]
@@ -113,12 +195,14 @@ class LocalDatabase:
     Not thread-safe: one connection per thread. Close it when done.
     """
 
-    __slots__ = ("_connection", "path", "clock")
+    __slots__ = ("_connection", "path", "clock", "pending")
 
-    def __init__(self, connection: apsw.Connection, path: str, clock: Clock) -> None:
+    def __init__(self, connection: apsw.Connection, path: str, clock: Clock, pending: tuple[str, ...] = ()) -> None:
         self._connection: apsw.Connection | None = connection
         self.path = path
         self.clock = clock
+        #: Migrations not applied (only a read-only open leaves any).
+        self.pending = pending
 
     @property
     def connection(self) -> apsw.Connection:
@@ -208,6 +292,7 @@ def open_database(
     *,
     clock: Clock | None = None,
     create: bool = True,
+    read_only: bool = False,
     busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
     vfs: str | None = None,
 ) -> LocalDatabase:
@@ -216,24 +301,28 @@ def open_database(
     Args:
         path: the database file; ``-wal`` and ``-shm`` files live beside it.
         clock: the injected clock; the system clock by default.
-        create: create the file when it does not exist.
+        create: create the file (0600) when it does not exist.
+        read_only: open without write access: never create, switch to WAL or migrate. Pending
+            migrations are reported in :attr:`LocalDatabase.pending`, not applied.
         busy_timeout_ms: how long to wait for another writer.
         vfs: a registered SQLite VFS name; None is the default VFS. The fault campaigns pass a
             recording shim here to simulate power cuts and full disks.
 
     Raises:
-        DatabaseUnusableError: missing (with ``create=False``), unreadable, not a database, or corrupt.
-        MigrationError: an applied migration was edited, or the database is from a newer release.
-            Nothing is written to a refused database.
+        DatabaseUnusableError: missing (with ``create=False``), not a regular file, unreadable, not
+            a database, corrupt, or beside a ``-wal`` of another database.
+        MigrationError: an applied migration was edited, the database is from a newer release, its
+            schema is not what its migrations produce (not an edge-runtime database, or edited),
+            or (read-only) it has no edge-runtime schema at all. Nothing is written to a refused
+            database.
     """
     path = os.fspath(path)
     clock = clock or SystemClock()
-    if not create and not Path(path).exists():
-        raise DatabaseUnusableError(
-            f"database {path} does not exist (submit a run or run `edge-runtime migrate` to create it)"
-        )
-    _refuse_truncated_header(path)
-    flags = apsw.SQLITE_OPEN_READWRITE | (apsw.SQLITE_OPEN_CREATE if create else 0)
+    _refuse_unusable_file(path, create=create and not read_only)
+    _refuse_foreign_wal(path)
+    journal = Path(f"{path}-journal")
+    hot_journal = not read_only and journal.exists()
+    flags = apsw.SQLITE_OPEN_READONLY if read_only else apsw.SQLITE_OPEN_READWRITE
     try:
         connection = apsw.Connection(path, flags=flags, vfs=vfs)
     except apsw.Error as exc:
@@ -241,15 +330,31 @@ def open_database(
     try:
         _set_busy_timeout(connection, busy_timeout_ms)
         _forbid_double_quoted_strings(connection)
+        _distrust_the_schema(connection)
         _check_readable(connection, path)
-        pending = verify_applied(connection, path, known_migrations())
-        _use_wal_with_full_sync(connection, busy_timeout_ms)
+        known = known_migrations()
+        with ReadSnapshot(connection):  # another process may be migrating the file right now
+            pending = verify_applied(connection, path, known)
+            applied = tuple(m for m in known if m not in pending)
+            verify_schema(connection, path, applied)
+        if read_only:
+            if not applied:
+                raise MigrationError(
+                    f"database {path} holds no edge-runtime data yet (run `edge-runtime migrate` to create it)"
+                )
+            connection.execute("PRAGMA synchronous = FULL")  # per connection: reported by check
+        else:
+            _use_wal_with_full_sync(connection, busy_timeout_ms)
         _enable_foreign_keys(connection)
-        if pending:
+        if pending and not read_only:
             apply_pending(connection, path, pending, clock)
+            pending = []
     except BaseException as exc:
         _close_leaving_files_as_found(connection)
         if isinstance(exc, apsw.Error):
             raise DatabaseUnusableError(f"cannot use database {path}: {exc}") from exc
+        if hot_journal and isinstance(exc, EdgeRuntimeError) and not journal.exists():
+            # SQLite rolls a hot journal back at the first read, before any check of ours can run.
+            raise type(exc)(f"{exc} (SQLite first rolled back the interrupted transaction left in {journal})") from exc
         raise
-    return LocalDatabase(connection, path, clock)
+    return LocalDatabase(connection, path, clock, pending=tuple(m.id for m in pending))

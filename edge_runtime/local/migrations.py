@@ -95,6 +95,63 @@ def verify_applied(connection: apsw.Connection, db_path: str, known: tuple[Migra
     return [m for m in known if m.id not in applied]
 
 
+def _schema_rows(connection: apsw.Connection) -> frozenset[tuple[str, str, str, str | None]]:
+    return frozenset(connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema").fetchall())
+
+
+@cache
+def expected_schema(applied: tuple[Migration, ...]) -> frozenset[tuple[str, str, str, str | None]]:
+    """The ``sqlite_schema`` rows that applying exactly ``applied`` (in order) produces.
+
+    Derived from the migration files themselves, on an in-memory database, once per process and
+    set of migrations: a later migration needs no list of objects kept up to date by hand.
+    """
+    memory = apsw.Connection(":memory:")
+    try:
+        for migration in applied:
+            memory.execute(_SCHEMA_MIGRATIONS_DDL)
+            for _ in memory.execute(migration.sql):
+                pass
+        return _schema_rows(memory)
+    finally:
+        memory.close()
+
+
+def verify_schema(connection: apsw.Connection, db_path: str, applied: tuple[Migration, ...]) -> None:
+    """Refuse a database whose schema is not exactly what its applied migrations produce.
+
+    A trigger, view or index added by hand (or by a hostile user) would run inside our own
+    statements, as root: an extra trigger on ``runs`` can rewrite a submitted command, a recursive
+    one can hang every write, a view can hang a read; a dropped or altered column breaks the
+    contract silently. Only ``sqlite_schema`` is read (a few dozen rows: the cost does not grow
+    with the database), before any statement touches a table.
+
+    Raises:
+        MigrationError: an object is missing, extra or defined differently; nothing was written.
+    """
+    found = _schema_rows(connection)
+    expected = expected_schema(applied)
+    if found == expected:
+        return
+    extra = sorted(f"{kind} {name}" for kind, name, _, _ in found - expected)
+    missing = sorted(f"{kind} {name}" for kind, name, _, _ in expected - found)
+    changed = sorted(set(extra) & set(missing))
+    parts = [
+        f"{label}: {', '.join(items[:5])}{' ...' if len(items) > 5 else ''}"
+        for label, items in (
+            ("changed", changed),
+            ("not created by any migration", [x for x in extra if x not in changed]),
+            ("missing", [x for x in missing if x not in changed]),
+        )
+        if items
+    ]
+    if applied:
+        what, advice = "does not have the schema its migrations produce", "a schema edited by hand is refused: restore a backup"
+    else:
+        what, advice = "is not an edge-runtime database", "point --db at an edge-runtime database"
+    raise MigrationError(f"database {db_path} {what} ({'; '.join(parts)}); it was not modified: {advice}")
+
+
 _SCHEMA_MIGRATIONS_DDL = """
 CREATE TABLE IF NOT EXISTS schema_migrations (
     id TEXT PRIMARY KEY NOT NULL,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import socket
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -25,6 +26,9 @@ CONFIG_ENV_VAR = "EDGE_RUNTIME_CONFIG"
 ENV_PREFIX = "EDGE_RUNTIME_"
 
 _Ms = Annotated[int, msgspec.Meta(ge=1, le=86_400_000)]
+
+#: A configuration file is a few hundred bytes; anything this large is not one (``/dev/zero``).
+MAX_CONFIG_BYTES = 64 * 1024
 
 
 class ConfigError(EdgeRuntimeError):
@@ -49,7 +53,7 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     #: SIGTERM to SIGKILL grace period for a cancelled Attempt's process group.
     grace_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 10_000
     #: Where per-Attempt logs go; default: a ``logs`` directory beside the database.
-    log_dir: str | msgspec.UnsetType = msgspec.UNSET
+    log_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
     #: Size cap of one Attempt's log; output past it is dropped after a truncation marker.
     log_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
     #: How long output is still captured after an Attempt ended, from processes it left running.
@@ -78,11 +82,28 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
         return Path(db_path).expanduser().resolve().parent / "logs"
 
 
-def _decode_file(path: Path) -> dict[str, Any]:
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a regular file of bounded size: ``/dev/zero`` would
+    grow without end, a FIFO would hang the start (hence ``O_NONBLOCK`` on the open)."""
     try:
-        data = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ConfigError(f"config file {path} is not a regular file")
+        data = os.read(fd, MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"config file {path} is larger than {MAX_CONFIG_BYTES} bytes")
+    return data
+
+
+def _decode_file(path: Path) -> dict[str, Any]:
+    data = _read_regular_file(path)
     try:
         # Decode the shape first (unknown keys, types, ranges), then keep only what was written,
         # so the environment and flags can still override the file key by key.

@@ -134,6 +134,8 @@ class DeviceService:
         supervisor: AttemptSupervisor | None = None
         try:
             loop.register(wake, wake.drain)
+            for reason in wake.refused:
+                journal.warning("wake.directory_refused", detail=reason, using=str(wake.path.parent))
             runs = LocalRunRepository(db)
             worker = WorkerSession(
                 db,

@@ -6,10 +6,16 @@ datagram socket ``<pid>.sock`` in a directory next to the database (``<db>.wake/
 services on one database are all woken; the CLI sends one byte to each. A socket whose service
 died is refused by the kernel (``ECONNREFUSED``) and removed by the next poke.
 
-A Unix socket path is limited to 107 bytes (``sun_path`` holds 108 with the NUL). When the
-directory beside the database would make the path too long, a short directory under
-``$XDG_RUNTIME_DIR`` (else ``/tmp``) named by a hash of the database's absolute path is used; it is
-created private (0700) and refused if another user owns it.
+The directory is trusted only as far as the service and the CLI check it, both the same way: it
+is opened with ``O_NOFOLLOW`` (a planted symlink is refused), and must be owned by this user and
+not writable by group or other. Inside it only sockets owned by this user are poked or removed.
+When ``<db>.wake`` is not usable (another user created it first), the next of
+:data:`_DIR_SUFFIXES` is used; the CLI pokes every usable one.
+
+A Unix socket path is limited to 107 bytes (``sun_path`` holds 108 with the NUL). Sockets are
+addressed through the directory's descriptor (``/proc/self/fd/N/<pid>.sock``), which is short
+whatever the database path: nothing is ever placed in ``/tmp`` or another shared directory.
+Without ``/proc``, the plain path is used when it fits.
 
 Delivery is best effort by design: the wake-up only shortens the sleep; the durable state is
 already committed, and the fallback poll would find it.
@@ -18,7 +24,6 @@ already committed, and the fallback poll would find it.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import socket
 import stat
@@ -28,60 +33,96 @@ from edge_runtime.service.errors import WakeSocketError
 
 #: ``sizeof(sun_path)`` on Linux, minus the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
-_LONGEST_NAME = f"{2**22}.sock"  # pid_max is at most 2**22 on Linux
-_SUFFIX = ".wake"
+_DIR_SUFFIXES = (".wake", ".wake.1", ".wake.2")
 
 
-def wake_dir(db_path: str | os.PathLike[str], env: dict[str, str] | None = None) -> Path:
-    """The directory holding the wake sockets of the services on ``db_path``.
+def wake_dirs(db_path: str | os.PathLike[str]) -> tuple[Path, ...]:
+    """The directories that may hold the wake sockets of the services on ``db_path``, in order."""
+    absolute = Path(os.path.abspath(os.fspath(db_path)))
+    return tuple(absolute.with_name(absolute.name + suffix) for suffix in _DIR_SUFFIXES)
+
+
+def _open_private_dir(path: Path, *, create: bool) -> int | None:
+    """A descriptor of ``path`` once it is proved ours; None when it does not exist.
 
     Raises:
-        WakeSocketError: neither beside the database nor under the runtime dir nor /tmp fits.
+        WakeSocketError: a symlink, not a directory, another user's, or writable by others.
     """
-    absolute = Path(os.path.abspath(os.fspath(db_path)))
-    beside = absolute.with_name(absolute.name + _SUFFIX)
-    if len(os.fsencode(beside / _LONGEST_NAME)) <= MAX_SOCKET_PATH_BYTES:
-        return beside
-    env = dict(os.environ) if env is None else env
-    key = hashlib.sha256(os.fsencode(absolute)).hexdigest()[:16]
-    for base in (env.get("XDG_RUNTIME_DIR"), "/tmp"):
-        if base:
-            candidate = Path(base) / f"edge-runtime-{key}{_SUFFIX}"
-            if len(os.fsencode(candidate / _LONGEST_NAME)) <= MAX_SOCKET_PATH_BYTES:
-                return candidate
-    raise WakeSocketError(f"no wake socket path short enough for {absolute}")  # only if /tmp moved
-
-
-def _ensure_private_dir(path: Path) -> None:
+    if create:
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise WakeSocketError(f"cannot create the wake directory {path}: {exc.strerror or exc}") from None
     try:
-        path.mkdir(mode=0o700, parents=False, exist_ok=True)
-        info = path.lstat()
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
     except OSError as exc:
-        raise WakeSocketError(f"cannot create the wake directory {path}: {exc.strerror or exc}") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
-        raise WakeSocketError(f"wake directory {path} is not a directory owned by this user")
+        raise WakeSocketError(f"wake directory {path} refused: {exc.strerror or exc}") from None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        os.close(fd)
+        raise WakeSocketError(
+            f"wake directory {path} refused: owned by uid {info.st_uid} with mode {stat.filemode(info.st_mode)}, "
+            f"not by this user (uid {os.geteuid()}) and writable only by it"
+        )
+    return fd
+
+
+def _address(dir_fd: int, directory: Path, name: str) -> str:
+    """A socket address for ``name`` in the directory held open as ``dir_fd``."""
+    via_fd = f"/proc/self/fd/{dir_fd}"
+    if os.path.isdir(via_fd):
+        return f"{via_fd}/{name}"
+    plain = os.fspath(directory / name)
+    if len(os.fsencode(plain)) > MAX_SOCKET_PATH_BYTES:
+        raise WakeSocketError(f"no /proc and the wake socket path {plain} is too long for a Unix socket")
+    return plain
+
+
+def _own_socket(dir_fd: int, name: str) -> bool:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid()
 
 
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
-    __slots__ = ("path", "_socket")
+    __slots__ = ("path", "refused", "_socket", "_dir_fd", "_name")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
-        directory = wake_dir(db_path)
-        _ensure_private_dir(directory)
-        self.path = directory / f"{os.getpid()}.sock"
+        refused = []
+        for directory in wake_dirs(db_path):
+            try:
+                dir_fd = _open_private_dir(directory, create=True)
+            except WakeSocketError as exc:
+                refused.append(str(exc))
+                continue
+            if dir_fd is not None:
+                break
+        else:
+            raise WakeSocketError("; ".join(refused))
+        #: Why the directories before the one used were not (for the service's log).
+        self.refused: list[str] = refused
+        self._dir_fd: int | None = dir_fd
+        self._name = f"{os.getpid()}.sock"
+        self.path = directory / self._name
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         try:
-            try:
-                self.path.unlink()  # left by an earlier process that had our pid
-            except FileNotFoundError:
-                pass
-            sock.bind(os.fspath(self.path))
+            if _own_socket(dir_fd, self._name):
+                os.unlink(self._name, dir_fd=dir_fd)  # left by an earlier process that had our pid
+            sock.bind(_address(dir_fd, directory, self._name))
             sock.setblocking(False)
-        except OSError as exc:
+        except (OSError, WakeSocketError) as exc:
             sock.close()
-            raise WakeSocketError(f"cannot bind the wake socket {self.path}: {exc.strerror or exc}") from None
+            os.close(dir_fd)
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+            raise WakeSocketError(f"cannot bind the wake socket {self.path}: {detail}") from None
         self._socket: socket.socket | None = sock
 
     def fileno(self) -> int:
@@ -104,47 +145,64 @@ class WakeSocket:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
+        if self._dir_fd is not None:
             try:
-                self.path.unlink()
+                os.unlink(self._name, dir_fd=self._dir_fd)
             except FileNotFoundError:
                 pass
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
 
 def poke(db_path: str | os.PathLike[str]) -> int:
     """Wake every service running on ``db_path``; how many sockets accepted the datagram.
 
-    Never raises for a missing directory, a dead service or a full queue (a full queue means
-    that service is already due to wake). Stale sockets of dead services are removed.
+    Missing directories, dead services and full queues (that service is already due to wake) are
+    normal. Stale sockets of dead services are removed: only sockets owned by this user, in a
+    directory that passed the same checks as the service's.
+
+    Raises:
+        WakeSocketError: after poking every usable directory, when one was refused (a symlink,
+            another user's directory) or a socket could not be poked; the caller warns.
     """
-    directory = wake_dir(db_path)
-    try:
-        names = [name for name in os.listdir(directory) if name.endswith(".sock")]
-    except FileNotFoundError:
-        return 0
-    except OSError:
-        return 0  # unreadable directory: the fallback poll still finds the committed work
-    if not names:
-        return 0
-    woken = 0
+    woken, problems = 0, []
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        for name in names:
-            target = directory / name
+        for directory in wake_dirs(db_path):
             try:
-                sock.sendto(b"!", os.fspath(target))
-                woken += 1
-            except BlockingIOError:
-                woken += 1
-            except ConnectionRefusedError:
-                _remove_stale(target)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.ENOTSOCK, errno.EACCES, errno.EPERM):
-                    raise
+                dir_fd = _open_private_dir(directory, create=False)
+            except WakeSocketError as exc:
+                problems.append(str(exc))
+                continue
+            if dir_fd is None:
+                continue
+            try:
+                woken += _poke_dir(sock, dir_fd, directory, problems)
+            finally:
+                os.close(dir_fd)
+    if problems:
+        raise WakeSocketError(f"woke {woken} service(s); {'; '.join(problems)}")
     return woken
 
 
-def _remove_stale(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass  # another poker removed it first, or it is not ours to remove
+def _poke_dir(sock: socket.socket, dir_fd: int, directory: Path, problems: list[str]) -> int:
+    woken = 0
+    for name in os.listdir(dir_fd):
+        if not name.endswith(".sock") or not _own_socket(dir_fd, name):
+            continue
+        try:
+            sock.sendto(b"!", _address(dir_fd, directory, name))
+            woken += 1
+        except BlockingIOError:
+            woken += 1
+        except ConnectionRefusedError:
+            try:
+                os.unlink(name, dir_fd=dir_fd)  # its service died; checked above to be our socket
+            except FileNotFoundError:
+                pass  # another poker removed it first
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:  # ENOENT: its service removed it meanwhile
+                problems.append(f"{directory / name}: {exc.strerror or exc}")
+        except WakeSocketError as exc:
+            problems.append(str(exc))
+    return woken

@@ -14,7 +14,7 @@ from edge_runtime.service.log_capture import (
     open_child_output,
     truncation_marker,
 )
-from edge_runtime.service.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dir
+from edge_runtime.service.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dirs
 
 
 def _capture(tmp_path: Path, cap: int) -> tuple[LogCapture, int]:
@@ -82,13 +82,16 @@ def test_poke_wakes_every_live_service_and_drops_stale_sockets(tmp_path: Path) -
     assert poke(db) == 0
 
 
-def test_wake_dir_falls_back_to_a_short_path_for_a_deep_database(tmp_path: Path) -> None:
-    deep = tmp_path / ("d" * 90) / "edge-runtime.db"
-    short = wake_dir(deep, env={"XDG_RUNTIME_DIR": "/run/user/1000"})
-    assert short.parent == Path("/run/user/1000")
-    assert len(os.fsencode(short / "4194304.sock")) <= MAX_SOCKET_PATH_BYTES
-    assert short == wake_dir(deep, env={"XDG_RUNTIME_DIR": "/run/user/1000"})
-    assert short != wake_dir(tmp_path / ("e" * 90) / "edge-runtime.db", env={"XDG_RUNTIME_DIR": "/run/user/1000"})
-    # A runtime dir that is itself too long falls back to /tmp.
-    assert wake_dir(deep, env={"XDG_RUNTIME_DIR": "/" + "r" * 100}).parent == Path("/tmp")
-    assert wake_dir(tmp_path / "a.db") == tmp_path / "a.db.wake"
+def test_a_deep_database_keeps_its_wake_socket_beside_it_and_is_woken(tmp_path: Path) -> None:
+    deep = tmp_path / ("d" * 200) / "edge-runtime.db"
+    deep.parent.mkdir()
+    assert len(os.fsencode(deep.parent / "edge-runtime.db.wake" / "4194304.sock")) > MAX_SOCKET_PATH_BYTES
+    wake = WakeSocket(deep)
+    try:
+        assert wake.path.parent == wake_dirs(deep)[0] == deep.parent / "edge-runtime.db.wake"
+        assert poke(deep) == 1
+        readable, _, _ = select.select([wake], [], [], 5)
+        assert readable == [wake] and wake.drain() == 1
+    finally:
+        wake.close()
+    assert not wake.path.exists()
