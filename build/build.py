@@ -50,6 +50,30 @@ _INPUT_GLOBS = (
 )
 
 
+#: Directories where any local user may create entries: a fixed unpack directory baked under one of
+#: them can be created first by another user, who then swaps the libraries the bootloader loads.
+_SHARED_TMP_ROOTS = ("/tmp", "/var/tmp", "/usr/tmp", "/dev/shm", "/run/shm", "/run/lock", "/var/lock")
+
+
+def runtime_tmpdir_problem(path: str) -> str | None:
+    """Why ``path`` must not be baked in as the one-file build's unpack directory, or None.
+
+    The bootloader creates and loads from it before any of our code runs (README: unpack
+    directory); the executable itself refuses one owned by another user or writable by others,
+    but only after that first load, so the build refuses what is unsafe by design.
+    """
+    if not path.startswith("/"):
+        return "it must be absolute: the bootloader resolves a relative one against whatever directory it starts in"
+    normalized = os.path.normpath(path)
+    for root in _SHARED_TMP_ROOTS:
+        if normalized == root or normalized.startswith(root + "/"):
+            return (
+                f"it lies in {root}, where another user can create it first; leave RUNTIME_TMPDIR unset "
+                "(a fresh private directory under $TMPDIR or /tmp per start) or pick one only root can create"
+            )
+    return None
+
+
 class BuildError(Exception):
     """The build could not produce the artifacts; the message says which step failed."""
 
@@ -230,7 +254,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "unpacks into $TMPDIR, else /tmp, at run time); also $EDGE_RUNTIME_BUILD_RUNTIME_TMPDIR",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when dist/ is up to date")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    problem = args.runtime_tmpdir and runtime_tmpdir_problem(args.runtime_tmpdir)
+    if problem:
+        parser.error(f"refusing --runtime-tmpdir {args.runtime_tmpdir}: {problem}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:

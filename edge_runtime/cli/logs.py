@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
+import stat
 import sys
 
 import msgspec
 
 from edge_runtime.cli.common import open_read_only
+from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import RunStateConflictError
 from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.service.log_capture import open_checked
+
+
+class LogUnreadableError(EdgeRuntimeError):
+    """The Attempt's log path is not a readable regular file (a symlink, FIFO or directory)."""
+
+    code = "LOG_UNREADABLE"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -33,9 +43,13 @@ def run(args: argparse.Namespace) -> int:
     if attempt.log_path is msgspec.UNSET:
         raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
     try:
-        with open(attempt.log_path, "rb") as log:
-            shutil.copyfileobj(log, sys.stdout.buffer)
+        # Never follows a symlink, never blocks on a FIFO, refuses anything but a regular file.
+        fd = open_checked(attempt.log_path, os.O_RDONLY, stat.S_IFREG)
     except FileNotFoundError:
         raise RunStateConflictError(f"log file {attempt.log_path} of run {args.run_id} no longer exists") from None
+    except OSError as exc:
+        raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
+    with open(fd, "rb") as log:
+        shutil.copyfileobj(log, sys.stdout.buffer)
     sys.stdout.flush()
     return 0

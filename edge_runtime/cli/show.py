@@ -21,7 +21,11 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     with open_read_only(args) as db:
-        detail = LocalRunRepository(db).detail(args.run_id)
+        repository = LocalRunRepository(db)
+        detail = repository.detail(args.run_id)
+        escaped = {} if args.json else {
+            e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == "run.cancel_escaped"
+        }
     if args.json:
         print_json(detail)
         return 0
@@ -40,6 +44,11 @@ def run(args: argparse.Namespace) -> int:
             f"attempt {attempt.attempt}  {attempt.id}  {attempt.status.value}  pid={present(attempt.pid)}  "
             f"exit={present(attempt.exit_code)}  reason={present(attempt.end_reason)}\n"
         )
+        if attempt.id in escaped:
+            # Cancel signals the Attempt's process group; these had left it (setsid) when it was sent.
+            found = escaped[attempt.id]
+            out.write(f"  not signalled: {found['count']} process(es) that had left the group at cancel time, "
+                      f"pids {' '.join(map(str, found['pids']))}\n")
     dispatch = detail.dispatch
     if dispatch is None:
         out.write("dispatch   none\n")

@@ -53,6 +53,10 @@ _encode_json = msgspec.json.Encoder().encode
 EXECUTOR_LOCAL_PROCESS = "local_process"
 
 
+#: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
+_ESCAPED_PIDS_KEPT = 32
+
+
 def _check_run_id(run_id: object) -> None:
     problem = identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
     if problem is not None:
@@ -439,6 +443,25 @@ class LocalRunRepository(RunScans):
                 now_ms=now,
             )
             return self._attempt_row(attempt_id)
+
+    def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
+        """A ``run.cancel_escaped`` event: these descendants had left the Attempt's process group
+        when it was cancelled, so its signals do not reach them. Recorded once per Attempt."""
+        dedupe_key = f"cancel-escaped:{attempt_id}"
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._attempt_row(attempt_id)
+            if attempt is None:
+                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
+                                  (attempt.run_id, dedupe_key)).fetchone():
+                return
+            append_run_event(
+                connection, run_id=attempt.run_id, event_id=_new_id(), event_type="run.cancel_escaped",
+                dedupe_key=dedupe_key, actor_type="worker", actor_id=actor_id, attempt_id=attempt_id,
+                payload={"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]},
+                now_ms=now,
+            )
 
     # ----------------------------------------------------------------- helpers
 

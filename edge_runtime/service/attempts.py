@@ -27,6 +27,7 @@ so they end ``cancelled`` when a cancel was requested and ``lost`` (with the rea
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -39,9 +40,15 @@ from edge_runtime.contract.worker_lease import RunNotStartableError
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
-from edge_runtime.service.executor import reap, spawn
+from edge_runtime.service.executor import reap, spawn, task_environment
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.log_capture import LogCapture, create_fifo, log_paths, open_child_output
+from edge_runtime.service.log_capture import (
+    DISCARD_INTERVAL_S,
+    LogCapture,
+    create_fifo,
+    log_paths,
+    open_child_output,
+)
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.running import REASON_ADOPTED_EXIT, RunningAttempt, describe_exit, exit_code_of
 from edge_runtime.service.watch import open_pidfd
@@ -66,6 +73,7 @@ class AttemptSupervisor:
         log_max_bytes: int,
         boot_id: str,
         env: Mapping[str, str] | None = None,
+        log_linger_ms: int = 30_000,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -78,10 +86,15 @@ class AttemptSupervisor:
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
         self._boot_id = boot_id
-        self._env = dict(os.environ if env is None else env)
+        self._env = task_environment(os.environ if env is None else env)
         self.running: dict[str, RunningAttempt] = {}
         #: Log captures still being drained, by attempt id (may outlive the Attempt briefly).
         self._captures: dict[str, LogCapture] = {}
+        #: Captures past their cap, off the loop until this monotonic time (read at a slow pace).
+        self._paused: dict[str, float] = {}
+        #: Captures of ended Attempts (a descendant holds the output open), closed at this time.
+        self._linger_until: dict[str, float] = {}
+        self._log_linger_s = log_linger_ms / 1000
         #: Ended Attempts whose Run Lease could not be completed yet.
         self._uncompleted: set[str] = set()
 
@@ -256,8 +269,36 @@ class AttemptSupervisor:
             more = False
         if not more:
             self._close_capture(capture.attempt_id, unlink=capture.attempt_id not in self.running)
+        elif capture.truncated and capture.attempt_id not in self._paused:
+            # Everything read from now on is dropped: read at a slow pace, not at the writer's.
+            self._loop.unregister(capture)
+            self._paused[capture.attempt_id] = time.monotonic() + DISCARD_INTERVAL_S
+
+    def run_capture_timers(self) -> None:
+        """Resume paused captures and stop lingering ones whose time has come."""
+        now = time.monotonic()
+        for attempt_id, at in list(self._paused.items()):
+            capture = self._captures.get(attempt_id)
+            if capture is not None and at <= now:
+                self._paused[attempt_id] = now + DISCARD_INTERVAL_S
+                self._on_output(capture)
+        for attempt_id, at in list(self._linger_until.items()):
+            capture = self._captures.get(attempt_id)
+            if capture is not None and at <= now:
+                self._on_output(capture)
+                if capture.is_open:
+                    capture.note(f"output capture stopped {self._log_linger_s:g} s after the attempt ended; "
+                                 "processes it left running still hold its output, which is no longer read")
+                    self._journal.info("attempt.capture_stopped", attempt=attempt_id)
+                    self._close_capture(attempt_id, unlink=True)
+
+    def seconds_to_capture_timer(self) -> float | None:
+        due = min((*self._paused.values(), *self._linger_until.values()), default=None)
+        return None if due is None else max(0.0, due - time.monotonic())
 
     def _close_capture(self, attempt_id: str, *, unlink: bool) -> None:
+        self._paused.pop(attempt_id, None)
+        self._linger_until.pop(attempt_id, None)
         capture = self._captures.pop(attempt_id, None)
         if capture is not None:
             self._loop.unregister(capture)
@@ -375,6 +416,8 @@ class AttemptSupervisor:
         self._runs.finish_attempt(running.attempt_id, status, actor_id=self._worker.owner, exit_code=code,
                                   reason=reason)
         self.running.pop(running.attempt_id, None)
+        if running.attempt_id in self._captures:  # a descendant still holds the output open
+            self._linger_until[running.attempt_id] = time.monotonic() + self._log_linger_s
         self._complete_lease(running.attempt_id)
         self._journal.info("attempt.finished", run=running.run_id, attempt=running.attempt_id,
                            status=status.value, exit_code=code, reason=reason)

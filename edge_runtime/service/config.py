@@ -56,6 +56,8 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     log_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
     #: Size cap of one Attempt's log; output past it is dropped after a truncation marker.
     log_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 30)] = 1 << 20
+    #: How long output is still captured after an Attempt ended, from processes it left running.
+    log_linger_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 30_000
     #: Lease taken on a cancellation dispatch while delivering it.
     dispatch_lease_ms: Annotated[int, msgspec.Meta(ge=1, le=300_000)] = 30_000
     #: Backoff after a retryable dispatch failure: base * 2**(n-1), capped.

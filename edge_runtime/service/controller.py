@@ -31,6 +31,7 @@ from edge_runtime.service.process_identity import (
     BOOT_ID_PATH,
     PROC_ROOT,
     ProcessIdentity,
+    escaped_descendants,
     group_members,
     read_boot_id,
     read_stat,
@@ -131,6 +132,14 @@ class LocalProcessController:
         for _ in group_members(expected.pgid, session=expected.pgid, proc_root=self._proc_root):
             return True
         return False
+
+    def escaped_descendants(self, expected: ProcessIdentity) -> list[int]:
+        """Pids of live descendants of the Attempt's group outside it: signals to the group miss them.
+
+        Raises:
+            ProcfsUnavailableError: ``/proc`` cannot be listed.
+        """
+        return escaped_descendants(expected, self._proc_root)
 
     def _check(self, expected: ProcessIdentity) -> DispatchResult | None:
         if read_boot_id(self._boot_id_path) != expected.boot_id:

@@ -30,7 +30,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultCommand,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import CancellationCandidate, KillCandidate
+from edge_runtime.contract.runs import CancellationCandidate, KillCandidate, ProcessIdentity
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import Clock, read_now_ms
 from edge_runtime.local.runs import LocalRunRepository
@@ -121,6 +121,9 @@ class CancellationDispatcher:
             return False
         attempt = self._runs.get_attempt(candidate.attempt_id)
         identity = None if attempt is None else attempt.identity
+        # Before the signal: once the leader dies, what it left outside its group is re-parented
+        # and can no longer be told apart from anyone else's processes.
+        escaped = self._escaped(candidate, identity)
         result = self._controller.request_termination(identity)
         if result is DispatchResult.TERMINATION_REQUESTED:
             self._runs.record_termination_requested(candidate.attempt_id, grace_ms=self._grace_ms)
@@ -149,7 +152,22 @@ class CancellationDispatcher:
             retry_in_ms=delay,
             pid=None if identity is None else identity.pid,
         )
+        if escaped and result is DispatchResult.TERMINATION_REQUESTED:
+            # The group's SIGTERM (and the later SIGKILL) does not reach these; ``show`` says so.
+            self._runs.record_escaped_processes(candidate.attempt_id, escaped, actor_id=owner)
+            self._journal.warning("cancel.escaped_processes", run=candidate.run_id, attempt=candidate.attempt_id,
+                                  pids=" ".join(map(str, escaped)))
         return True
+
+    def _escaped(self, candidate: CancellationCandidate, identity: ProcessIdentity | None) -> list[int]:
+        """Live descendants of the Attempt's group that left it (``setsid``), for the record."""
+        if identity is None:
+            return []
+        try:
+            return self._controller.escaped_descendants(identity)
+        except EdgeRuntimeError as exc:  # cannot tell: deliver the cancel anyway and say so
+            self._journal.error("cancel.escaped_unknown", attempt=candidate.attempt_id, error=exc.code, detail=str(exc))
+            return []
 
     # ----------------------------------------------------------------- SIGKILL
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import os
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 
 from edge_runtime.service.errors import SpawnError
@@ -29,6 +30,33 @@ _DEFAULT_SIGNALS = tuple(
     sig for sig in signal.Signals
     if 0 < sig < 32 and sig not in (signal.SIGKILL, signal.SIGSTOP)
 )
+
+
+_LIBRARY_PATH = "LD_LIBRARY_PATH"
+
+
+def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) -> dict[str, str]:
+    """The environment an Attempt gets: the one the service was started with, minus the bundler's.
+
+    PyInstaller's bootloader hands its Python process ``_PYI_*`` variables and puts its own
+    directory first on ``LD_LIBRARY_PATH`` (``<bundle_dir>`` or ``<bundle_dir>:<original>``, the
+    original also kept as ``LD_LIBRARY_PATH_ORIG``). A task must see none of that: a one-file
+    build's directory is deleted when the service exits and can then be re-created by anyone, so
+    a task (or an ``edge-runtime`` it runs) would load another user's libraries.
+    ``bundle_dir`` defaults to ``sys._MEIPASS`` in a frozen build, None from source.
+    """
+    if bundle_dir is None and getattr(sys, "frozen", False):
+        bundle_dir = getattr(sys, "_MEIPASS", None)
+    env = {key: value for key, value in environ.items() if not key.startswith("_PYI_")}
+    library_path = env.get(_LIBRARY_PATH)
+    if bundle_dir and library_path is not None:
+        if library_path == bundle_dir:
+            del env[_LIBRARY_PATH]
+        elif library_path.startswith(bundle_dir + ":"):
+            env[_LIBRARY_PATH] = library_path[len(bundle_dir) + 1:]
+        if env.get(_LIBRARY_PATH + "_ORIG") == env.get(_LIBRARY_PATH):
+            env.pop(_LIBRARY_PATH + "_ORIG", None)
+    return env
 
 
 def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str) -> ProcessIdentity:

@@ -13,24 +13,36 @@ could then enforce the size cap, and a chatty task would fill the router's flash
 With the FIFO opened ``O_RDWR``, the child itself holds a read end, so a write never raises
 SIGPIPE, whether or not a service is running. The trade-off: while no service is pumping, the
 child blocks once the kernel's pipe buffer (64 KiB on Linux) is full, and resumes when the
-restarted service re-opens the FIFO by its path and drains it. Output is never silently lost
-below the cap; above it, one clear truncation marker is written and the rest is discarded.
-Grandchildren that outlive the Attempt's leader and keep writing are drained while the service
-runs; after the Attempt ends the FIFO path is unlinked (open descriptors keep working), so a later
-service does not re-open it.
+restarted service re-opens the FIFO by its path and drains it. What is lost: if the task exits
+while no service runs, what it wrote since the service stopped (at most the 64 KiB the pipe
+held) goes with the FIFO's last descriptor; the next service then appends a line saying so to
+the log (``mark_gap``). Past the cap one truncation marker is written and the rest is read at a
+slow pace (``DISCARD_INTERVAL_S``) and discarded.
+Processes that outlive the Attempt's leader and keep its stdout are drained for ``log_linger_ms``
+after the Attempt ended, then the service closes its end (one note in the log) so that a daemon
+a task left behind cannot pin descriptors forever; that daemon's writes then block once the pipe
+is full. After the Attempt ends the FIFO path is unlinked (open descriptors keep working), so a
+later service does not re-open it.
 
 Log writes are not fsynced: they are diagnostics, and an fsync per chunk would wear small flash.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
+import stat
 from pathlib import Path
 
 #: Default cap on the bytes of output kept per Attempt (beyond it: one marker, the rest dropped).
 DEFAULT_LOG_CAP_BYTES = 1024 * 1024
+
+#: Past the cap everything read is dropped, so the service reads only this often (up to
+#: _MAX_READS_PER_PUMP chunks each time): a task flooding its output past the cap costs the
+#: service a few reads per second instead of a core, and is slowed to ~2 MiB/s of output.
+DISCARD_INTERVAL_S = 0.5
 
 #: One read; also the Linux default pipe capacity.
 _CHUNK = 64 * 1024
@@ -67,9 +79,28 @@ def create_fifo(fifo_path: Path) -> None:
     os.mkfifo(fifo_path, 0o600)
 
 
+def open_checked(path: Path | str, flags: int, file_type: int) -> int:
+    """Open ``path`` only if it is a ``file_type`` (``stat.S_IFIFO``/``S_IFREG``) and not a symlink.
+
+    ``O_NONBLOCK`` so that a FIFO swapped in for a log file cannot hang the opener, and the type
+    is checked on the open descriptor, so nothing can be swapped in between check and use.
+
+    Raises:
+        OSError: cannot be opened (``ELOOP``: a symlink), or is of another type.
+    """
+    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    if stat.S_IFMT(os.fstat(fd).st_mode) != file_type:
+        os.close(fd)
+        kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
+        raise OSError(errno.EINVAL, f"{path} is not a {kind}; refused")
+    return fd
+
+
 def open_child_output(fifo_path: Path) -> int:
     """The descriptor to give the child as stdout and stderr (``O_RDWR``: see the module docstring)."""
-    return os.open(fifo_path, os.O_RDWR | os.O_CLOEXEC)
+    fd = open_checked(fifo_path, os.O_RDWR, stat.S_IFIFO)
+    os.set_blocking(fd, True)  # the child's writes wait for room, as on any pipe
+    return fd
 
 
 class LogCapture:
@@ -99,9 +130,9 @@ class LogCapture:
         Raises:
             OSError: the FIFO or the log file cannot be opened (e.g. the FIFO is gone).
         """
-        fd = os.open(self.fifo_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = open_checked(self.fifo_path, os.O_RDONLY, stat.S_IFIFO)
         try:
-            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            log_fd = open_checked(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
         except BaseException:
             os.close(fd)
             raise
@@ -135,6 +166,15 @@ class LogCapture:
             self._keep(data)
         return True
 
+    @property
+    def truncated(self) -> bool:
+        return self._truncated
+
+    def note(self, text: str) -> None:
+        """Append an ``[edge-runtime: ...]`` line, unless the log is already at its cap."""
+        if not self._truncated:
+            _write_all(self._log_fd, f"\n[edge-runtime: {text}]\n".encode())
+
     def _keep(self, data: bytes) -> None:
         room = self.cap_bytes - self._written
         if room > 0:
@@ -157,6 +197,19 @@ class LogCapture:
                 self.fifo_path.unlink()
             except FileNotFoundError:
                 pass
+
+
+def mark_gap(log_path: Path | str, text: str) -> None:
+    """Append an ``[edge-runtime: ...]`` line to an Attempt's log no service is capturing.
+
+    Raises:
+        OSError: the log cannot be opened as a regular file (never through a symlink).
+    """
+    fd = open_checked(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
+    try:
+        _write_all(fd, f"\n[edge-runtime: {text}]\n".encode())
+    finally:
+        os.close(fd)
 
 
 def _write_all(fd: int | None, data: bytes) -> None:

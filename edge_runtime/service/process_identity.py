@@ -26,6 +26,7 @@ BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 # Fields counted from 1 as in proc(5); after the comm's closing paren the next field is number 3.
 _FIRST_FIELD_AFTER_COMM = 3
 _STATE_FIELD = 3
+_PPID_FIELD = 4
 _PGRP_FIELD = 5
 _SESSION_FIELD = 6
 _STARTTIME_FIELD = 22
@@ -39,6 +40,7 @@ class ProcStat(msgspec.Struct, frozen=True, kw_only=True):
     pgid: int
     session: int
     start_ticks: int
+    ppid: int = 0
 
     @property
     def is_zombie(self) -> bool:
@@ -66,6 +68,7 @@ def parse_stat(pid: int, text: str) -> ProcStat:
             pgid=int(field(_PGRP_FIELD)),
             session=int(field(_SESSION_FIELD)),
             start_ticks=int(field(_STARTTIME_FIELD)),
+            ppid=int(field(_PPID_FIELD)),
         )
     except IndexError:
         raise ValueError(f"/proc/{pid}/stat has too few fields") from None
@@ -123,11 +126,7 @@ def read_identity(pid: int, *, boot_id: str | None = None, proc_root: str = PROC
     )
 
 
-def group_members(pgid: int, *, session: int | None = None, proc_root: str = PROC_ROOT) -> Iterator[ProcStat]:
-    """Live (non-zombie) processes whose process group is ``pgid`` (and session, when given).
-
-    Scans ``/proc``; a few hundred entries on a router. Processes that exit mid-scan are skipped.
-    """
+def _live_processes(proc_root: str) -> Iterator[ProcStat]:
     try:
         names = os.listdir(proc_root)
     except OSError as exc:
@@ -139,8 +138,42 @@ def group_members(pgid: int, *, session: int | None = None, proc_root: str = PRO
             stat = read_stat(int(name), proc_root)
         except ProcfsUnavailableError:
             continue  # a process in another user's namespace or one that vanished: not evidence
-        if stat is None or stat.is_zombie or stat.pgid != pgid:
-            continue
-        if session is not None and stat.session != session:
-            continue
-        yield stat
+        if stat is not None and not stat.is_zombie:
+            yield stat
+
+
+def escaped_descendants(identity: ProcessIdentity, proc_root: str = PROC_ROOT) -> list[int]:
+    """Live descendants of an Attempt's group that left it (``setsid``, ``setpgid``): a signal to
+    the group misses them. Sorted pids; one ``/proc`` scan.
+
+    Only what still descends from the group now is found: a process whose parent already exited
+    was re-parented to init (or a subreaper) and no longer shows where it came from.
+
+    Raises:
+        ProcfsUnavailableError: ``/proc`` cannot be listed.
+    """
+    children: dict[int, list[ProcStat]] = {}
+    roots = []
+    for stat in _live_processes(proc_root):
+        children.setdefault(stat.ppid, []).append(stat)
+        if stat.pgid == identity.pgid and stat.session == identity.pgid:
+            roots.append(stat.pid)
+    escaped, seen, todo = [], set(roots), list(roots)
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child.pid not in seen:
+                seen.add(child.pid)
+                todo.append(child.pid)
+                if child.pgid != identity.pgid:
+                    escaped.append(child.pid)
+    return sorted(escaped)
+
+
+def group_members(pgid: int, *, session: int | None = None, proc_root: str = PROC_ROOT) -> Iterator[ProcStat]:
+    """Live (non-zombie) processes whose process group is ``pgid`` (and session, when given).
+
+    Scans ``/proc``; a few hundred entries on a router. Processes that exit mid-scan are skipped.
+    """
+    for stat in _live_processes(proc_root):
+        if stat.pgid == pgid and (session is None or stat.session == session):
+            yield stat

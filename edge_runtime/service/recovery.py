@@ -35,6 +35,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
+from edge_runtime.service.log_capture import mark_gap
 from edge_runtime.service.worker import WorkerSession
 
 _UNSET = msgspec.UNSET
@@ -133,10 +134,16 @@ def _end(
 ) -> str:
     if attempt.log_path is not _UNSET:
         # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
+        fifo = Path(attempt.log_path).with_suffix(".fifo")
         try:
-            Path(attempt.log_path).with_suffix(".fifo").unlink(missing_ok=True)
+            if reason in (REASON_GONE, REASON_REBOOTED) and fifo.exists():
+                # What the pipe held when the process ended went with it: say so where it is read.
+                mark_gap(attempt.log_path, f"output gap: the attempt ended while no service was reading its "
+                                           f"output ({reason}); what it wrote after the service stopped, up to "
+                                           f"64 KiB, is lost")
+            fifo.unlink(missing_ok=True)
         except OSError as exc:
-            journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
+            journal.warning("recovery.log_not_marked", attempt=attempt.id, detail=str(exc))
     runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
     worker.complete(attempt.id)
     journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)

@@ -46,6 +46,7 @@ from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import end_abandoned, recover
+from edge_runtime.service.trusted_paths import require_trusted_directory
 from edge_runtime.service.wake import WakeSocket
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import WorkerSession
@@ -111,6 +112,9 @@ class DeviceService:
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
+        # Root writes task output by fixed names there and opens the database's -wal/-shm beside it.
+        require_trusted_directory(log_dir, "log directory")
+        require_trusted_directory(Path(os.path.abspath(self.db_path)).parent, "database's directory")
         with open_database(self.db_path, clock=self.clock) as db:
             if isinstance(self.clock, GuardedClock):
                 restore_floor(self.clock, db)
@@ -148,6 +152,7 @@ class DeviceService:
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
+                log_linger_ms=config.log_linger_ms,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=LocalCancellationDispatchRepository(db), runs=runs, controller=self.controller,
@@ -192,6 +197,7 @@ class DeviceService:
                 supervisor.reap_children()
             if supervisor.needs_poll():
                 supervisor.poll_adopted()
+            supervisor.run_capture_timers()
             if time.monotonic() >= next_fallback:
                 next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
                 self._sweep(runs, worker)
@@ -273,6 +279,9 @@ class DeviceService:
         fallback_ms = max(0.0, (next_fallback - time.monotonic()) * 1000)
         if supervisor.needs_poll():
             fallback_ms = min(fallback_ms, ADOPTED_POLL_MS)
+        capture_timer_s = supervisor.seconds_to_capture_timer()
+        if capture_timer_s is not None:
+            fallback_ms = min(fallback_ms, capture_timer_s * 1000)
         try:
             now = read_now_ms(self.clock)
             dues = [

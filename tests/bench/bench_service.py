@@ -9,6 +9,8 @@
 - idle cost: CPU time and peak RSS (``VmHWM``) of a ``serve`` with no work, measured from
   ``/proc/<pid>`` after start-up, over 60 s (10 s with ``--quick``).
 - throughput: Runs of ``true`` completed per second with 2 slots, Runs queued up front.
+- output past the log cap: CPU of ``serve`` while a Run of ``yes`` writes past ``log_max_bytes``
+  (issue 10: it used to read and drop it at full speed, about half a core).
 
 Figures are reported, never judged pass/fail.
 """
@@ -180,6 +182,28 @@ def _throughput(workdir: Path, count: int) -> tuple[float, float]:
     return count / elapsed, succeeded / count
 
 
+# --------------------------------------------------------------------------- output past the cap
+
+
+def _flood_past_cap(workdir: Path, seconds: float) -> float:
+    """Share of a core ``serve`` spends while ``yes`` writes past the log cap."""
+    db = workdir / "flood.db"
+    serve = _Serve(db, workdir / "flood-serve.log", "--log-max-bytes", "4096")
+    try:
+        run_id = _cli(db, "submit", "--", "yes")
+        with open_database(db, create=False) as handle:
+            runs = LocalRunRepository(handle)
+            _wait(lambda: runs.get(run_id).status.value == "running", 30)
+            time.sleep(1.0)  # past the cap by now: 4 KiB
+            before, begin = _proc_cpu_seconds(serve.process.pid), time.perf_counter()
+            time.sleep(seconds)
+            share = (_proc_cpu_seconds(serve.process.pid) - before) / (time.perf_counter() - begin)
+        _cli(db, "cancel", run_id)
+        return share
+    finally:
+        serve.stop()
+
+
 def run(workdir: Path, quick: bool) -> None:
     cancels = 10 if quick else 50
     idle_s = 10.0 if quick else 60.0
@@ -213,4 +237,12 @@ def run(workdir: Path, quick: bool) -> None:
         f"serve: throughput, {runs_count} runs of `true`, 2 slots",
         ["figure", "value"],
         [["runs completed / s", f"{rate:.1f}"], ["succeeded", f"{ok:.0%}"]],
+    )
+
+    flood_s = 5.0 if quick else 20.0
+    share = _flood_past_cap(workdir, flood_s)
+    common.print_table(
+        f"serve: a Run of `yes` past the 4 KiB log cap, over {flood_s:.0f} s",
+        ["figure", "value"],
+        [["serve CPU, share of one core", f"{share:.1%}"]],
     )

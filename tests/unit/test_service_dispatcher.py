@@ -31,6 +31,11 @@ class FakeController:
         self.kill = kill
         self.terminated: list[ProcessIdentity | None] = []
         self.killed: list[ProcessIdentity] = []
+        #: Descendants outside the group that the scan "finds" after a delivered SIGTERM.
+        self.escaped: list[int] = []
+
+    def escaped_descendants(self, identity: ProcessIdentity) -> list[int]:
+        return list(self.escaped)
 
     def request_termination(self, identity: ProcessIdentity | None) -> DispatchResult:
         self.terminated.append(identity)
