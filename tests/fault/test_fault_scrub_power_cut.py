@@ -1,0 +1,154 @@
+"""Power cuts during ``migrate --scrub-legacy-tokens``: the whole scrub (backup, rewrite, VACUUM) is
+recorded through the VFS shim, then cut at every sync and at random writes (torn). Each cut must
+leave either the old layout with every row and every raw token, or the new layout with every row,
+only digests and a backup that restores the old one; never a mix, and ``check`` says which."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+import apsw
+import pytest
+
+import fault_stats
+from edge_runtime.contract.cancellation_dispatch import digest_lease_token
+from edge_runtime.local.database import open_database
+from edge_runtime.local.health import check_health
+from edge_runtime.local.legacy_token_scrub import (
+    BACKUP_SUFFIX,
+    SCRUB_MIGRATION_ID,
+    rollback_scrub,
+    scrub_legacy_tokens,
+    table_fingerprints,
+)
+from legacy_tokens_support import build_legacy_database
+from vfs_shim import RecordingVFS
+
+pytestmark = pytest.mark.fault
+
+CAMPAIGN = "scrub-power-cut"
+DB_NAME = "edge-runtime.db"
+
+
+def _state(path: Path) -> tuple[dict[str, str | None], dict[str, list], bool]:
+    """(lease_token by run, fingerprints of every other table, marker present)."""
+    connection = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        tokens = dict(connection.execute("SELECT run_id, lease_token FROM run_cancellation_dispatches"))
+        prints = table_fingerprints(connection)
+        marker = connection.execute("SELECT 1 FROM schema_migrations WHERE id = ?", (SCRUB_MIGRATION_ID,)).fetchone()
+    finally:
+        connection.close()
+    for name in ("run_cancellation_dispatches", "schema_migrations", "sqlite_schema", "device_events"):
+        prints.pop(name)
+    return tokens, prints, marker is not None
+
+
+def _judge(cut_dir: Path, original: tuple[dict, dict, bool]) -> tuple[str, list[str]]:
+    """('old' | 'new', problems) for one materialised cut."""
+    path = cut_dir / DB_NAME
+    tokens, others, _ = original
+    digested = {
+        run: v if v is None or v.startswith("sha256:") else "sha256:" + digest_lease_token(v) for run, v in tokens.items()
+    }
+    problems = []
+    try:
+        with open_database(path) as db:
+            report = check_health(db)
+    except Exception as exc:  # noqa: BLE001 - a cut that cannot be reopened is the finding itself
+        return "unopenable", [f"reopen failed: {type(exc).__name__}: {exc}"]
+    line = {check.name: check for check in report.checks}["legacy_tokens"]
+    now_tokens, now_others, marker = _state(path)
+    if now_others != others:
+        problems.append("rows of other tables differ from the original")
+    if not marker:
+        layout = "old"
+        if now_tokens != tokens:
+            problems.append("no marker, but lease tokens changed (a mix)")
+        if not (line.ok and line.detail.startswith("legacy layout:")):
+            problems.append(f"check does not say legacy layout: {line.detail}")
+        return layout, problems
+    layout = "new"
+    if now_tokens != digested:
+        problems.append("marker recorded, but not every lease token is its digest (a mix)")
+    if not line.detail.startswith(f"scrubbed ({SCRUB_MIGRATION_ID})"):
+        problems.append(f"check does not say scrubbed: {line.detail}")
+    # The backup promised by the new layout is there, complete, and restores the old layout.
+    if not (cut_dir / (DB_NAME + BACKUP_SUFFIX)).exists():
+        problems.append("scrubbed, but the backup is missing")
+        return layout, problems
+    rollback_scrub(str(path))
+    if _state(path)[:2] != original[:2]:
+        problems.append("the rollback of the cut did not restore the original rows")
+    return layout, problems
+
+
+@pytest.mark.parametrize("rows", [30])
+def test_power_cut_at_every_sync_of_the_scrub(tmp_path: Path, rng: random.Random, long_mode: bool, rows: int) -> None:
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / DB_NAME
+    build_legacy_database(str(path), rows * (4 if long_mode else 1), digest_every=4)
+    original = _state(path)
+    vfs = RecordingVFS()
+    try:
+        scrub_legacy_tokens(str(path), vfs=vfs.name)
+    finally:
+        vfs.unregister()
+    synced = {op.path.rsplit("/", 1)[-1] for op in vfs.ops if op.kind == "sync"}
+    # The cuts must land in the backup's writes, the rewrite's WAL commit and VACUUM's checkpoint.
+    assert {DB_NAME, DB_NAME + "-wal", DB_NAME + BACKUP_SUFFIX} <= synced, synced
+
+    cuts = [(position, None) for position in [0, *vfs.sync_positions()]]
+    writes = vfs.write_positions()
+    torn = 60 if long_mode else 12
+    cuts += [(position, rng) for position in rng.sample(writes, min(torn, len(writes)))]
+    layouts: dict[str, int] = {}
+    failures = []
+    for position, torn_rng in cuts:
+        cut_dir = tmp_path / "cut"
+        shutil.rmtree(cut_dir, ignore_errors=True)
+        vfs.materialise(position, cut_dir, torn_rng)
+        layout, problems = _judge(cut_dir, original)
+        layouts[layout] = layouts.get(layout, 0) + 1
+        if problems:
+            failures.append(f"cut at {position}{' (torn)' if torn_rng else ''}: {layout}: {problems}")
+
+    fault_stats.add(fault_stats.CUT_POINTS, len(cuts), campaign=CAMPAIGN)
+    fault_stats.add(fault_stats.INVARIANT_VIOLATIONS, len(failures), campaign=CAMPAIGN)
+    assert not failures, f"{len(failures)} of {len(cuts)} cuts failed; first: {failures[:3]}"
+    # Both outcomes were reached, so the campaign cut on both sides of the rewrite's commit.
+    print(f"layouts after {len(cuts)} cuts: {layouts}")
+    assert layouts.get("old", 0) > 0 and layouts.get("new", 0) > 0, layouts
+
+
+def test_detector_catches_a_rewrite_split_over_two_commits(tmp_path: Path) -> None:
+    """Self-test: a scrub that rewrote the tokens in two transactions must be caught as a mix at
+    some cut, or the campaign above could not fail."""
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / DB_NAME
+    build_legacy_database(str(path), 10)
+    original = _state(path)
+    vfs = RecordingVFS()
+    try:
+        with open_database(path, vfs=vfs.name) as db:
+            rows = db.connection.execute("SELECT run_id, lease_token FROM run_cancellation_dispatches").fetchall()
+            for half in (rows[:5], rows[5:]):
+                with db.write():
+                    for run_id, token in half:
+                        db.connection.execute(
+                            "UPDATE run_cancellation_dispatches SET lease_token = ? WHERE run_id = ?",
+                            ("sha256:" + digest_lease_token(token), run_id),
+                        )
+    finally:
+        vfs.unregister()
+    problems = []
+    for position in vfs.sync_positions():
+        cut_dir = tmp_path / "cut"
+        shutil.rmtree(cut_dir, ignore_errors=True)
+        vfs.materialise(position, cut_dir)
+        problems += _judge(cut_dir, original)[1]
+    assert "no marker, but lease tokens changed (a mix)" in problems
