@@ -136,27 +136,36 @@ def scrub_status(connection: apsw.Connection, db_path: str) -> ScrubStatus:
 
 
 def table_fingerprints(connection: apsw.Connection) -> dict[str, list]:
-    """``{table: [rows, sha256]}`` of every table and of the schema, ignoring row order and rowids
-    (VACUUM may renumber them) and the scrub's own ``device_events`` rows."""
-    result = {}
-    schema = connection.execute("SELECT type, name, tbl_name, sql FROM sqlite_schema")
-    result["sqlite_schema"] = _digest_rows(schema)
+    """``{table: [rows, sha256]}`` of every table and of the schema, independent of rowids and
+    page layout (VACUUM may renumber and move rows), ignoring the scrub's own ``device_events``."""
+    result = {"sqlite_schema": _digest_rows(connection, "SELECT type, name, tbl_name, sql FROM sqlite_schema", 4)}
     tables = connection.execute(
         "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name"
     ).fetchall()
     for (name,) in tables:
-        query = 'SELECT * FROM "{}"'.format(name.replace('"', '""'))
-        bindings: tuple = ()
+        quoted = '"{}"'.format(name.replace('"', '""'))
+        columns = len(connection.execute(f"PRAGMA table_info({quoted})").fetchall())
+        query = f"SELECT * FROM {quoted}"
         if name == "device_events":
-            query += " WHERE type NOT IN (?, ?)"
-            bindings = (EVENT_SCRUBBED, EVENT_CLEANED)
-        result[name] = _digest_rows(connection.execute(query, bindings))
+            query += f" WHERE type NOT IN ('{EVENT_SCRUBBED}', '{EVENT_CLEANED}')"
+        result[name] = _digest_rows(connection, query, columns)
     return result
 
 
-def _digest_rows(rows: apsw.Cursor) -> list:
-    digests = sorted(hashlib.sha256(repr(row).encode("utf-8", "surrogatepass")).digest() for row in rows)
-    return [len(digests), hashlib.sha256(b"".join(digests)).hexdigest()]
+def _digest_rows(connection: apsw.Connection, query: str, columns: int) -> list:
+    """Rows in an order of their own values (sorted by SQLite), hashed in batches."""
+    order = ", ".join(str(index) for index in range(1, columns + 1))
+    digest = hashlib.sha256()
+    count = 0
+    batch: list = []
+    for row in connection.execute(f"{query} ORDER BY {order}"):
+        batch.append(row)
+        if len(batch) == 512:
+            digest.update(repr(batch).encode("utf-8", "surrogatepass"))
+            count += len(batch)
+            batch.clear()
+    digest.update(repr(batch).encode("utf-8", "surrogatepass"))
+    return [count + len(batch), digest.hexdigest()]
 
 
 def _whole(fingerprints: dict[str, list]) -> str:
@@ -291,8 +300,19 @@ def scrub_legacy_tokens(
     Raises:
         ScrubRefusedError: a live service, short free space, an invalid stored token, or a backup
             that does not verify; nothing was changed.
+        LocalStorageError: the scrub stopped on an I/O error (a full disk); the database is in the
+            old layout or the new one, as ``check`` says, and running the scrub again finishes it.
     """
-    say = progress or (lambda line: None)
+    try:
+        return _scrub(path, clock, vfs, progress or (lambda line: None))
+    except (apsw.Error, OSError) as exc:
+        raise LocalStorageError(
+            f"the scrub of {path} stopped: {exc}. The database is in the old layout or the new one (never a mix; "
+            f"`edge-runtime check` says which); run `{SCRUB_COMMAND}` again to finish"
+        ) from exc
+
+
+def _scrub(path: str, clock: Clock | None, vfs: str | None, say: Progress) -> ScrubStatus:
     with open_database(path, clock=clock, vfs=vfs) as db:
         _hold_exclusive_lock(db)
         db.connection.execute("PRAGMA secure_delete = ON")
@@ -395,14 +415,23 @@ def rollback_scrub(path: str, *, clock: Clock | None = None, vfs: str | None = N
     Raises:
         ScrubRollbackRefusedError: not scrubbed, a live service, written since the scrub (the
             tables are named), or the backup is missing or not the one the scrub wrote.
+        LocalStorageError: an I/O error; the restore is one transaction, so the database is still
+            the scrubbed one or already the restored one.
     """
+    try:
+        return _rollback(path, clock, vfs)
+    except (apsw.Error, OSError) as exc:
+        raise LocalStorageError(f"the rollback of the scrub of {path} stopped: {exc}") from exc
+
+
+def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
     with open_database(path, clock=clock, vfs=vfs) as db:
         marker = db.connection.execute("SELECT 1 FROM schema_migrations WHERE id = ?", (SCRUB_MIGRATION_ID,)).fetchone()
         event = _latest_scrub_event(db.connection)
         if marker is None or event is None:
             raise ScrubRollbackRefusedError(f"{db.path} is not scrubbed; there is nothing to roll back")
         payload = event[1]
-        backup = os.path.join(os.path.dirname(os.path.abspath(db.path)), payload["backup"])
+        backup = backup_path_for(db.path)  # never a path read from the database
         try:
             info = os.lstat(backup)
         except FileNotFoundError:
@@ -437,11 +466,14 @@ def drop_scrub_backup(path: str) -> tuple[str, int]:
     Returns the backup's path and its size (0: there was none).
     """
     backup = backup_path_for(os.fspath(path))
-    size = _overwrite_and_unlink(backup)
-    for sidecar in (backup + "-journal", backup + "-wal"):
-        _overwrite_and_unlink(sidecar)
-    if size:
-        _sync_directory(backup)
+    try:
+        size = _overwrite_and_unlink(backup)
+        for sidecar in (backup + "-journal", backup + "-wal"):
+            _overwrite_and_unlink(sidecar)
+        if size:
+            _sync_directory(backup)
+    except OSError as exc:
+        raise LocalStorageError(f"could not drop the scrub backup {backup}: {exc.strerror or exc}") from exc
     return backup, size
 
 

@@ -1,7 +1,9 @@
 """Power cuts during ``migrate --scrub-legacy-tokens``: the whole scrub (backup, rewrite, VACUUM) is
 recorded through the VFS shim, then cut at every sync and at random writes (torn). Each cut must
 leave either the old layout with every row and every raw token, or the new layout with every row,
-only digests and a backup that restores the old one; never a mix, and ``check`` says which."""
+only digests and a backup that restores the old one; never a mix, and ``check`` says which.
+A full disk during the backup or the VACUUM stops the scrub with one clear error, in one of the
+two layouts, and running it again finishes it."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import pytest
 import fault_stats
 from edge_runtime.contract.cancellation_dispatch import digest_lease_token
 from edge_runtime.local.database import open_database
+from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.health import check_health
 from edge_runtime.local.legacy_token_scrub import (
     BACKUP_SUFFIX,
@@ -23,13 +26,14 @@ from edge_runtime.local.legacy_token_scrub import (
     scrub_legacy_tokens,
     table_fingerprints,
 )
-from legacy_tokens_support import build_legacy_database
-from vfs_shim import RecordingVFS
+from legacy_tokens_support import RAW_PREFIX, build_legacy_database
+from vfs_shim import Fault, RecordingVFS
 
 pytestmark = pytest.mark.fault
 
 CAMPAIGN = "scrub-power-cut"
 DB_NAME = "edge-runtime.db"
+RAW_NEEDLE = RAW_PREFIX.encode()
 
 
 def _state(path: Path) -> tuple[dict[str, str | None], dict[str, list], bool]:
@@ -152,3 +156,54 @@ def test_detector_catches_a_rewrite_split_over_two_commits(tmp_path: Path) -> No
         vfs.materialise(position, cut_dir)
         problems += _judge(cut_dir, original)[1]
     assert "no marker, but lease tokens changed (a mix)" in problems
+
+
+@pytest.mark.parametrize(
+    ("suffix", "from_end", "layout"),
+    [
+        pytest.param(BACKUP_SUFFIX, None, "old", id="backup-write"),
+        pytest.param("-wal", 2, "new", id="vacuum-write"),
+    ],
+)
+def test_a_full_disk_stops_the_scrub_cleanly_and_running_it_again_finishes(
+    tmp_path: Path, suffix: str, from_end: int | None, layout: str
+) -> None:
+    def fresh(name: str) -> Path:
+        directory = tmp_path / name
+        directory.mkdir()
+        build_legacy_database(str(directory / DB_NAME), 30, digest_every=4)
+        return directory / DB_NAME
+
+    # A dry run counts the writes to the file, so the fault lands near the end of the scrub.
+    dry = RecordingVFS()
+    try:
+        scrub_legacy_tokens(str(fresh("dry")), vfs=dry.name)
+    finally:
+        dry.unregister()
+    writes = sum(1 for op in dry.ops if op.kind == "write" and op.path.endswith(suffix))
+    path = fresh("live")
+    original = _state(path)
+    vfs = RecordingVFS()
+    fault = vfs.inject(Fault("scrub-disk-full", "write", apsw.SQLITE_FULL, suffix=suffix,
+                             skip=1 if from_end is None else writes - from_end))
+    try:
+        with pytest.raises(LocalStorageError, match="database or disk is full.*never a mix"):
+            scrub_legacy_tokens(str(path), vfs=vfs.name)
+    finally:
+        vfs.unregister()
+    assert vfs.hits["scrub-disk-full"] == 1, fault
+    fault_stats.add(fault_stats.FAULTS, 1, campaign=CAMPAIGN)
+    now = _state(path)
+    assert now[1] == original[1]
+    assert now[2] is (layout == "new")
+    with open_database(path) as db:
+        line = {c.name: c for c in check_health(db).checks}["legacy_tokens"]
+    if layout == "old":
+        assert now[0] == original[0] and line.ok and line.detail.startswith("legacy layout:")
+    else:
+        assert not line.ok and "cleanup (VACUUM) did not finish" in line.detail
+    scrub_legacy_tokens(str(path))
+    with open_database(path) as db:
+        line = {c.name: c for c in check_health(db).checks}["legacy_tokens"]
+    assert line.ok and line.detail.startswith(f"scrubbed ({SCRUB_MIGRATION_ID})"), line.detail
+    assert RAW_NEEDLE not in path.read_bytes()

@@ -20,7 +20,7 @@ from edge_runtime.local import migrations as migrations_module
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import open_database
-from edge_runtime.local.errors import MigrationError, ScrubRefusedError, ScrubRollbackRefusedError
+from edge_runtime.local.errors import LocalStorageError, MigrationError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.legacy_token_scrub import (
     SCRUB_MIGRATION_ID,
     backup_path_for,
@@ -176,7 +176,7 @@ def test_an_interrupted_cleanup_is_reported_and_finished_by_running_again(legacy
         raise OSError("power cut before VACUUM")
 
     monkeypatch.setattr(scrub_module, "_clean", no_vacuum)
-    with pytest.raises(OSError):
+    with pytest.raises(LocalStorageError, match="never a mix; `edge-runtime check` says which"):
         scrub_legacy_tokens(str(legacy_db))
     monkeypatch.undo()
     code, out = _cli(legacy_db, "check")
