@@ -5,8 +5,8 @@ A database written by the previous Local layout may hold raw tokens in
 ``run_cancellation_dispatches.lease_token``; the adapter only projects them to digests on read.
 :func:`scrub_legacy_tokens` rewrites them for good:
 
-1. under an exclusive lock (no reader or writer of another process until it is done; a live
-   ``serve`` session refuses it), an online backup (apsw's backup API) to the sibling file
+1. under an exclusive lock (granted only while no other process has the file open; a live
+   ``serve`` session refuses it with its own reason), an online backup (apsw's backup API) to the sibling file
    ``<db>.scrub-backup`` (0600), verified on disk (``integrity_check``, rows and a digest of every
    table equal to the database's) before anything changes; refused when free space is short;
 2. one transaction: the opt-in layout step ``9001_scrub_legacy_tokens`` (every raw value to
@@ -38,7 +38,7 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import InvalidCommandError, digest_lease_token, is_lease_token_digest
 from edge_runtime.local.cancellation_dispatch import DIGEST_PREFIX
 from edge_runtime.local.clock import Clock, read_now_ms
-from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.migrations import opt_in_migrations, record_applied
 
@@ -179,10 +179,24 @@ def _row_counts(fingerprints: dict[str, list]) -> str:
 # --------------------------------------------------------------------------- shared steps
 
 
-def _hold_exclusive_lock(db: LocalDatabase) -> None:
+def _take_exclusive_lock(db: LocalDatabase, error: type[ScrubRefusedError]) -> None:
     """Keep every other process out (readers too) until this connection closes: nothing may be
-    written between the backup and the scrub, or between the gate's check and the restore."""
-    db.connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+    written between the backup and the scrub, or between the gate's check and the restore.
+
+    In WAL mode SQLite grants it only while no other connection has the file open; it waits for
+    them up to the busy timeout, then refuses.
+    """
+    connection = db.connection
+    connection.execute("PRAGMA locking_mode = EXCLUSIVE")
+    try:
+        with db.write():
+            connection.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+    except apsw.BusyError:
+        connection.execute("PRAGMA locking_mode = NORMAL")
+        raise error(
+            f"another process has {db.path} open (an edge-runtime command, or a service starting); this needs "
+            f"the database alone: run it again when that is done; nothing was changed"
+        ) from None
 
 
 def _refuse_live_service(db: LocalDatabase, now_ms: int, error: type[ScrubRefusedError]) -> None:
@@ -293,7 +307,12 @@ def _write_backup(db: LocalDatabase, backup: str, vfs: str | None) -> None:
 
 
 def scrub_legacy_tokens(
-    path: str, *, clock: Clock | None = None, vfs: str | None = None, progress: Progress | None = None
+    path: str,
+    *,
+    clock: Clock | None = None,
+    vfs: str | None = None,
+    progress: Progress | None = None,
+    busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
 ) -> ScrubStatus:
     """Run the scrub (idempotent: a scrubbed database only finishes an interrupted cleanup).
 
@@ -304,7 +323,7 @@ def scrub_legacy_tokens(
             old layout or the new one, as ``check`` says, and running the scrub again finishes it.
     """
     try:
-        return _scrub(path, clock, vfs, progress or (lambda line: None))
+        return _scrub(path, clock, vfs, progress or (lambda line: None), busy_timeout_ms)
     except (apsw.Error, OSError) as exc:
         raise LocalStorageError(
             f"the scrub of {path} stopped: {exc}. The database is in the old layout or the new one (never a mix; "
@@ -312,15 +331,18 @@ def scrub_legacy_tokens(
         ) from exc
 
 
-def _scrub(path: str, clock: Clock | None, vfs: str | None, say: Progress) -> ScrubStatus:
-    with open_database(path, clock=clock, vfs=vfs) as db:
-        _hold_exclusive_lock(db)
+def _scrub(path: str, clock: Clock | None, vfs: str | None, say: Progress, busy_timeout_ms: int) -> ScrubStatus:
+    with open_database(path, clock=clock, vfs=vfs, busy_timeout_ms=busy_timeout_ms) as db:
+        status = scrub_status(db.connection, db.path)
+        if status.scrubbed_at_ms is not None and status.cleaned:
+            say(f"{db.path}: already scrubbed ({SCRUB_MIGRATION_ID}); nothing to do")
+            return status
+        with db.write() as now_ms:
+            _refuse_live_service(db, now_ms, ScrubRefusedError)
+        _take_exclusive_lock(db, ScrubRefusedError)
         db.connection.execute("PRAGMA secure_delete = ON")
-        with db.write() as now_ms:  # takes the lock; the locking mode keeps it after the commit
+        with db.write() as now_ms:  # the lock is ours now: read the state it protects
             status = scrub_status(db.connection, db.path)
-            if status.scrubbed_at_ms is not None and status.cleaned:
-                say(f"{db.path}: already scrubbed ({SCRUB_MIGRATION_ID}); nothing to do")
-                return status
             _refuse_live_service(db, now_ms, ScrubRefusedError)
             if status.scrubbed_at_ms is None and status.invalid_run_ids:
                 raise ScrubRefusedError(
@@ -442,9 +464,10 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
         try:
             if _whole(table_fingerprints(source)) != payload["backupDigest"]:
                 raise ScrubRollbackRefusedError(f"{backup} is not the backup the scrub wrote (it changed since); not restored")
-            _hold_exclusive_lock(db)
             with db.write() as now_ms:
                 _refuse_live_service(db, now_ms, ScrubRollbackRefusedError)
+            _take_exclusive_lock(db, ScrubRollbackRefusedError)
+            with db.write():
                 now = table_fingerprints(db.connection)
             changed = sorted(set(now) ^ set(payload["tables"]) | {t for t in now if now[t] != payload["tables"].get(t)})
             if changed:

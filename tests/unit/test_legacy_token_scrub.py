@@ -283,6 +283,20 @@ def test_a_live_service_session_refuses_the_scrub_and_nothing_changes(legacy_db:
     assert not Path(backup_path_for(str(legacy_db))).exists()
 
 
+def test_another_process_with_the_file_open_refuses_the_scrub_after_waiting(legacy_db: Path) -> None:
+    other = apsw.Connection(str(legacy_db))
+    try:
+        other.execute("SELECT count(*) FROM runs").fetchone()
+        files = _snapshot(legacy_db.parent)
+        with pytest.raises(ScrubRefusedError, match="another process has .* open .* nothing was changed"):
+            scrub_legacy_tokens(str(legacy_db), busy_timeout_ms=50)
+        assert _snapshot(legacy_db.parent) == files
+        assert not Path(backup_path_for(str(legacy_db))).exists()
+    finally:
+        other.close()
+    assert scrub_legacy_tokens(str(legacy_db)).cleaned
+
+
 def test_short_free_space_refuses_the_scrub_with_the_figure(legacy_db: Path, monkeypatch) -> None:
     real = os.statvfs(legacy_db.parent)
 
