@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         from edge_runtime.local.legacy_token_scrub import drop_scrub_backup
 
         backup, size = drop_scrub_backup(args.db)
-        _say(f"{backup}: overwritten ({size:,} bytes) and deleted" if size else f"{backup}: no scrub backup; nothing to drop")
+        _say(f"{backup}: overwritten ({size:,} bytes) and deleted" if size else f"{backup}: no scrub backup")
         return 0
     ensure_parent(args.db)
     if args.rollback_scrub:

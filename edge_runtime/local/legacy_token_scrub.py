@@ -37,9 +37,10 @@ import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import InvalidCommandError, digest_lease_token, is_lease_token_digest
 from edge_runtime.local.cancellation_dispatch import DIGEST_PREFIX
-from edge_runtime.local.clock import Clock, read_now_ms
+from edge_runtime.local.clock import Clock, SystemClock
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, ScrubRefusedError, ScrubRollbackRefusedError
+from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
 from edge_runtime.local.migrations import opt_in_migrations, record_applied
 
 SCRUB_MIGRATION_ID = "9001_scrub_legacy_tokens"
@@ -179,6 +180,22 @@ def _row_counts(fingerprints: dict[str, list]) -> str:
 # --------------------------------------------------------------------------- shared steps
 
 
+def _open(
+    path: str, clock: Clock | None, vfs: str | None, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS
+) -> LocalDatabase:
+    """Open like the CLI's writes: a router's clock may sit at 1970 until NTP syncs, so times
+    (and the live-session check) never go below the service's persisted watermark."""
+    guarded = clock is None
+    db = open_database(path, clock=clock or GuardedClock(SystemClock()), vfs=vfs, busy_timeout_ms=busy_timeout_ms)
+    if guarded:
+        try:
+            db.clock.raise_floor(watermark_ms(db))
+        except BaseException:
+            db.close()
+            raise
+    return db
+
+
 def _take_exclusive_lock(db: LocalDatabase, error: type[ScrubRefusedError]) -> None:
     """Keep every other process out (readers too) until this connection closes: nothing may be
     written between the backup and the scrub, or between the gate's check and the restore.
@@ -288,7 +305,9 @@ def _replace_stale_backup(backup: str, progress: Progress) -> None:
     for path in (backup, backup + "-journal", backup + "-wal"):
         if os.path.lexists(path):
             size = _overwrite_and_unlink(path)
-            progress(f"overwrote and removed {path} ({size:,} bytes) left by an earlier, unfinished or rolled-back scrub")
+            progress(
+                f"overwrote and removed {path} ({size:,} bytes) left by an earlier, unfinished or rolled-back scrub"
+            )
 
 
 def _write_backup(db: LocalDatabase, backup: str, vfs: str | None) -> None:
@@ -332,7 +351,7 @@ def scrub_legacy_tokens(
 
 
 def _scrub(path: str, clock: Clock | None, vfs: str | None, say: Progress, busy_timeout_ms: int) -> ScrubStatus:
-    with open_database(path, clock=clock, vfs=vfs, busy_timeout_ms=busy_timeout_ms) as db:
+    with _open(path, clock, vfs, busy_timeout_ms) as db:
         status = scrub_status(db.connection, db.path)
         if status.scrubbed_at_ms is not None and status.cleaned:
             say(f"{db.path}: already scrubbed ({SCRUB_MIGRATION_ID}); nothing to do")
@@ -371,7 +390,10 @@ def _scrub(path: str, clock: Clock | None, vfs: str | None, say: Progress, busy_
             f"and verified: integrity ok; rows {_row_counts(copied)}"
         )
         _rewrite(db, backup, copied, status.raw_tokens)
-        say(f"{status.raw_tokens} raw lease token(s) rewritten to their digests; layout marker {SCRUB_MIGRATION_ID} recorded")
+        say(
+            f"{status.raw_tokens} raw lease token(s) rewritten to their digests; "
+            f"layout marker {SCRUB_MIGRATION_ID} recorded"
+        )
         _clean(db, say)
         say(
             f"the backup {backup} is now the only place the old raw tokens remain: undo with `{ROLLBACK_COMMAND}` "
@@ -447,7 +469,7 @@ def rollback_scrub(path: str, *, clock: Clock | None = None, vfs: str | None = N
 
 
 def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
-    with open_database(path, clock=clock, vfs=vfs) as db:
+    with _open(path, clock, vfs) as db:
         marker = db.connection.execute("SELECT 1 FROM schema_migrations WHERE id = ?", (SCRUB_MIGRATION_ID,)).fetchone()
         event = _latest_scrub_event(db.connection)
         if marker is None or event is None:
@@ -457,13 +479,17 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
         try:
             info = os.lstat(backup)
         except FileNotFoundError:
-            raise ScrubRollbackRefusedError(f"the scrub's backup {backup} is gone (dropped?); it cannot be restored") from None
+            raise ScrubRollbackRefusedError(
+                f"the scrub's backup {backup} is gone (dropped?); it cannot be restored"
+            ) from None
         if not _is_private_regular_file(info):
             raise ScrubRollbackRefusedError(f"{backup} is not a regular file owned by this user; it was not restored")
         source = _open_backup_read_only(backup, vfs)
         try:
             if _whole(table_fingerprints(source)) != payload["backupDigest"]:
-                raise ScrubRollbackRefusedError(f"{backup} is not the backup the scrub wrote (it changed since); not restored")
+                raise ScrubRollbackRefusedError(
+                    f"{backup} is not the backup the scrub wrote (it changed since); not restored"
+                )
             with db.write() as now_ms:
                 _refuse_live_service(db, now_ms, ScrubRollbackRefusedError)
             _take_exclusive_lock(db, ScrubRollbackRefusedError)
@@ -519,7 +545,9 @@ def describe(status: ScrubStatus) -> tuple[bool, str]:
         return True, f"legacy layout: no dispatch stores a raw lease token (not scrubbed: `{SCRUB_COMMAND}`){backup}"
     where = f"scrubbed ({SCRUB_MIGRATION_ID}) at {_utc(status.scrubbed_at_ms)}"
     if status.raw_tokens:
-        return False, f"{where}, yet {status.raw_tokens} dispatch(es) store a raw lease token (written by another program?)"
+        return False, (
+            f"{where}, yet {status.raw_tokens} dispatch(es) store a raw lease token (written by another program?)"
+        )
     if not status.cleaned:
         return False, f"{where}, but its cleanup (VACUUM) did not finish: run `{SCRUB_COMMAND}` again{backup}"
     return True, f"{where}: no raw lease token stored{backup or '; its backup was dropped'}"

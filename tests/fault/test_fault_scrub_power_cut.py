@@ -207,3 +207,36 @@ def test_a_full_disk_stops_the_scrub_cleanly_and_running_it_again_finishes(
         line = {c.name: c for c in check_health(db).checks}["legacy_tokens"]
     assert line.ok and line.detail.startswith(f"scrubbed ({SCRUB_MIGRATION_ID})"), line.detail
     assert RAW_NEEDLE not in path.read_bytes()
+
+
+def test_power_cut_at_every_sync_of_the_rollback(tmp_path: Path) -> None:
+    """The restore is one transaction too: each cut leaves the scrubbed database or the restored one."""
+    live = tmp_path / "live"
+    live.mkdir()
+    path = live / DB_NAME
+    build_legacy_database(str(path), 30, digest_every=4)
+    original = _state(path)
+    scrub_legacy_tokens(str(path))
+    scrubbed = _state(path)
+    vfs = RecordingVFS()
+    try:
+        rollback_scrub(str(path), vfs=vfs.name)
+    finally:
+        vfs.unregister()
+    seen, failures = set(), []
+    positions = [0, *vfs.sync_positions()]
+    for position in positions:
+        cut_dir = tmp_path / "cut"
+        shutil.rmtree(cut_dir, ignore_errors=True)
+        vfs.materialise(position, cut_dir)
+        state = _state(cut_dir / DB_NAME)
+        if state[:2] == original[:2] and not state[2]:
+            seen.add("restored")
+        elif state == scrubbed:
+            seen.add("scrubbed")
+        else:
+            failures.append(position)
+    fault_stats.add(fault_stats.CUT_POINTS, len(positions), campaign=CAMPAIGN)
+    fault_stats.add(fault_stats.INVARIANT_VIOLATIONS, len(failures), campaign=CAMPAIGN)
+    assert not failures, f"cuts at {failures} left neither the scrubbed nor the restored database"
+    assert seen == {"restored", "scrubbed"}

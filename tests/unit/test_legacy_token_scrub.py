@@ -69,6 +69,12 @@ def _status(db_path: Path):
         return scrub_status(db.connection, db.path)
 
 
+def _legacy_result(index: int):
+    """The holder of a legacy lease reports its result, proving the lease with its raw token."""
+    return record_cmd(version=1, run_id=f"run-{index:06d}", attempt_id=f"att-{index:06d}", owner="legacy-worker",
+                      lease_token=raw_token(index))
+
+
 def _snapshot(directory: Path) -> dict[str, bytes]:
     return {path.name: path.read_bytes() for path in sorted(directory.iterdir()) if path.is_file()}
 
@@ -105,7 +111,7 @@ def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the
     # its bytes stay in the page's free space until the scrub.
     with open_database(legacy_db, clock=clock) as db:
         repo = LocalCancellationDispatchRepository(db)
-        repo.record_result(record_cmd(version=1, run_id="run-000001", attempt_id="att-000001", owner="legacy-worker", lease_token=raw_token(1)))
+        repo.record_result(_legacy_result(1))
         live_wal = _holders(directory)
         assert live_wal >= {legacy_db.name}, live_wal
         digests = {r: repo.find_by_run_id(r).lease_token_digest for r in before if r != "run-000001"}
@@ -140,9 +146,7 @@ def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the
         repo = LocalCancellationDispatchRepository(db)
         assert {r: repo.find_by_run_id(r).lease_token_digest for r in digests} == digests
         # The holder of a legacy lease still proves it with its raw token after the scrub.
-        outcome = repo.record_result(
-            record_cmd(version=1, run_id="run-000002", attempt_id="att-000002", owner="legacy-worker", lease_token=raw_token(2))
-        )
+        outcome = repo.record_result(_legacy_result(2))
         assert outcome.dispatch.status == "dispatched"
     assert NEEDLE not in b"".join(p.read_bytes() for p in directory.iterdir() if p.name != backup.name)
 
@@ -158,7 +162,7 @@ def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the
     code, out = _cli(legacy_db, "check")
     assert code == 0 and "its backup was dropped" in out
     code, out = _cli(legacy_db, "migrate", "--drop-scrub-backup")
-    assert code == 0 and "nothing to drop" in out
+    assert code == 0 and "no scrub backup" in out
 
 
 def test_the_scrub_is_idempotent(legacy_db: Path) -> None:
@@ -218,9 +222,7 @@ def _watermark(db_path: Path) -> None:
 
 def _rewrite_one_dispatch(db_path: Path) -> None:
     with open_database(db_path) as db:
-        LocalCancellationDispatchRepository(db).record_result(
-            record_cmd(version=1, run_id="run-000003", attempt_id="att-000003", owner="legacy-worker", lease_token=raw_token(3))
-        )
+        LocalCancellationDispatchRepository(db).record_result(_legacy_result(3))
 
 
 @pytest.mark.parametrize(
