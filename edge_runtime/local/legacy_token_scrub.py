@@ -1,31 +1,21 @@
 """Retiring the legacy raw lease tokens at rest (ADR-0456 §10): an opt-in scrub, its backup and
-its rollback gate.
+its rollback gate (README: retiring legacy raw tokens).
 
-A database written by the previous Local layout may hold raw tokens in
-``run_cancellation_dispatches.lease_token``; the adapter only projects them to digests on read.
-:func:`scrub_legacy_tokens` rewrites them for good:
-
-1. under an exclusive lock (granted only while no other process has the file open; a live
-   ``serve`` session refuses it with its own reason), an online backup (apsw's backup API) to the sibling file
-   ``<db>.scrub-backup`` (0600), verified on disk (``integrity_check``, rows and a digest of every
-   table equal to the database's) before anything changes; refused when free space is short;
-2. one transaction: the opt-in layout step ``9001_scrub_legacy_tokens`` (every raw value to
-   ``sha256:<digest>``), its marker row in ``schema_migrations``, and a ``legacy_tokens.scrubbed``
-   row of ``device_events`` holding the backup's name and a fingerprint of every table after the
-   rewrite: the rollback gate;
-3. ``secure_delete``, ``wal_checkpoint(TRUNCATE)`` and ``VACUUM``, so no raw byte is left in free
-   pages, the WAL or a journal; then a ``legacy_tokens.cleaned`` row. The backup is the only place
-   the old bytes remain.
+:func:`scrub_legacy_tokens`: (1) under an exclusive lock (only while no other process has the file
+open; a live ``serve`` session refuses it), an online backup to ``<db>.scrub-backup`` (0600),
+verified on disk (``integrity_check``, every table's rows and digest equal to the database's)
+before anything changes; (2) one transaction: the opt-in layout step ``9001_scrub_legacy_tokens``
+(every raw ``lease_token`` to ``sha256:<digest>``), its marker row in ``schema_migrations`` and a
+``legacy_tokens.scrubbed`` row of ``device_events`` holding the fingerprint of every table (the
+rollback gate); (3) ``secure_delete``, ``wal_checkpoint(TRUNCATE)``, ``VACUUM``, then a
+``legacy_tokens.cleaned`` row. A power cut leaves the old layout or the new one, never a mix.
 
 :func:`rollback_scrub` restores the backup only while the fingerprint still matches (nothing was
-written since the scrub); :func:`drop_scrub_backup` overwrites the backup, then unlinks it. A power
-cut anywhere leaves either the old layout with every row or the new one: step 2 is one transaction,
-and the backup is synced before it starts.
+written since); :func:`drop_scrub_backup` overwrites the backup with zeros, then unlinks it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 import time
@@ -38,6 +28,7 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import InvalidCommandError, digest_lease_token, is_lease_token_digest
 from edge_runtime.local.cancellation_dispatch import DIGEST_PREFIX
 from edge_runtime.local.clock import Clock, SystemClock
+from edge_runtime.local.content_fingerprint import fingerprint_tables, whole_fingerprint
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
@@ -133,44 +124,9 @@ def scrub_status(connection: apsw.Connection, db_path: str) -> ScrubStatus:
     )
 
 
-# --------------------------------------------------------------------------- fingerprint
-
-
 def table_fingerprints(connection: apsw.Connection) -> dict[str, list]:
-    """``{table: [rows, sha256]}`` of every table and of the schema, independent of rowids and
-    page layout (VACUUM may renumber and move rows), ignoring the scrub's own ``device_events``."""
-    result = {"sqlite_schema": _digest_rows(connection, "SELECT type, name, tbl_name, sql FROM sqlite_schema", 4)}
-    tables = connection.execute(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name"
-    ).fetchall()
-    for (name,) in tables:
-        quoted = '"{}"'.format(name.replace('"', '""'))
-        columns = len(connection.execute(f"PRAGMA table_info({quoted})").fetchall())
-        query = f"SELECT * FROM {quoted}"
-        if name == "device_events":
-            query += f" WHERE type NOT IN ('{EVENT_SCRUBBED}', '{EVENT_CLEANED}')"
-        result[name] = _digest_rows(connection, query, columns)
-    return result
-
-
-def _digest_rows(connection: apsw.Connection, query: str, columns: int) -> list:
-    """Rows in an order of their own values (sorted by SQLite), hashed in batches."""
-    order = ", ".join(str(index) for index in range(1, columns + 1))
-    digest = hashlib.sha256()
-    count = 0
-    batch: list = []
-    for row in connection.execute(f"{query} ORDER BY {order}"):
-        batch.append(row)
-        if len(batch) == 512:
-            digest.update(repr(batch).encode("utf-8", "surrogatepass"))
-            count += len(batch)
-            batch.clear()
-    digest.update(repr(batch).encode("utf-8", "surrogatepass"))
-    return [count + len(batch), digest.hexdigest()]
-
-
-def _whole(fingerprints: dict[str, list]) -> str:
-    return hashlib.sha256(msgspec.json.encode(dict(sorted(fingerprints.items())))).hexdigest()
+    """Every table's fingerprint, leaving out the scrub's own ``device_events`` rows."""
+    return fingerprint_tables(connection, ignored_device_events=(EVENT_SCRUBBED, EVENT_CLEANED))
 
 
 def _row_counts(fingerprints: dict[str, list]) -> str:
@@ -417,7 +373,7 @@ def _rewrite(db: LocalDatabase, backup: str, copied: dict[str, list], raw_tokens
         record_applied(connection, step, now_ms)
         payload = {
             "backup": os.path.basename(backup),
-            "backupDigest": _whole(copied),
+            "backupDigest": whole_fingerprint(copied),
             "rewritten": raw_tokens,
             "tables": table_fingerprints(connection),
         }
@@ -486,7 +442,7 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
             raise ScrubRollbackRefusedError(f"{backup} is not a regular file owned by this user; it was not restored")
         source = _open_backup_read_only(backup, vfs)
         try:
-            if _whole(table_fingerprints(source)) != payload["backupDigest"]:
+            if whole_fingerprint(table_fingerprints(source)) != payload["backupDigest"]:
                 raise ScrubRollbackRefusedError(
                     f"{backup} is not the backup the scrub wrote (it changed since); not restored"
                 )
