@@ -93,11 +93,20 @@ def _token_census(connection: apsw.Connection) -> tuple[int, int, list[str]]:
     return total, raw, invalid
 
 
-def _latest_scrub_event(connection: apsw.Connection) -> tuple[int, dict] | None:
-    row = connection.execute(
+class ScrubRecord(msgspec.Struct, rename="camel", frozen=True):
+    """The payload of the ``legacy_tokens.scrubbed`` event: the rollback gate."""
+
+    backup: str
+    backup_digest: str
+    rewritten: int
+    tables: dict[str, list]
+
+
+def _latest_scrub_event(connection: apsw.Connection) -> tuple[int, str] | None:
+    """(id, payload) of the newest ``legacy_tokens.scrubbed`` event."""
+    return connection.execute(
         "SELECT id, payload FROM device_events WHERE type = ? ORDER BY id DESC LIMIT 1", (EVENT_SCRUBBED,)
     ).fetchone()
-    return None if row is None else (row[0], msgspec.json.decode(row[1]))
 
 
 def scrub_status(connection: apsw.Connection, db_path: str) -> ScrubStatus:
@@ -371,15 +380,12 @@ def _rewrite(db: LocalDatabase, backup: str, copied: dict[str, list], raw_tokens
         if _token_census(connection)[1]:
             raise LocalStorageError(f"{SCRUB_MIGRATION_ID} left raw tokens in {db.path}; rolled back")
         record_applied(connection, step, now_ms)
-        payload = {
-            "backup": os.path.basename(backup),
-            "backupDigest": whole_fingerprint(copied),
-            "rewritten": raw_tokens,
-            "tables": table_fingerprints(connection),
-        }
+        record = ScrubRecord(
+            os.path.basename(backup), whole_fingerprint(copied), raw_tokens, table_fingerprints(connection)
+        )
         connection.execute(
             "INSERT INTO device_events (type, payload, created_at_ms) VALUES (?, ?, ?)",
-            (EVENT_SCRUBBED, msgspec.json.encode(payload).decode(), now_ms),
+            (EVENT_SCRUBBED, msgspec.json.encode(record).decode(), now_ms),
         )
 
 
@@ -430,7 +436,10 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
         event = _latest_scrub_event(db.connection)
         if marker is None or event is None:
             raise ScrubRollbackRefusedError(f"{db.path} is not scrubbed; there is nothing to roll back")
-        payload = event[1]
+        try:
+            record = msgspec.json.decode(event[1], type=ScrubRecord)
+        except msgspec.DecodeError as exc:
+            raise ScrubRollbackRefusedError(f"the scrub's record in {db.path} is unreadable ({exc}); not restored") from None
         backup = backup_path_for(db.path)  # never a path read from the database
         try:
             info = os.lstat(backup)
@@ -442,7 +451,7 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
             raise ScrubRollbackRefusedError(f"{backup} is not a regular file owned by this user; it was not restored")
         source = _open_backup_read_only(backup, vfs)
         try:
-            if whole_fingerprint(table_fingerprints(source)) != payload["backupDigest"]:
+            if whole_fingerprint(table_fingerprints(source)) != record.backup_digest:
                 raise ScrubRollbackRefusedError(
                     f"{backup} is not the backup the scrub wrote (it changed since); not restored"
                 )
@@ -451,7 +460,7 @@ def _rollback(path: str, clock: Clock | None, vfs: str | None) -> str:
             _take_exclusive_lock(db, ScrubRollbackRefusedError)
             with db.write():
                 now = table_fingerprints(db.connection)
-            changed = sorted(set(now) ^ set(payload["tables"]) | {t for t in now if now[t] != payload["tables"].get(t)})
+            changed = sorted(set(now) ^ set(record.tables) | {t for t in now if now[t] != record.tables.get(t)})
             if changed:
                 raise ScrubRollbackRefusedError(
                     f"{db.path} was written after the scrub ({', '.join(changed)} changed); restoring the backup "
