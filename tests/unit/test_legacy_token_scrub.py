@@ -252,13 +252,6 @@ def test_rollback_is_refused_without_a_scrub_or_its_backup(legacy_db: Path) -> N
     with pytest.raises(ScrubRollbackRefusedError, match="is not scrubbed; there is nothing to roll back"):
         rollback_scrub(str(legacy_db))
     scrub_legacy_tokens(str(legacy_db))
-    with apsw.Connection(str(legacy_db)) as connection:  # a forged, newer record of the gate
-        connection.execute(
-            "INSERT INTO device_events (type, payload, created_at_ms) VALUES ('legacy_tokens.scrubbed', '[1]', 1)"
-        )
-    with pytest.raises(ScrubRollbackRefusedError, match="the scrub's record in .* is unreadable"):
-        rollback_scrub(str(legacy_db))
-    assert "legacy_tokens: scrubbed" in _cli(legacy_db, "check")[1]  # check never decodes the record
     backup = Path(backup_path_for(str(legacy_db)))
     original = backup.read_bytes()
     with apsw.Connection(str(backup)) as connection:
@@ -270,6 +263,13 @@ def test_rollback_is_refused_without_a_scrub_or_its_backup(legacy_db: Path) -> N
     with pytest.raises(ScrubRollbackRefusedError, match=r"backup .* is gone \(dropped\?\)"):
         rollback_scrub(str(legacy_db))
     assert _status(legacy_db).raw_tokens == 0
+    with apsw.Connection(str(legacy_db)) as connection:  # a forged, newer record of the gate
+        connection.execute(
+            "INSERT INTO device_events (type, payload, created_at_ms) VALUES ('legacy_tokens.scrubbed', '[1]', 1)"
+        )
+    with pytest.raises(ScrubRollbackRefusedError, match="the scrub's record in .* is unreadable"):
+        rollback_scrub(str(legacy_db))
+    assert "legacy_tokens: scrubbed" in _cli(legacy_db, "check")[1]  # check never decodes the record
 
 
 # --------------------------------------------------------------------------- refusals
