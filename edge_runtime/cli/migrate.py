@@ -1,4 +1,5 @@
-"""``edge-runtime migrate``: create the database if needed and apply pending migrations."""
+"""``edge-runtime migrate``: create the database if needed and apply pending migrations; opt-in,
+the legacy raw-token scrub, its rollback and the drop of its backup (README: retiring raw tokens)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,50 @@ from edge_runtime.local.migrations import known_migrations
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser("migrate", help=help_text)
+    scrub = parser.add_mutually_exclusive_group()
+    scrub.add_argument(
+        "--scrub-legacy-tokens",
+        action="store_true",
+        help="back the database up beside it (0600), rewrite every raw lease token to its digest, then VACUUM",
+    )
+    scrub.add_argument(
+        "--rollback-scrub", action="store_true", help="restore the scrub's backup, if nothing was written since"
+    )
+    scrub.add_argument(
+        "--drop-scrub-backup", action="store_true", help="overwrite the scrub's backup with zeros and delete it"
+    )
     parser.set_defaults(run=run)
 
 
+def _say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.drop_scrub_backup:
+        from edge_runtime.local.legacy_token_scrub import drop_scrub_backup
+
+        backup, size = drop_scrub_backup(args.db)
+        _say(f"{backup}: overwritten ({size:,} bytes) and deleted" if size else f"{backup}: no scrub backup")
+        return 0
     ensure_parent(args.db)
+    if args.rollback_scrub:
+        from edge_runtime.local.legacy_token_scrub import rollback_scrub
+
+        backup = rollback_scrub(args.db)
+        _say(
+            f"{args.db}: restored from {backup}; it holds the raw lease tokens again. The backup is kept "
+            f"(`edge-runtime migrate --drop-scrub-backup` deletes it)"
+        )
+        return 0
+    if args.scrub_legacy_tokens:
+        from edge_runtime.local.legacy_token_scrub import scrub_legacy_tokens
+
+        scrub_legacy_tokens(args.db, progress=_say)
+        return 0
     with open_database(args.db) as db:
-        applied = db.connection.execute("SELECT id FROM schema_migrations ORDER BY id").fetchall()
-    sys.stdout.write(f"{args.db}: {len(applied)}/{len(known_migrations())} migrations applied, up to date\n")
+        applied = {row[0] for row in db.connection.execute("SELECT id FROM schema_migrations")}
+    known = {m.id for m in known_migrations()}
+    sys.stdout.write(f"{args.db}: {len(applied & known)}/{len(known)} migrations applied, up to date\n")
     return 0

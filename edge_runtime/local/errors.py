@@ -32,3 +32,17 @@ class DatabaseClosedError(LocalStorageError):
     """The database handle was closed; open a new one."""
 
     code = "LOCAL_DATABASE_CLOSED"
+
+
+class ScrubRefusedError(LocalStorageError):
+    """The legacy-token scrub (``migrate --scrub-legacy-tokens``) or the drop of its backup was
+    refused before it changed anything; the message says why and what to do."""
+
+    code = "LOCAL_SCRUB_REFUSED"
+
+
+class ScrubRollbackRefusedError(ScrubRefusedError):
+    """``migrate --rollback-scrub`` was refused (nothing to roll back, the database was written
+    after the scrub, or the backup is missing or changed); the database was left as it was."""
+
+    code = "LOCAL_SCRUB_ROLLBACK_REFUSED"

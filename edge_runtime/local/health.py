@@ -7,6 +7,7 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
 from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.legacy_token_scrub import describe, scrub_status
 from edge_runtime.local.migrations import known_migrations
 
 
@@ -33,7 +34,9 @@ def _migrations(db: LocalDatabase) -> HealthCheck:
     missing = [m for m in known if m not in applied]
     if missing:
         return HealthCheck("migrations", False, f"pending: {', '.join(missing)} (run `edge-runtime migrate`)")
-    return HealthCheck("migrations", True, f"{len(applied)} applied, latest {known[-1]}")
+    opt_in = sorted(applied - set(known))  # opt-in layout steps (verified at open)
+    extra = f"; opt-in: {', '.join(opt_in)}" if opt_in else ""
+    return HealthCheck("migrations", True, f"{len(known)} applied, latest {known[-1]}{extra}")
 
 
 def _pragmas(db: LocalDatabase) -> HealthCheck:
@@ -59,10 +62,16 @@ def _dispatch_invariants(db: LocalDatabase) -> HealthCheck:
     return HealthCheck("dispatch_invariants", True, f"{total} dispatch records satisfy the contract")
 
 
+def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
+    ok, detail = describe(scrub_status(db.connection, db.path))
+    return HealthCheck("legacy_tokens", ok, detail)
+
+
 def check_health(db: LocalDatabase) -> HealthReport:
     checks = [_integrity(db), _migrations(db), _pragmas(db)]
     if db.pending:  # the stored records may predate the columns the contract reads
         checks.append(HealthCheck("dispatch_invariants", False, "not checked: migrations pending"))
     else:
         checks.append(_dispatch_invariants(db))
+    checks.append(_legacy_tokens(db))
     return HealthReport(database=db.path, ok=all(c.ok for c in checks), checks=checks)

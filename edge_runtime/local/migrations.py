@@ -4,6 +4,12 @@ Each applied migration is recorded in ``schema_migrations`` with the SHA-256 of 
 the runner refuses a database whose applied migrations this build cannot vouch for: a file edited
 after it was applied, or an id this build does not know (a database from a newer release). Those
 checks only read; nothing is written to a refused database.
+
+Files numbered from :data:`OPT_IN_FIRST_NUMBER` (9000) up are opt-in layout steps, not automatic
+migrations: opening never applies them; a command the user runs does (``9001``: ``migrate
+--scrub-legacy-tokens``). Once recorded they are verified like any migration, so a build that does
+not know one refuses the file with the error above. The automatic migrations keep counting from
+0005 below them, on scrubbed and unscrubbed databases alike.
 """
 
 from __future__ import annotations
@@ -20,6 +26,9 @@ from edge_runtime.local.clock import Clock, read_now_ms
 from edge_runtime.local.errors import MigrationError
 
 _FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+#: The first number of an opt-in layout step (see the module docstring).
+OPT_IN_FIRST_NUMBER = 9000
 
 # Wheels and the PyInstaller artifact carry the files inside the package; a source checkout keeps
 # them at the top level, next to edge_runtime/ (spec §1).
@@ -40,10 +49,8 @@ def migrations_dir() -> Path:
     return _PACKAGED_DIR if _PACKAGED_DIR.is_dir() else _SOURCE_DIR
 
 
-@cache
-def known_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
-    """This build's migrations in apply order (read once per process)."""
-    directory = directory or migrations_dir()
+def _migration_files(directory: Path) -> tuple[Migration, ...]:
+    """Every migration file of ``directory`` (automatic and opt-in), in number order."""
     if not directory.is_dir():
         raise MigrationError(f"migration directory {directory} is missing from this build")
     found = []
@@ -58,6 +65,23 @@ def known_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
     if len(set(numbers)) != len(numbers):
         raise MigrationError(f"two migration files share a number in {directory}")
     return tuple(found)
+
+
+def is_opt_in(migration_id: str) -> bool:
+    """Whether ``migration_id`` names an opt-in layout step rather than an automatic migration."""
+    return int(migration_id[:4]) >= OPT_IN_FIRST_NUMBER
+
+
+@cache
+def known_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
+    """This build's automatic migrations in apply order (read once per process)."""
+    return tuple(m for m in _migration_files(directory or migrations_dir()) if not is_opt_in(m.id))
+
+
+@cache
+def opt_in_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
+    """This build's opt-in layout steps: known when applied, never pending."""
+    return tuple(m for m in _migration_files(directory or migrations_dir()) if is_opt_in(m.id))
 
 
 def _applied(connection: apsw.Connection) -> dict[str, str]:
@@ -79,7 +103,7 @@ def verify_applied(connection: apsw.Connection, db_path: str, known: tuple[Migra
             this build does not know.
     """
     applied = _applied(connection)
-    by_id = {m.id: m for m in known}
+    by_id = {m.id: m for m in (*known, *opt_in_migrations())}
     for migration_id, checksum in sorted(applied.items()):
         migration = by_id.get(migration_id)
         if migration is None:
@@ -92,7 +116,7 @@ def verify_applied(connection: apsw.Connection, db_path: str, known: tuple[Migra
                 f"migration {migration_id} applied to database {db_path} has checksum {checksum}, "
                 f"but this build's file has checksum {migration.checksum}; applied migrations must never be edited."
             )
-    return [m for m in known if m.id not in applied]
+    return [m for m in known if m.id not in applied and not is_opt_in(m.id)]
 
 
 def _schema_rows(connection: apsw.Connection) -> frozenset[tuple[str, str, str, str | None]]:
@@ -161,6 +185,14 @@ CREATE TABLE IF NOT EXISTS schema_migrations (
 """
 
 
+def record_applied(connection: apsw.Connection, migration: Migration, applied_at_ms: int) -> None:
+    """Record ``migration`` as applied, inside the caller's transaction (the one that applied it)."""
+    connection.execute(
+        "INSERT INTO schema_migrations (id, checksum, applied_at_ms) VALUES (?, ?, ?)",
+        (migration.id, migration.checksum, applied_at_ms),
+    )
+
+
 def apply_pending(connection: apsw.Connection, db_path: str, pending: list[Migration], clock: Clock) -> list[str]:
     """Apply each pending migration and record it, in one ``BEGIN IMMEDIATE`` transaction each.
 
@@ -184,10 +216,7 @@ def apply_pending(connection: apsw.Connection, db_path: str, pending: list[Migra
             # with its later statements never run.
             for _ in connection.execute(migration.sql):
                 pass
-            connection.execute(
-                "INSERT INTO schema_migrations (id, checksum, applied_at_ms) VALUES (?, ?, ?)",
-                (migration.id, migration.checksum, read_now_ms(clock)),
-            )
+            record_applied(connection, migration, read_now_ms(clock))
             connection.execute("COMMIT")
         except BaseException as exc:
             if connection.in_transaction:

@@ -125,10 +125,17 @@ def test_creates_a_database_and_checks_it(executable, env, tmp_path) -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     report = json.loads(checked.stdout)
     assert report["ok"] is True
-    # Every migration of the source tree is inside the artifact (edge_runtime/_migrations).
-    latest = sorted((ROOT / "local_migrations").glob("*.sql"))[-1].stem
+    # Every migration of the source tree is inside the artifact (edge_runtime/_migrations): the
+    # automatic ones are applied, and the opt-in layout steps (9000 and up) run from it too.
+    files = sorted(path.stem for path in (ROOT / "local_migrations").glob("*.sql"))
+    latest = [name for name in files if int(name[:4]) < 9000][-1]
     (migrations,) = [c for c in report["checks"] if c["name"] == "migrations"]
     assert migrations["detail"].endswith(f"latest {latest}")
+    scrubbed = run(executable, ["--db", str(db), "migrate", "--scrub-legacy-tokens"], env, tmp_path)
+    assert scrubbed.returncode == 0, scrubbed.stderr
+    checked = run(executable, ["--db", str(db), "check", "--json"], env, tmp_path)
+    (migrations,) = [c for c in json.loads(checked.stdout)["checks"] if c["name"] == "migrations"]
+    assert migrations["detail"].endswith(f"opt-in: {', '.join(n for n in files if int(n[:4]) >= 9000)}")
     # The one-file build cleaned up the directory it unpacked into.
     assert list(Path(env["TMPDIR"]).iterdir()) == []
 
