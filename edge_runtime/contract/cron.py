@@ -39,7 +39,13 @@ import time
 
 import msgspec
 
-from edge_runtime.contract.durations import InvalidDurationError, format_duration, parse_duration_ms
+from edge_runtime.contract.durations import (
+    MAX_DURATION_MS,
+    MIN_DURATION_MS,
+    InvalidDurationError,
+    format_duration,
+    parse_duration_ms,
+)
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: Longest expression text accepted (the longest useful ones are comma lists of a few dozen items).
@@ -91,6 +97,19 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
     days: int
     months: int
     weekdays: int
+
+    def __post_init__(self) -> None:
+        # Held here, not only in the parser, so that no CronSchedule exists whose search never ends.
+        masks = (self.seconds, self.minutes, self.hours, self.days, self.months, self.weekdays)
+        for (name, *_), mask, full in zip(_FIELDS, masks, _FULL):
+            if type(mask) is not int or mask <= 0 or mask & ~full:
+                raise InvalidCronExpressionError(repr(self), name, "the value set is empty or out of range")
+        if self.weekdays == _FULL[5]:
+            earliest = (self.days & -self.days).bit_length() - 1
+            if all(_LONGEST_MONTH[m] < earliest for m in range(1, 13) if self.months >> m & 1):
+                raise InvalidCronExpressionError(
+                    self.text, "day-of-month", f"day {earliest} is in none of the selected months, so this never fires"
+                )
 
     @property
     def text(self) -> str:
@@ -163,6 +182,12 @@ class EverySchedule(msgspec.Struct, frozen=True, gc=False):
 
     period_ms: int
 
+    def __post_init__(self) -> None:
+        period = self.period_ms
+        if type(period) is not int or period % 1000 or not MIN_DURATION_MS <= period <= MAX_DURATION_MS:
+            limits = f"from {format_duration(MIN_DURATION_MS)} to {format_duration(MAX_DURATION_MS)}"
+            raise InvalidCronExpressionError(repr(self), "@every", f"the period must be whole seconds, {limits}")
+
     @property
     def text(self) -> str:
         return f"@every {format_duration(self.period_ms)}"
@@ -211,9 +236,9 @@ def parse_schedule(text: str) -> ScheduleExpression:
     if type(text) is not str:
         raise InvalidCronExpressionError(repr(text), "expression", f"must be a string, got {type(text).__name__}")
     if len(text) > MAX_EXPRESSION_LENGTH:
-        raise InvalidCronExpressionError(text[:40] + "...", "expression", f"longer than {MAX_EXPRESSION_LENGTH} characters")
+        raise InvalidCronExpressionError(text[:40] + "...", "expression", f"over {MAX_EXPRESSION_LENGTH} characters")
     if not text.isascii() or not text.replace("\t", " ").isprintable():
-        raise InvalidCronExpressionError(text, "expression", "only printable ASCII characters, spaces and tabs are allowed")
+        raise InvalidCronExpressionError(text, "expression", "only printable ASCII, spaces and tabs are allowed")
     words = text.split()
     if words and words[0].startswith("@"):
         macro = words[0].lower()
@@ -226,7 +251,7 @@ def parse_schedule(text: str) -> ScheduleExpression:
                 raise InvalidCronExpressionError(text, "@every", error.message) from error
         if macro not in _MACROS or len(words) != 1:
             known = ", ".join(sorted(_MACROS)) + ", @every D"
-            raise InvalidCronExpressionError(text, "expression", f"unknown or misused macro {words[0]!r}; known: {known}")
+            raise InvalidCronExpressionError(text, "expression", f"unknown or misused macro {words[0]!r} ({known})")
         words = _MACROS[macro].split()
     if len(words) not in (5, 6):
         raise InvalidCronExpressionError(
@@ -236,14 +261,10 @@ def parse_schedule(text: str) -> ScheduleExpression:
     if len(words) == 5:
         words.insert(0, "0")
     masks = [_parse_field(text, index, word) for index, word in enumerate(words)]
-    schedule = CronSchedule(*masks)
-    if schedule.weekdays == _FULL[5]:
-        earliest = (schedule.days & -schedule.days).bit_length() - 1
-        if all(_LONGEST_MONTH[m] < earliest for m in range(1, 13) if schedule.months >> m & 1):
-            raise InvalidCronExpressionError(
-                text, "day-of-month", f"day {earliest} never occurs in the selected month(s), so this never fires"
-            )
-    return schedule
+    try:
+        return CronSchedule(*masks)
+    except InvalidCronExpressionError as error:  # the same refusal, about the text the user wrote
+        raise InvalidCronExpressionError(text, error.field, error.reason) from None
 
 
 # --------------------------------------------------------------------------- field syntax

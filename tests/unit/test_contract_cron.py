@@ -134,9 +134,9 @@ def test_parsed_fields_are_value_sets() -> None:
         ("* * 15W * *", "day-of-month", "L, W and # are not supported"),
         ("? * * * *", "minute", "'?' is not a number"),
         ("* * ?/2 * *", "day-of-month", "'?' is not a number"),
-        ("0 0 30 2 *", "day-of-month", "day 30 never occurs"),
-        ("0 0 31 4,6,9,11 *", "day-of-month", "day 31 never occurs"),
-        ("0 0 30,31 feb *", "day-of-month", "day 30 never occurs"),
+        ("0 0 30 2 *", "day-of-month", "day 30 is in none"),
+        ("0 0 31 4,6,9,11 *", "day-of-month", "day 31 is in none"),
+        ("0 0 30,31 feb *", "day-of-month", "day 30 is in none"),
         ("@reboot", "expression", "unknown or misused macro '@reboot'"),
         ("@daily 5", "expression", "unknown or misused macro"),
         ("@every", "@every", "write one duration"),
@@ -144,9 +144,9 @@ def test_parsed_fields_are_value_sets() -> None:
         ("@every 5x", "@every", "not valid"),
         ("@every 0s", "@every", "leave a zero part out"),
         ("@every 400d", "@every", "out of range"),
-        ("* * * * *\n", "expression", "printable ASCII"),
-        ("* * * * \u4e00", "expression", "printable ASCII"),
-        ("1" + "," * MAX_EXPRESSION_LENGTH + " * * * *", "expression", f"longer than {MAX_EXPRESSION_LENGTH}"),
+        ("* * * * *\n", "expression", "only printable ASCII"),
+        ("* * * * \u4e00", "expression", "only printable ASCII"),
+        ("1" + "," * MAX_EXPRESSION_LENGTH + " * * * *", "expression", f"over {MAX_EXPRESSION_LENGTH} characters"),
     ],
 )
 def test_refusals_name_the_field_and_the_reason(expression: str, field: str, reason: str) -> None:
@@ -339,3 +339,27 @@ def test_a_forward_clock_jump_of_years_still_fires_once() -> None:
 def test_every_coalesces_and_keeps_its_phase() -> None:
     due = due_fire(parse_schedule("@every 10m"), utc(2026, 1, 1, 0, 10), utc(2026, 1, 1, 0, 47))
     assert due == DueFire(fire_at_ms=utc(2026, 1, 1, 0, 10), next_fire_at_ms=utc(2026, 1, 1, 0, 50), coalesced=True)
+
+
+@pytest.mark.parametrize(
+    ("masks", "field"),
+    [
+        ((0, 1, 1, 2, 2, 1), "second"),
+        ((1, 1 << 60, 1, 2, 2, 1), "minute"),
+        ((1, 1, 1, 1, 2, 1), "day-of-month"),  # bit 0: there is no day 0
+        ((1, 1, 1, 2, 1 << 13, 1), "month"),
+        ((1, 1, 1, 2, 2, 1 << 7), "day-of-week"),  # 7 is stored as 0
+        ((1, 1, 1, 1 << 30, 1 << 2, (1 << 7) - 1), "day-of-month"),  # 30 February
+    ],
+)
+def test_a_schedule_built_directly_is_held_to_the_same_rules(masks: tuple[int, ...], field: str) -> None:
+    with pytest.raises(InvalidCronExpressionError) as caught:
+        CronSchedule(*masks)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("period_ms", [0, -1_000, 1_500, 366 * 86_400_000, 2.0])
+def test_an_every_schedule_built_directly_is_held_to_the_duration_limits(period_ms: object) -> None:
+    with pytest.raises(InvalidCronExpressionError) as caught:
+        EverySchedule(period_ms)  # type: ignore[arg-type]
+    assert caught.value.field == "@every"
