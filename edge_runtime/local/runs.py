@@ -228,6 +228,11 @@ class LocalRunRepository(RunScans):
 
         Returns None when the Run is no longer queued or was cancel-requested meanwhile (another
         service took it, or the user cancelled it): never two Attempts for one queued Run.
+
+        Not fenced by a worker session: it is the first of ADR-0057's separate steps, kept for
+        tools and tests. The device service takes work only through the fenced, composed
+        ``LocalWorkerLeaseRepository.start_run``; an Attempt left ``claimed`` here is requeued by
+        the orphan sweep.
         """
         _check_run_id(run_id)
         with run_repository_errors(), self._db.write() as now:
