@@ -9,8 +9,9 @@ Start: open (and migrate) the database, bind the wake socket, register a new wor
 4. heartbeat the session and renew Run Leases when due;
 5. sleep in one ``select`` until the earliest of: a dispatch retry or lease expiry, a SIGKILL
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
-   socket, a signal, or the slow fallback poll (``poll_interval_ms``, default 30 s). There is no
-   busy polling: an idle service wakes only for its heartbeat and the fallback poll.
+   socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
+   (``poll_interval_ms``, default 30 s). There is no busy polling: an idle service wakes only for
+   its heartbeat, the recovery pass and the fallback poll.
 
 Stop: running Attempts keep running (their processes are in their own sessions, so the
 service's signals never reach them) and are re-adopted by the next start, unless
