@@ -29,7 +29,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import WriteTransaction, open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.process_identity import ProcessIdentity
-from edge_runtime.service.worker import RunGrant, WorkerSession
+from edge_runtime.service.worker import WorkerSession
 
 SLOTS = 2
 SESSION_MS = 10_000
