@@ -106,6 +106,8 @@ class AttemptSupervisor:
         #: Consecutive starts that failed for lack of resources, and when starting may resume.
         self._start_failures = 0
         self._start_paused_until = 0.0
+        #: Consecutive failed settlements (requeue, end, completion): their retry backs off.
+        self._retry_failures = 0
 
     # ----------------------------------------------------------------- capacity
 
@@ -185,8 +187,9 @@ class AttemptSupervisor:
                 # Someone else settled it (an orphan sweep after our grant expired): nothing to undo.
                 self._journal.warning("attempt.requeue_skipped", attempt=attempt_id, detail=str(exc))
             except EdgeRuntimeError as exc:
-                self._journal.error("attempt.requeue_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
-                                    retryable=exc.retryable)
+                if self._retry_failed():
+                    self._journal.error("attempt.requeue_failed", attempt=attempt_id, error=exc.code,
+                                        detail=str(exc), retryable=exc.retryable, failures=self._retry_failures)
                 continue
             else:
                 self._journal.info("attempt.unstarted", run=grant.lease.run_id, attempt=attempt_id, status=status)
@@ -396,7 +399,9 @@ class AttemptSupervisor:
             self._decide_end(running, status)
         except EdgeRuntimeError as exc:
             # The Attempt stays active in the database: try again every tick, never forget it.
-            self._journal.error("attempt.finish_failed", attempt=running.attempt_id, error=exc.code, detail=str(exc))
+            if self._retry_failed():
+                self._journal.error("attempt.finish_failed", attempt=running.attempt_id, error=exc.code,
+                                    detail=str(exc), failures=self._retry_failures)
             self.running.pop(running.attempt_id, None)
             self._unfinished[running.attempt_id] = (running, status)
 
@@ -468,8 +473,9 @@ class AttemptSupervisor:
         except EdgeRuntimeError as exc:
             # An open grant would keep counting against this session's slots: retry it each tick.
             self._uncompleted.add(attempt_id)
-            self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
-                                retryable=exc.retryable)
+            if self._retry_failed():
+                self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
+                                    retryable=exc.retryable, failures=self._retry_failures)
 
     def retry_completions(self) -> None:
         """Settle what failed earlier (e.g. the database was busy): unstarted Attempts, ends of
@@ -480,16 +486,25 @@ class AttemptSupervisor:
             self._end(running, status)
         for attempt_id in list(self._uncompleted):
             self._complete_lease(attempt_id)
+        if not self.pending_retries:
+            self._retry_failures = 0
 
     @property
     def pending_retries(self) -> bool:
         return bool(self._unstarted or self._unfinished or self._uncompleted)
 
+    def _retry_failed(self) -> bool:
+        """Count one failed settlement; whether to log it (the 1st, 2nd, 4th, 8th...: a full disk
+        must not flood the log)."""
+        self._retry_failures += 1
+        return self._retry_failures & (self._retry_failures - 1) == 0
+
     def next_retry_s(self) -> float | None:
-        """Seconds until this supervisor has something to retry: a failed settlement (soon) or the
-        end of a pause in starting; None when nothing is pending."""
+        """Seconds until this supervisor has something to retry: a failed settlement (after a
+        backoff that doubles while they keep failing) or the end of a pause in starting; None
+        when nothing is pending."""
         if self.pending_retries:
-            return RETRY_INTERVAL_S
+            return min(RETRY_INTERVAL_S * (1 << min(self._retry_failures, 5)), 30.0)
         paused = self._start_paused_until - time.monotonic()
         return paused if paused > 0 else None
 
