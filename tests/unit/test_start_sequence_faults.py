@@ -258,3 +258,21 @@ def test_many_runs_with_faults_everywhere_each_run_once(
         assert rig.executions().count(run_id) == 1 if status == "succeeded" else rig.executions().count(run_id) <= 1
     assert sum(status == "succeeded" for status in statuses.values()) >= 1
     assert rig.worker.free_slots() == SLOTS
+
+
+def test_a_settlement_that_keeps_failing_backs_off_and_does_not_flood_the_log(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = rig.submit()
+    raise_once(monkeypatch, os, "posix_spawnp", OSError(errno.EMFILE, "Too many open files"))
+    monkeypatch.setattr(WorkerSession, "abandon_start",
+                        lambda self, grant, reason: (_ for _ in ()).throw(EdgeRuntimeError("disk full")))
+    rig.supervisor.start_queued()
+    waits = [rig.supervisor.next_retry_s()]
+    for _ in range(7):
+        rig.supervisor.retry_completions()
+        waits.append(rig.supervisor.next_retry_s())
+    assert rig.log.getvalue().count("attempt.requeue_failed") == 4  # failures 1, 2, 4, 8
+    assert waits == sorted(waits) and waits[-1] > waits[0]
+    monkeypatch.undo()
+    check_end(rig, run_id, "succeeded", executions=1, attempts=2)
