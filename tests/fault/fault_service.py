@@ -202,12 +202,17 @@ class ServiceCampaign:
                 problems.append(f"{label} started {count} processes for {attempts} attempts past the start barrier")
         self.violations += [f"{when}: {problem}" for problem in problems]
 
-    def drain(self, timeout: float = SETTLE_S) -> None:
+    def drain(self, stall_s: float = 15.0) -> None:
         """Let one service run every Run nobody cancelled to its end, then judge (issue 9: none
-        may be stranded ``queued``/``dispatching``, none may fail without having started)."""
+        may be stranded ``queued``/``dispatching``, none may fail without having started).
+
+        However long the queue, it must keep moving: a judgement is made once every Run ended,
+        or once nothing changed for ``stall_s`` (several Run Leases and the longest command)."""
         process = self.serve()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._undrained():
+        last, changed_at = None, time.monotonic()
+        while (undrained := self._undrained()) and time.monotonic() - changed_at < stall_s:
+            if undrained != last:
+                last, changed_at = undrained, time.monotonic()
             poke(self.db_path)
             time.sleep(0.2)
         for run_id, status in self._undrained():
