@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edge_runtime.local.clock import ManualClock
-from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.database import LocalDatabase, WriteTransaction, open_database
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -35,3 +36,21 @@ def db(db_path: Path, clock: ManualClock) -> Iterator[LocalDatabase]:
     database = open_database(db_path, clock=clock)
     yield database
     database.close()
+
+
+@pytest.fixture
+def fail_next_commit(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """``fail_next_commit(apsw.FullError)``: the next write transaction's COMMIT fails with that
+    SQLite error (busy, I/O error, disk full) and everything it wrote is rolled back."""
+    plan: list[type[BaseException]] = []
+    original = WriteTransaction.__exit__
+
+    def exit_(self: WriteTransaction, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None and plan:
+            error = plan.pop(0)
+            self._rollback()
+            raise error("injected")
+        return original(self, exc_type, exc, tb)
+
+    monkeypatch.setattr(WriteTransaction, "__exit__", exit_)
+    yield plan.append

@@ -43,6 +43,7 @@ from edge_runtime.contract.worker_lease import (
     RunLeaseDurationMs,
     SessionId,
     Slots,
+    Version,
     WorkerId,
     decode_with,
     digest_problem,
@@ -76,6 +77,8 @@ class NotClaimableReason(enum.StrEnum):
     ATTEMPT_MISSING = "attempt_missing"
     ATTEMPT_NOT_CLAIMED = "attempt_not_claimed"
     LEASE_COMPLETED = "lease_completed"
+    #: start_run only: the Run is no longer queued (another service took it).
+    RUN_NOT_QUEUED = "run_not_queued"
 
 
 EVENT_LEASE_CLAIMED = "run.lease_claimed"
@@ -271,6 +274,46 @@ class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tr
         )
 
 
+class StartRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+    """Take a queued Run in one fenced step: create its next Attempt (``attempt_id``), claim its
+    Run Lease and cross the start barrier, all in one transaction (Local Profile composition of
+    ``claim_run`` and ``begin_start``).
+
+    Fenced by the caller's session id, generation *and* version (the one its last heartbeat
+    returned): a replaced, drained or stale session takes nothing. A refusal writes nothing.
+    """
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    session_version: Version
+    run_id: RunId
+    attempt_id: AttemptId
+    offer_id: OfferId
+    lease_token: LeaseToken
+    lease_duration_ms: RunLeaseDurationMs
+
+    def __post_init__(self) -> None:
+        reject(
+            first_problem(
+                _session_fence_problem(self),
+                int_problem("session_version", self.session_version, 0, MAX_VERSION),
+                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
+                identifier_problem("offer_id", self.offer_id, OFFER_ID_MAX_LENGTH),
+                lease_token_problem(self.lease_token),
+                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
+            )
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"StartRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
+            f"session_generation={self.session_generation!r}, session_version={self.session_version!r}, "
+            f"run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, "
+            f"lease_token=<redacted>, lease_duration_ms={self.lease_duration_ms!r})"
+        )
+
+
 class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Close a grant because its Attempt ended.
 
@@ -461,6 +504,9 @@ class NoCapacityOutcome(_Outcome, tag="no_capacity", kw_only=True):
 
 
 ClaimRunOutcome = Union[ClaimedRunOutcome, LeasedRunOutcome, NotClaimableOutcome, NoCapacityOutcome]
+#: ``start_run``: ``claimed`` means started (the lease carries ``started_at_ms``); nothing is
+#: written for the other two.
+StartRunOutcome = Union[ClaimedRunOutcome, NotClaimableOutcome, NoCapacityOutcome]
 
 
 class LeaseTransitionOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):

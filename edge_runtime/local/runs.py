@@ -232,6 +232,11 @@ class LocalRunRepository(RunScans):
 
         Returns None when the Run is no longer queued or was cancel-requested meanwhile (another
         service took it, or the user cancelled it): never two Attempts for one queued Run.
+
+        Not fenced by a worker session: it is the first of ADR-0057's separate steps, kept for
+        tools and tests. The device service takes work only through the fenced, composed
+        ``LocalWorkerLeaseRepository.start_run``; an Attempt left ``claimed`` here is requeued by
+        the orphan sweep.
         """
         _check_run_id(run_id)
         with run_repository_errors(), self._db.write() as now:
@@ -243,27 +248,8 @@ class LocalRunRepository(RunScans):
             )
             if connection.changes() != 1:
                 return None
-            number = connection.execute(
-                "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
-            ).fetchone()[0]
             attempt_id = _new_id()
-            connection.execute(
-                "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
-                "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
-                (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
-            )
-            append_run_event(
-                connection,
-                run_id=run_id,
-                event_id=_new_id(),
-                event_type="run.attempt_created",
-                dedupe_key=f"attempt-created:{attempt_id}",
-                actor_type="worker",
-                actor_id=actor_id,
-                attempt_id=attempt_id,
-                payload={"attempt_id": attempt_id, "attempt": number},
-                now_ms=now,
-            )
+            insert_attempt(connection, run_id, attempt_id, now=now, actor_id=actor_id)
             return self._attempt_row(attempt_id)
 
     def requeue_unstarted(self, attempt_id: str, *, actor_id: str, reason: str) -> AttemptRecord:
@@ -271,15 +257,13 @@ class LocalRunRepository(RunScans):
 
         Running out of slots is a scheduling condition, not a failure of the user's command, so
         the Attempt ends ``lost`` with ``reason`` and the Run goes back to ``queued`` for a later
-        Attempt. If a cancel arrived meanwhile (the lease authority refuses cancel-requested Runs),
-        the Attempt and the Run end ``cancelled`` instead. Only a ``claimed`` Attempt of a
-        ``dispatching`` Run qualifies.
+        Attempt. If a cancel arrived meanwhile, the Attempt and the Run end ``cancelled`` instead
+        (see :func:`end_unstarted`). Only a ``claimed`` Attempt of a ``dispatching`` Run qualifies.
 
         Raises:
             RunStateConflictError: the Attempt is not ``claimed`` or its Run is not ``dispatching``.
         """
         with run_repository_errors(), self._db.write() as now:
-            connection = self._db.connection
             attempt = self._attempt_row(attempt_id)
             if attempt is None or attempt.status is not AttemptStatus.CLAIMED:
                 state = "missing" if attempt is None else attempt.status.value
@@ -287,33 +271,8 @@ class LocalRunRepository(RunScans):
             run = self._run_row(attempt.run_id)
             if run.status is not RunStatus.DISPATCHING:
                 raise RunStateConflictError(f"run {run.id} is {run.status.value}, not dispatching")
-            if run.cancel_requested_at_ms is not _UNSET:
-                # The lease was refused because a cancel arrived: nothing ran, the Run is over.
-                status, reason = AttemptStatus.CANCELLED, "cancelled before the process was started"
-            else:
-                status = AttemptStatus.LOST
-            connection.execute(
-                "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? "
-                "WHERE id = ?",
-                (status.value, reason, now, now, attempt_id),
-            )
-            if status is AttemptStatus.CANCELLED:
-                self._end_run(connection, run.id, RunStatus.CANCELLED, now, actor_id, attempt_id=attempt_id,
-                              extra={"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason})
-            else:
-                connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
-                append_run_event(
-                    connection,
-                    run_id=run.id,
-                    event_id=_new_id(),
-                    event_type="run.requeued",
-                    dedupe_key=f"requeued:{attempt_id}",
-                    actor_type="worker",
-                    actor_id=actor_id,
-                    attempt_id=attempt_id,
-                    payload={"attempt_id": attempt_id, "reason": reason},
-                    now_ms=now,
-                )
+            end_unstarted(self._db.connection, attempt_id, run, reason=reason, now=now, actor_id=actor_id,
+                          may_have_started=False)
             return self._attempt_row(attempt_id)
 
     def record_running(
@@ -471,8 +430,8 @@ class LocalRunRepository(RunScans):
         ).fetchone()
         return None if row is None else attempt_from_row(row)
 
+    @staticmethod
     def _end_run(
-        self,
         connection: apsw.Connection,
         run_id: str,
         status: RunStatus,
@@ -482,18 +441,110 @@ class LocalRunRepository(RunScans):
         attempt_id: str | None,
         extra: dict[str, Any],
     ) -> None:
-        connection.execute(
-            "UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id)
-        )
-        append_run_event(
-            connection,
-            run_id=run_id,
-            event_id=_new_id(),
-            event_type=f"run.{status.value}",
-            dedupe_key="run.finished",
-            actor_type="worker" if attempt_id is not None else "user",
-            actor_id=actor_id,
-            attempt_id=attempt_id,
-            payload={"status": status.value, **extra},
-            now_ms=now,
-        )
+        end_run(connection, run_id, status, now, actor_id, attempt_id=attempt_id, extra=extra)
+
+REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
+
+
+def end_unstarted(
+    connection: apsw.Connection,
+    attempt_id: str,
+    run: RunRecord,
+    *,
+    reason: str,
+    now: int,
+    actor_id: str,
+    may_have_started: bool,
+) -> RunStatus:
+    """End an Attempt whose process was never recorded, and say what became of its Run.
+
+    The one rule for the start sequence's failures (issue 9): a Run whose Attempt certainly
+    started no process never fails for it: the Attempt ends ``lost`` with ``reason`` and the
+    Run goes back to ``queued`` (event ``run.requeued``). When a process *may* have started
+    (the Attempt crossed the start barrier and its owner is gone) the Run ends ``failed``, so a
+    command never runs twice. Either way a pending cancel request ends the Attempt and the Run
+    ``cancelled``. Runs inside the caller's write transaction; returns the Run's new status.
+    """
+    cancelled = run.cancel_requested_at_ms is not _UNSET
+    status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
+    if cancelled and not may_have_started:
+        reason = REASON_CANCELLED_BEFORE_START
+    connection.execute(
+        "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+        (status.value, reason, now, now, attempt_id),
+    )
+    extra = {"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason}
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return run.status
+    if cancelled or may_have_started:
+        run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+        end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+        return run_status
+    connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
+    append_run_event(
+        connection,
+        run_id=run.id,
+        event_id=_new_id(),
+        event_type="run.requeued",
+        dedupe_key=f"requeued:{attempt_id}",
+        actor_type="worker",
+        actor_id=actor_id,
+        attempt_id=attempt_id,
+        payload={"attempt_id": attempt_id, "reason": reason},
+        now_ms=now,
+    )
+    return RunStatus.QUEUED
+
+
+def end_run(
+    connection: apsw.Connection,
+    run_id: str,
+    status: RunStatus,
+    now: int,
+    actor_id: str,
+    *,
+    attempt_id: str | None,
+    extra: dict[str, Any],
+) -> None:
+    """Move a Run to a terminal ``status`` with its one ``run.<status>`` event."""
+    connection.execute("UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id))
+    append_run_event(
+        connection,
+        run_id=run_id,
+        event_id=_new_id(),
+        event_type=f"run.{status.value}",
+        dedupe_key="run.finished",
+        actor_type="worker" if attempt_id is not None else "user",
+        actor_id=actor_id,
+        attempt_id=attempt_id,
+        payload={"status": status.value, **extra},
+        now_ms=now,
+    )
+
+
+def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *, now: int, actor_id: str) -> int:
+    """Insert the Run's next Attempt as ``claimed`` with its ``run.attempt_created`` event; its number.
+
+    Runs inside the caller's write transaction, after the Run was moved to ``dispatching``.
+    """
+    number = connection.execute(
+        "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
+    ).fetchone()[0]
+    connection.execute(
+        "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
+        "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
+        (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+    )
+    append_run_event(
+        connection,
+        run_id=run_id,
+        event_id=_new_id(),
+        event_type="run.attempt_created",
+        dedupe_key=f"attempt-created:{attempt_id}",
+        actor_type="worker",
+        actor_id=actor_id,
+        attempt_id=attempt_id,
+        payload={"attempt_id": attempt_id, "attempt": number},
+        now_ms=now,
+    )
+    return number

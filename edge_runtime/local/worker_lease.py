@@ -15,7 +15,8 @@ from edge_runtime.contract.run_lease import RunLeaseRecord
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import ATTEMPT_ID_MAX_LENGTH, WORKER_ID_MAX_LENGTH, reject
 from edge_runtime.contract.worker_session import WorkerSessionRecord
-from edge_runtime.local.run_lease import ACTIVE_RUN_STATUSES, RunLeaseOperations
+from edge_runtime.local.run_lease import ACTIVE_RUN_STATUSES
+from edge_runtime.local.run_start import RunStartOperations
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
     read_active_leases,
@@ -27,11 +28,13 @@ from edge_runtime.local.worker_lease_rows import (
 __all__ = ["ACTIVE_RUN_STATUSES", "LocalWorkerLeaseRepository"]
 
 
-class LocalWorkerLeaseRepository(RunLeaseOperations):
+class LocalWorkerLeaseRepository(RunStartOperations):
     """Fenced Worker Sessions and Run Leases on a :class:`~edge_runtime.local.database.LocalDatabase`.
 
     Mutations: ``register``, ``heartbeat``, ``drain``, ``offline``, ``claim_run``, ``renew``,
-    ``release``, ``begin_start``, ``complete``. Not thread-safe (one connection).
+    ``release``, ``begin_start``, ``complete``, and the composed start sequence of
+    :mod:`edge_runtime.local.run_start` (``start_run``, ``abandon_start``, ``sweep_orphans``).
+    Not thread-safe (one connection).
     """
 
     __slots__ = ()
@@ -66,6 +69,20 @@ class LocalWorkerLeaseRepository(RunLeaseOperations):
             if session is None:
                 return 0
             return count_other_active(self._db.connection, worker_id, session.generation, "")
+
+    def free_slots(self, worker_id: str, session_generation: int) -> int:
+        """What a start by that session may still take: ``min(max_concurrent_runs, available_slots)``
+        minus the session's own ``leased`` grants; 0 unless it is the worker's current online session.
+
+        A read for planning a start pass; :meth:`start_run` decides again under the write lock.
+        """
+        reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
+        with repository_errors():
+            session = read_session(self._db.connection, worker_id)
+            if session is None or session.generation != session_generation or session.status.value != "online":
+                return 0
+            active = count_other_active(self._db.connection, worker_id, session_generation, "")
+            return max(0, min(session.max_concurrent_runs, session.available_slots) - active)
 
     def list_active_leases(self, worker_id: str) -> list[RunLeaseRecord]:
         """Every ``leased`` grant of the worker, of any session generation (for restart recovery).

@@ -1,17 +1,20 @@
 """The executor side of the service: start queued Runs as Attempts, watch them, end them.
 
-Lifecycle of one Attempt, each step its own short transaction (never one held across a spawn,
-a signal or a wait):
+Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
 
-1. ``create_attempt``: the queued Run moves to ``dispatching`` by compare-and-set, so of two
-   services on one database only one gets an Attempt for it (``claimed``).
-2. ``claim`` the Run Lease: bounded by this session's slots, counted under the write lock.
-3. ``begin_start``: the start barrier (``claimed`` -> ``starting``); refused if a cancel arrived.
-4. spawn in a new session and process group, output into the Attempt's FIFO.
-5. ``record_running``: pid, pgid, start time and boot id stored *before* the Attempt is
+1. ``start`` (``start_run``, one fenced transaction): the queued Run moves to ``dispatching``, its
+   Attempt is created, its Run Lease claimed and the start barrier crossed (``starting``), only
+   if this session is still the current one and its leases, counted under the write lock, leave
+   a slot. A refusal writes nothing; a failed transaction leaves the Run queued.
+2. spawn in a new session and process group, output into the Attempt's FIFO.
+   Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
+   the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
+   a command that cannot be started at all (not found) fails. A failed compensation is retried
+   every tick, never forgotten; the grant keeps its slot until then.
+3. ``record_running``: pid, pgid, start time and boot id stored *before* the Attempt is
    reported running; if that fails the group is SIGKILLed at once (an unrecorded process could
-   never be cancelled safely).
-6. the leader exits (pidfd readable, or SIGCHLD / a slow ``/proc`` poll without pidfds): reaped,
+   never be cancelled safely) and the Run fails, since the command may have begun.
+4. the leader exits (pidfd readable, or SIGCHLD / a slow ``/proc`` poll without pidfds): reaped,
    and the Attempt ends ``succeeded``, ``failed`` (exit code kept; a signal N is kept as 128+N,
    as shells do) or ``cancelled``; the Run Lease is completed.
 
@@ -34,12 +37,12 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.run_lease import ReleaseReason
+from edge_runtime.contract.run_lease import NoCapacityOutcome
 from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord
-from edge_runtime.contract.worker_lease import RunNotStartableError
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
-from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
+from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
 from edge_runtime.service.executor import reap, spawn, task_environment
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.log_capture import (
@@ -51,11 +54,24 @@ from edge_runtime.service.log_capture import (
 )
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.running import REASON_ADOPTED_EXIT, RunningAttempt, describe_exit, exit_code_of
+from edge_runtime.service.process_identity import read_stat
 from edge_runtime.service.watch import open_pidfd
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
 _UNSET = msgspec.UNSET
 _ACTIVE = (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING)
+#: After a start failed for lack of resources (EMFILE, ...), starting pauses for this long,
+#: doubling while it goes on, so a full descriptor table is not hammered once per tick.
+START_BACKOFF_MS = (500, 30_000)
+
+#: How long a re-adopted process must have been gone (not even a zombie) before this service,
+#: not its parent, ends its Attempt ``lost``: the parent records the real status within ms.
+ADOPTED_EXIT_GRACE_S = 1.0
+#: How soon a failed settlement (a requeue, an Attempt's end, a grant's completion) is retried.
+RETRY_INTERVAL_S = 1.0
+#: ``_start`` result: end this start pass (no capacity left, or starting is paused).
+_STOP = object()
+
 
 class AttemptSupervisor:
     """Starts, watches and ends this service's Attempts. Single-threaded, driven by the loop."""
@@ -80,8 +96,6 @@ class AttemptSupervisor:
         self._controller = controller
         self._loop = loop
         self._journal = journal
-        #: Set when a Run Lease was refused in this start pass, which then ends.
-        self._lease_refused = False
         self._slots = slots
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
@@ -97,12 +111,17 @@ class AttemptSupervisor:
         self._log_linger_s = log_linger_ms / 1000
         #: Ended Attempts whose Run Lease could not be completed yet.
         self._uncompleted: set[str] = set()
+        #: Starts that made no process and whose undoing failed: retried every tick.
+        self._unstarted: dict[str, tuple[RunGrant, str, AttemptStatus | None]] = {}
+        #: Exited processes whose Attempt could not be ended yet: retried every tick.
+        self._unfinished: dict[str, tuple[RunningAttempt, int | None]] = {}
+        #: Consecutive starts that failed for lack of resources, and when starting may resume.
+        self._start_failures = 0
+        self._start_paused_until = 0.0
+        #: Consecutive failed settlements (requeue, end, completion): their retry backs off.
+        self._retry_failures = 0
 
     # ----------------------------------------------------------------- capacity
-
-    @property
-    def free_slots(self) -> int:
-        return max(0, self._slots - len(self.running))
 
     @property
     def adopted_count(self) -> int:
@@ -115,92 +134,115 @@ class AttemptSupervisor:
     # ----------------------------------------------------------------- start
 
     def start_queued(self) -> int:
-        """Start queued Runs while this service has free slots; how many were started."""
-        free = self.free_slots
+        """Start queued Runs while the lease authority leaves this session slots; how many started.
+
+        Raises:
+            WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced
+                or expired: the caller must stop taking work.
+        """
+        if time.monotonic() < self._start_paused_until:
+            return 0
+        free = self._worker.free_slots()
         if free <= 0:
             return 0
         started = 0
-        self._lease_refused = False
         for run_id in self._runs.queued_run_ids(free):
-            if self.free_slots <= 0 or self._lease_refused:
+            outcome = self._start(run_id)
+            if outcome is _STOP:
                 break
-            try:
-                if self._start(run_id):
-                    started += 1
-            except EdgeRuntimeError as exc:
-                self._journal.error("attempt.start_failed", run=run_id, error=exc.code, detail=str(exc))
+            started += outcome is True
         return started
 
-    def _start(self, run_id: str) -> bool:
-        actor = self._worker.owner
-        run = self._runs.get(run_id)
-        attempt = self._runs.create_attempt(run_id, actor_id=actor)
-        if attempt is None:
-            return False  # another service took it, or it was cancelled meanwhile
-        grant = self._worker.claim(run_id, attempt.id)
+    def _start(self, run_id: str) -> bool | object:
+        grant = self._worker.start(run_id)
         if grant is None:
-            # Refused: a cancel arrived (the Run ends cancelled), or no slot is free in this
-            # session after all (the Run waits in the queue for a later pass instead of failing).
-            ended = self._runs.requeue_unstarted(
-                attempt.id, actor_id=actor, reason="no run lease could be taken (no free slot in this session)"
-            )
-            self._journal.warning("attempt.not_claimed", run=run_id, attempt=attempt.id, status=ended.status.value)
-            if ended.status is AttemptStatus.LOST:
-                self._lease_refused = True  # the session's count disagrees with ours: wait for the next pass
-            return False
+            return False  # another service took it, or it was cancelled meanwhile
+        if isinstance(grant, NoCapacityOutcome):
+            return _STOP  # nothing was written; a slot frees when one of ours ends
+        attempt_id = grant.lease.attempt_id
         try:
-            self._worker.begin_start(grant)
-        except RunNotStartableError:
-            self._worker.release(grant, ReleaseReason.DECLINED)
-            self._runs.finish_attempt(attempt.id, AttemptStatus.CANCELLED, actor_id=actor,
-                                      reason="cancelled before the process was started")
-            self._journal.info("attempt.cancelled_before_start", run=run_id, attempt=attempt.id)
-            return False
-        return self._spawn(run, attempt, grant)
-
-    def _spawn(self, run: RunRecord, attempt: AttemptRecord, grant: RunGrant) -> bool:
-        actor = self._worker.owner
-        log_path, fifo_path = log_paths(self._log_dir, attempt.id)
-        argv = [] if run.command is _UNSET else list(run.command)
-        env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt.id)
-        try:
+            run = self._runs.get(run_id)
+            log_path, fifo_path = log_paths(self._log_dir, attempt_id)
             create_fifo(fifo_path)
             writer = open_child_output(fifo_path)
-        except OSError as exc:
-            return self._spawn_failed(attempt, f"cannot create the log FIFO {fifo_path}: {exc.strerror or exc}")
+        except (EdgeRuntimeError, OSError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
+            return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
+        return self._spawn(run, attempt_id, grant, log_path, fifo_path, writer)
+
+    def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
+        """No process was recorded: give the Run back to the queue (issue 9), or end it for good
+        (``end``: a command that cannot be started at all, or one that may have begun)."""
+        attempt_id = grant.lease.attempt_id
+        self._journal.warning("attempt.not_started", run=grant.lease.run_id, attempt=attempt_id, detail=reason,
+                              retryable=retryable)
+        if retryable:
+            self._start_failures += 1
+            low, high = START_BACKOFF_MS
+            self._start_paused_until = time.monotonic() + min(high, low << min(self._start_failures - 1, 16)) / 1000
+        self._unstarted[attempt_id] = (grant, reason, None if retryable else end or AttemptStatus.FAILED)
+        self.retry_unstarted()
+        return _STOP if retryable else False
+
+    def retry_unstarted(self) -> None:
+        """Settle the starts that recorded no process (again, if an earlier try failed)."""
+        for attempt_id, (grant, reason, end) in list(self._unstarted.items()):
+            try:
+                if end is None:
+                    status = self._worker.abandon_start(grant, reason).value
+                else:
+                    self._runs.finish_attempt(attempt_id, end, actor_id=self._worker.owner, reason=reason)
+                    self._worker.complete(attempt_id)
+                    status = end.value
+            except WorkerLeaseFenceRejectedError as exc:
+                # Someone else settled it (an orphan sweep after our grant expired): nothing to undo.
+                self._journal.warning("attempt.requeue_skipped", attempt=attempt_id, detail=str(exc))
+            except EdgeRuntimeError as exc:
+                if self._retry_failed():
+                    self._journal.error("attempt.requeue_failed", attempt=attempt_id, error=exc.code,
+                                        detail=str(exc), retryable=exc.retryable, failures=self._retry_failures)
+                continue
+            else:
+                self._journal.info("attempt.unstarted", run=grant.lease.run_id, attempt=attempt_id, status=status)
+            del self._unstarted[attempt_id]
+
+    def _spawn(
+        self, run: RunRecord, attempt_id: str, grant: RunGrant, log_path: Path, fifo_path: Path, writer: int
+    ) -> bool | object:
+        actor = self._worker.owner
+        argv = [] if run.command is _UNSET else list(run.command)
+        env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt_id)
         try:
             identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id)
         except SpawnError as exc:
             os.close(writer)
             _unlink(fifo_path)
-            return self._spawn_failed(attempt, str(exc))
+            # A process that existed for an instant may have begun the command: the Run ends.
+            return self._not_started(grant, str(exc), retryable=exc.retryable,
+                                     end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)
+        self._start_failures = 0
         try:
-            capture = LogCapture(attempt.id, log_path, fifo_path, self._log_max_bytes)
+            capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
             capture.open()  # our writer copy is still open, so the reader never sees a false EOF
         except OSError as exc:
             capture = None
-            self._journal.error("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
+            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
         finally:
             os.close(writer)
-        running = RunningAttempt(attempt.id, run.id, identity, own_child=True, grant=grant)
+        running = RunningAttempt(attempt_id, run.id, identity, own_child=True, grant=grant)
         running.fifo_path = fifo_path
         self._watch(running, capture)
         try:
-            self._runs.record_running(attempt.id, identity, log_path=str(log_path), actor_id=actor)
+            self._runs.record_running(attempt_id, identity, log_path=str(log_path), actor_id=actor)
         except EdgeRuntimeError as exc:
             # The identity is not durable, so nobody could cancel this process safely later.
             running.failure = f"the process identity could not be recorded: {exc}"
-            self._journal.error("attempt.identity_not_recorded", attempt=attempt.id, error=exc.code, detail=str(exc))
+            self._journal.error("attempt.identity_not_recorded", attempt=attempt_id, error=exc.code, detail=str(exc))
             self._controller.force_kill(identity)
             return False
-        self._journal.info("attempt.running", run=run.id, attempt=attempt.id, pid=identity.pid)
+        self._journal.info("attempt.running", run=run.id, attempt=attempt_id, pid=identity.pid)
         return True
-
-    def _spawn_failed(self, attempt: AttemptRecord, reason: str) -> bool:
-        self._runs.finish_attempt(attempt.id, AttemptStatus.FAILED, actor_id=self._worker.owner, reason=reason)
-        self._complete_lease(attempt.id)
-        self._journal.warning("attempt.spawn_failed", run=attempt.run_id, attempt=attempt.id, detail=reason)
-        return False
 
     # ----------------------------------------------------------------- watch
 
@@ -235,6 +277,15 @@ class AttemptSupervisor:
         self._journal.info("attempt.adopted", run=attempt.run_id, attempt=attempt.id, pid=identity.pid,
                            pidfd=running.pidfd is not None)
         return True
+
+    def adopt_gone(self, attempt: AttemptRecord, reason: str) -> None:
+        """Settle an earlier session's Attempt whose process has exited (see :meth:`_settle_gone`)."""
+        running = RunningAttempt(attempt.id, attempt.run_id, attempt.identity, own_child=False, grant=None)
+        if attempt.log_path is not _UNSET:
+            running.fifo_path = Path(attempt.log_path).with_suffix(".fifo")
+        running.gone_since = time.monotonic()
+        running.failure = reason
+        self.running[attempt.id] = running
 
     def adopt_deferred(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> None:
         """Keep a cancelled Attempt whose leader is gone open until its SIGKILL step."""
@@ -333,9 +384,13 @@ class AttemptSupervisor:
                     self._leader_exited(running, status)
 
     def poll_adopted(self) -> None:
-        """Without pidfds: find re-adopted processes that exited, through ``/proc``."""
+        """Find re-adopted processes that exited (without pidfds, through ``/proc``), and settle
+        the ones that did."""
         for running in list(self.running.values()):
             if running.own_child or running.pidfd is not None or running.deferred is not None:
+                continue
+            if running.gone_since is not None:
+                self._settle_gone(running)
                 continue
             try:
                 alive = self._controller.leader_alive(running.identity)
@@ -345,6 +400,27 @@ class AttemptSupervisor:
             if not alive:
                 self._leader_exited(running, None)
 
+    def _settle_gone(self, running: RunningAttempt) -> None:
+        """A re-adopted process exited. Its parent may be alive: a service whose session this one
+        replaced finishes its own children and records their real exit status. So: an Attempt
+        that was ended meanwhile is dropped; a zombie (its parent has not reaped it yet) is waited
+        for; one gone for ADOPTED_EXIT_GRACE_S with its Attempt still active ends ``lost``."""
+        try:
+            attempt = self._runs.get_attempt(running.attempt_id)
+            stat = read_stat(running.identity.pid)
+        except EdgeRuntimeError as exc:
+            self._journal.error("attempt.poll_failed", attempt=running.attempt_id, detail=str(exc))
+            return
+        if attempt is None or attempt.status not in _ACTIVE:
+            self.running.pop(running.attempt_id, None)
+            self._close_capture(running.attempt_id, unlink=False)
+            self._journal.info("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
+                               status=None if attempt is None else attempt.status.value)
+        elif stat is not None and stat.start_ticks == running.identity.start_ticks:
+            running.gone_since = time.monotonic()  # still a zombie: its parent lives and will reap it
+        elif time.monotonic() - running.gone_since >= ADOPTED_EXIT_GRACE_S:
+            self._end(running, None)
+
     # ----------------------------------------------------------------- end
 
     def _leader_exited(self, running: RunningAttempt, status: int | None) -> None:
@@ -352,12 +428,22 @@ class AttemptSupervisor:
         capture = self._captures.get(running.attempt_id)
         if capture is not None:
             self._on_output(capture)  # drain what the process wrote before it exited
+        if not running.own_child and running.gone_since is None:
+            running.gone_since = time.monotonic()  # give a live parent the first word
+            self._settle_gone(running)
+            return
+        self._end(running, status)
+
+    def _end(self, running: RunningAttempt, status: int | None) -> None:
         try:
             self._decide_end(running, status)
         except EdgeRuntimeError as exc:
-            # The Attempt stays active in the database; recovery on the next start ends it.
-            self._journal.error("attempt.finish_failed", attempt=running.attempt_id, error=exc.code, detail=str(exc))
+            # The Attempt stays active in the database: try again every tick, never forget it.
+            if self._retry_failed():
+                self._journal.error("attempt.finish_failed", attempt=running.attempt_id, error=exc.code,
+                                    detail=str(exc), failures=self._retry_failures)
             self.running.pop(running.attempt_id, None)
+            self._unfinished[running.attempt_id] = (running, status)
 
     def _decide_end(self, running: RunningAttempt, status: int | None) -> None:
         run = self._runs.get(running.run_id)
@@ -429,13 +515,40 @@ class AttemptSupervisor:
         except EdgeRuntimeError as exc:
             # An open grant would keep counting against this session's slots: retry it each tick.
             self._uncompleted.add(attempt_id)
-            self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
-                                retryable=exc.retryable)
+            if self._retry_failed():
+                self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
+                                    retryable=exc.retryable, failures=self._retry_failures)
 
     def retry_completions(self) -> None:
-        """Complete the grants whose completion failed earlier (e.g. the database was busy)."""
+        """Settle what failed earlier (e.g. the database was busy): unstarted Attempts, ends of
+        exited processes, grants to complete."""
+        self.retry_unstarted()
+        for running, status in list(self._unfinished.values()):
+            del self._unfinished[running.attempt_id]
+            self._end(running, status)
         for attempt_id in list(self._uncompleted):
             self._complete_lease(attempt_id)
+        if not self.pending_retries:
+            self._retry_failures = 0
+
+    @property
+    def pending_retries(self) -> bool:
+        return bool(self._unstarted or self._unfinished or self._uncompleted)
+
+    def _retry_failed(self) -> bool:
+        """Count one failed settlement; whether to log it (the 1st, 2nd, 4th, 8th...: a full disk
+        must not flood the log)."""
+        self._retry_failures += 1
+        return self._retry_failures & (self._retry_failures - 1) == 0
+
+    def next_retry_s(self) -> float | None:
+        """Seconds until this supervisor has something to retry: a failed settlement (after a
+        backoff that doubles while they keep failing) or the end of a pause in starting; None
+        when nothing is pending."""
+        if self.pending_retries:
+            return min(RETRY_INTERVAL_S * (1 << min(self._retry_failures, 5)), 30.0)
+        paused = self._start_paused_until - time.monotonic()
+        return paused if paused > 0 else None
 
     # ----------------------------------------------------------------- leases
 
@@ -459,6 +572,17 @@ class AttemptSupervisor:
         )
 
     # ----------------------------------------------------------------- shutdown
+
+    @property
+    def own_children(self) -> int:
+        return sum(1 for running in self.running.values() if running.own_child)
+
+    def drop_adopted(self) -> None:
+        """Stop watching Attempts that are not our children (the session that replaced ours has them)."""
+        for running in [r for r in self.running.values() if not r.own_child]:
+            self._unwatch(running)
+            self._close_capture(running.attempt_id, unlink=False)
+            del self.running[running.attempt_id]
 
     def terminate_all(self) -> list[RunningAttempt]:
         """``--stop-runs-on-exit``: SIGTERM every watched group; the Attempts that were signalled."""

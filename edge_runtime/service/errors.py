@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 
@@ -11,10 +13,23 @@ class ServiceError(EdgeRuntimeError):
     code = "SERVICE_ERROR"
 
 
+#: Spawn failures for lack of a resource that comes back (descriptors, processes, memory):
+#: the Run is requeued, never failed (issue 10 point 8).
+RETRYABLE_SPAWN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
+
+
 class SpawnError(ServiceError):
-    """The Attempt's command could not be started (not found, not executable, no resources)."""
+    """The Attempt's command could not be started (not found, not executable, no resources).
+
+    ``started`` is true when a process did exist (it was killed at once because it could not be
+    identified); ``retryable`` only when none did and the cause was a passing lack of resources.
+    """
 
     code = "SERVICE_SPAWN_FAILED"
+
+    def __init__(self, message: str, *, os_errno: int | None = None, started: bool = False) -> None:
+        super().__init__(message, retryable=not started and os_errno in RETRYABLE_SPAWN_ERRNOS)
+        self.started = started
 
 
 class ProcfsUnavailableError(ServiceError):

@@ -19,7 +19,7 @@ import signal
 import sys
 from collections.abc import Mapping, Sequence
 
-from edge_runtime.service.errors import SpawnError
+from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
 from edge_runtime.service.process_identity import ProcessIdentity, read_identity
 
 
@@ -68,7 +68,10 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
     if not argv:
         raise SpawnError("the command is empty")
     # dup2 onto 1 and 2 must not clobber its own source; also keeps the spawned fd >= 3.
-    source = fcntl.fcntl(output_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    try:
+        source = fcntl.fcntl(output_fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError as exc:  # EMFILE: out of descriptors, nothing started
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
     try:
         pid = os.posix_spawnp(
             argv[0],
@@ -84,12 +87,18 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
             setsigmask=(),  # nothing blocked, whatever the service's own mask is
         )
     except OSError as exc:
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}") from None
+        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
     finally:
         os.close(source)
-    identity = read_identity(pid, boot_id=boot_id)
-    if identity is None:  # impossible while unreaped; kept as a loud failure, not a silent one
-        raise SpawnError(f"process {pid} vanished before its identity was read")
+    try:
+        identity = read_identity(pid, boot_id=boot_id)
+    except ProcfsUnavailableError:  # e.g. EMFILE opening /proc/<pid>/stat
+        identity = None
+    if identity is None:
+        # Unreaped, so the pid (and its group, setsid) is still ours: never leave it unidentified.
+        os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise SpawnError(f"process {pid} could not be identified after its start; it was killed", started=True)
     return identity
 
 

@@ -1,25 +1,29 @@
-"""Restart recovery: what a new worker session does with the Attempts of earlier sessions.
+"""Recovery: what the current worker session does with Attempts that no live service watches.
 
-Run once at start, after the new session is registered (generation + 1). For every active Run
-Lease of this worker granted to an earlier session:
+Run at start, after the new session is registered (generation + 1), and again every third of a
+Run Lease while serving (so orphans are found within one Run Lease period, by whichever current
+session sees them, not only at start). For every active Run Lease of this worker granted to an
+earlier session, whose Attempt this service does not watch yet:
 
-- Attempt still ``claimed``: the old service died before the start barrier; no process was ever
-  started -> ``lost``.
-- ``starting``: it died between the barrier and recording the identity; a process may exist but
-  cannot be identified, so it is never signalled -> ``lost``, with that reason.
+- ``claimed`` or ``starting``: left to the orphan sweep below (its owner may be a replaced
+  service that is starting it right now).
 - ``running`` on another boot -> ``lost`` (the device rebooted).
 - ``running`` and the recorded identity still matches a live process -> re-adopted: watched until
-  it exits (pidfd, or a slow ``/proc`` poll), still cancellable through its dispatch.
+  it exits (pidfd, or a slow ``/proc`` poll), still cancellable through its dispatch. A replaced
+  service that is still alive records the real exit status of its own children; this one ends
+  the Attempt ``lost`` only if nobody did within a second of the process being gone.
 - ``running``, leader gone but members of its group alive, and a cancel requested -> kept until
   its SIGKILL step, so the group is still killed when the grace is over.
-- otherwise the process is gone -> ``lost``, with the reason.
+- otherwise the process is gone -> settled as above (``lost`` with the reason, unless its parent
+  recorded the end).
 
-An Attempt left ``claimed`` with no Run Lease at all (its service died between creating it and
-taking the lease) is ended as ``lost`` by any service once it is older than a Run Lease: a live
-service takes the lease milliseconds after creating the Attempt.
+Then the orphan sweep (``LocalWorkerLeaseRepository.sweep_orphans``), over every worker's
+Attempts: one that never crossed the start barrier goes back to the queue (never ``failed`` for
+that reason); one that crossed it without a recorded process ends ``lost`` once its grant ran out
+and its session is gone, and its Run fails, because a process may have started.
 
-Overdue SIGKILL deadlines are then enforced by the dispatcher's normal pass, which runs right
-after recovery. Each step is its own short transaction; nothing here holds one across /proc reads.
+Overdue SIGKILL deadlines are enforced by the dispatcher's normal pass. Each step is its own short
+transaction; nothing here holds one across /proc reads.
 """
 
 from __future__ import annotations
@@ -29,8 +33,8 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus
-from edge_runtime.local.clock import Clock, read_now_ms
+from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunStatus
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
@@ -40,11 +44,9 @@ from edge_runtime.service.worker import WorkerSession
 
 _UNSET = msgspec.UNSET
 
-REASON_NEVER_STARTED = "the service stopped before the process was started"
-REASON_STARTING = "the service stopped while starting the process; its identity was never recorded"
 REASON_REBOOTED = "the device rebooted while the attempt was running"
 REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
-REASON_ABANDONED = "abandoned before a run lease was taken (its service stopped)"
+REASON_NO_IDENTITY = "the attempt is running but its process identity is missing"
 
 
 def recover(
@@ -54,44 +56,37 @@ def recover(
     supervisor: AttemptSupervisor,
     controller: LocalProcessController,
     journal: Journal,
-    clock: Clock,
     boot_id: str,
     abandon_after_ms: int,
 ) -> dict[str, int]:
-    """Adopt or end the Attempts of earlier sessions; counts by outcome, for the log."""
-    counts = {"adopted": 0, "lost": 0, "awaiting_kill": 0, "failed": 0}
+    """Adopt or end the Attempts of earlier sessions, then sweep orphans; counts by outcome.
+
+    Raises:
+        WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session is no longer the
+            current one (the sweep is fenced); the caller stops taking work.
+    """
+    counts = {"adopted": 0, "lost": 0, "awaiting_kill": 0, "settling": 0, "pending": 0, "requeued": 0, "failed": 0}
     for lease in worker.earlier_session_leases():
+        if lease.attempt_id in supervisor.running:
+            continue
         try:
             outcome = _recover_one(lease.attempt_id, runs, worker, supervisor, controller, journal, boot_id)
         except EdgeRuntimeError as exc:
             journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
             outcome = "failed"
-        counts[outcome] = counts.get(outcome, 0) + 1
-    counts["lost"] += end_abandoned(runs=runs, worker=worker, journal=journal, clock=clock,
-                                    abandon_after_ms=abandon_after_ms)
+        counts[outcome] += 1
+    try:
+        swept = worker.sweep_orphans(abandon_after_ms)
+    except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError):
+        raise
+    except EdgeRuntimeError as exc:
+        journal.error("recovery.sweep_failed", error=exc.code, detail=str(exc))
+        swept = []
+    for attempt_id, run_status in swept:
+        requeued = run_status is RunStatus.QUEUED
+        counts["requeued" if requeued else "lost"] += 1
+        journal.info("recovery.orphan_ended", attempt=attempt_id, run_status=run_status.value)
     return counts
-
-
-def end_abandoned(
-    *, runs: LocalRunRepository, worker: WorkerSession, journal: Journal, clock: Clock, abandon_after_ms: int
-) -> int:
-    """End ``claimed`` Attempts that never got a Run Lease and are older than a lease; how many.
-
-    Run at start and at every fallback poll: a service that failed between creating an Attempt
-    and taking its lease (crash, busy database) would otherwise leave its Run ``dispatching``.
-    """
-    ended = 0
-    now = read_now_ms(clock)
-    for attempt in runs.active_attempts():
-        if attempt.status is not AttemptStatus.CLAIMED or attempt.created_at_ms > now - abandon_after_ms:
-            continue
-        try:
-            if worker.lease_of(attempt.id) is None:
-                _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_ABANDONED)
-                ended += 1
-        except EdgeRuntimeError as exc:
-            journal.error("recovery.failed", attempt=attempt.id, error=exc.code, detail=str(exc))
-    return ended
 
 
 def _recover_one(
@@ -107,11 +102,11 @@ def _recover_one(
     if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING):
         worker.complete(attempt_id)  # the Attempt already ended; close the grant it left open
         return "lost"
-    if attempt.status is AttemptStatus.CLAIMED:
-        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_NEVER_STARTED)
+    if attempt.status is not AttemptStatus.RUNNING:
+        return "pending"  # the orphan sweep decides, once its owner can no longer be starting it
     identity = attempt.identity
-    if attempt.status is AttemptStatus.STARTING or identity is None:
-        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_STARTING)
+    if identity is None:
+        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_NO_IDENTITY)
     if identity.boot_id != boot_id:
         return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_REBOOTED)
     if controller.leader_alive(identity) and supervisor.adopt(attempt):
@@ -121,7 +116,8 @@ def _recover_one(
     if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
         supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
         return "awaiting_kill"
-    return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_GONE)
+    supervisor.adopt_gone(attempt, REASON_GONE)
+    return "settling"
 
 
 def _end(

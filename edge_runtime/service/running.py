@@ -32,7 +32,8 @@ def describe_exit(status: int) -> str | None:
 class RunningAttempt:
     """What the service holds in memory for one Attempt whose process it watches."""
 
-    __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path")
+    __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path",
+                 "gone_since")
 
     def __init__(
         self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, own_child: bool, grant: RunGrant | None
@@ -49,3 +50,5 @@ class RunningAttempt:
         self.failure: str | None = None
         #: The Attempt's FIFO, unlinked when the Attempt ends.
         self.fifo_path: Path | None = None
+        #: Re-adopted only: when its exit was first seen (monotonic); its parent may record it.
+        self.gone_since: float | None = None

@@ -9,8 +9,9 @@ Start: open (and migrate) the database, bind the wake socket, register a new wor
 4. heartbeat the session and renew Run Leases when due;
 5. sleep in one ``select`` until the earliest of: a dispatch retry or lease expiry, a SIGKILL
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
-   socket, a signal, or the slow fallback poll (``poll_interval_ms``, default 30 s). There is no
-   busy polling: an idle service wakes only for its heartbeat and the fallback poll.
+   socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
+   (``poll_interval_ms``, default 30 s). There is no busy polling: an idle service wakes only for
+   its heartbeat, the recovery pass and the fallback poll.
 
 Stop: running Attempts keep running (their processes are in their own sessions, so the
 service's signals never reach them) and are re-adopted by the next start, unless
@@ -18,8 +19,11 @@ service's signals never reach them) and are re-adopted by the next start, unless
 goes offline, which says nothing about processes (spec §5).
 
 Losing the worker session (another service registered the same worker id, or the session lease
-lapsed during a long suspend) stops the service with an error: its supervisor (procd, systemd)
-restarts it, and the restart's recovery re-adopts what still runs.
+lapsed during a long suspend) stops the service taking work at once (every start is fenced by
+the session); it then waits for its own children to exit, so their real exit status is recorded,
+and exits with an error: its supervisor (procd, systemd) restarts it, and the restart's recovery
+re-adopts what still runs. Recovery also runs every third of a Run Lease while serving, so
+Attempts stranded by any session are found within one Run Lease period.
 """
 
 from __future__ import annotations
@@ -45,7 +49,7 @@ from edge_runtime.service.executor import seal_inherited_descriptors
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
-from edge_runtime.service.recovery import end_abandoned, recover
+from edge_runtime.service.recovery import recover
 from edge_runtime.service.trusted_paths import require_trusted_directory
 from edge_runtime.service.wake import WakeSocket
 from edge_runtime.service.watch import pidfds_supported
@@ -97,6 +101,7 @@ class DeviceService:
         self._clock_db: LocalDatabase | None = None
         #: Consecutive ticks that failed; drives the backoff and thins out repeated error lines.
         self._tick_failures = 0
+        self._boot_id = ""
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -160,13 +165,15 @@ class DeviceService:
                 lease_ms=config.dispatch_lease_ms, retry_base_ms=config.retry_base_ms,
                 retry_max_ms=config.retry_max_ms,
             )
-            counts = recover(
-                runs=runs, worker=worker, supervisor=supervisor, controller=self.controller, journal=journal,
-                clock=self.clock, boot_id=boot_id, abandon_after_ms=config.run_lease_ms,
-            )
+            self._boot_id = boot_id
+            counts = self._recover(runs, worker, supervisor)
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor))
-            self._loop(loop, runs, worker, supervisor, dispatcher)
+            try:
+                self._loop(loop, runs, worker, supervisor, dispatcher)
+            except SessionLostError as lost:
+                self._linger(loop, supervisor, lost)
+                raise
             self._shutdown(loop, worker, supervisor, dispatcher)
             journal.info("service.stopped", running_left=len(supervisor.running))
             return 0
@@ -187,6 +194,8 @@ class DeviceService:
     ) -> None:
         callbacks: list = []
         next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
+        recovery_s = max(self.config.run_lease_ms // 3, MIN_SLEEP_MS) / 1000
+        next_recovery = time.monotonic() + recovery_s
         while True:
             for callback in callbacks:
                 callback()
@@ -200,17 +209,53 @@ class DeviceService:
             supervisor.run_capture_timers()
             if time.monotonic() >= next_fallback:
                 next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
-                self._sweep(runs, worker)
+            if time.monotonic() >= next_recovery:
+                next_recovery = time.monotonic() + recovery_s
+                self._recover(runs, worker, supervisor, periodic=True)
             worked = self._tick(worker, supervisor, dispatcher)
-            callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, next_fallback))
+            wake_at = min(next_fallback, next_recovery)
+            callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, wake_at))
 
-    def _sweep(self, runs: LocalRunRepository, worker: WorkerSession) -> None:
-        """The slow fallback poll's own chores (the tick that follows finds any missed work)."""
+    def _recover(
+        self, runs: LocalRunRepository, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False
+    ) -> dict[str, int]:
+        """Adopt or end what earlier sessions left and sweep orphans (see ``recovery``)."""
         try:
-            end_abandoned(runs=runs, worker=worker, journal=self.journal, clock=self.clock,
-                          abandon_after_ms=self.config.run_lease_ms)
+            counts = recover(runs=runs, worker=worker, supervisor=supervisor, controller=self.controller,
+                             journal=self.journal, boot_id=self._boot_id, abandon_after_ms=self.config.run_lease_ms)
+        except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
+            raise SessionLostError(f"the worker session of {worker.worker_id!r} was lost: {exc}") from exc
         except EdgeRuntimeError as exc:
-            self.journal.error("service.sweep_failed", error=exc.code, detail=str(exc))
+            if not periodic:
+                raise
+            self.journal.error("service.recovery_failed", error=exc.code, detail=str(exc))
+            return {}
+        if periodic and any(counts.values()):
+            self.journal.info("recovery.periodic", **{k: v for k, v in counts.items() if v})
+        return counts
+
+    def _linger(self, loop: EventLoop, supervisor: AttemptSupervisor, lost: SessionLostError) -> None:
+        """The session is gone: take nothing more, but wait for our own children to exit and record
+        their real end (not session-fenced), so the session that replaced ours need not guess it.
+        SIGTERM/SIGINT cut this short; the children then keep running and are re-adopted."""
+        supervisor.drop_adopted()
+        self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children)
+        while supervisor.own_children:
+            if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
+                return
+            if loop.flags.take(signal.SIGCHLD):
+                supervisor.reap_children()
+            try:
+                supervisor.settle_deferred()
+                supervisor.retry_completions()
+            except EdgeRuntimeError as exc:
+                self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
+            for callback in loop.wait(ADOPTED_POLL_MS / 1000):
+                callback()
+        try:
+            supervisor.retry_completions()
+        except EdgeRuntimeError as exc:
+            self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
 
     def _on_clock_jump(self, jump: ClockJump) -> None:
         self.journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
@@ -282,6 +327,9 @@ class DeviceService:
         capture_timer_s = supervisor.seconds_to_capture_timer()
         if capture_timer_s is not None:
             fallback_ms = min(fallback_ms, capture_timer_s * 1000)
+        retry_s = supervisor.next_retry_s()
+        if retry_s is not None:
+            fallback_ms = min(fallback_ms, retry_s * 1000)
         try:
             now = read_now_ms(self.clock)
             dues = [

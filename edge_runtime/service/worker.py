@@ -25,8 +25,11 @@ from edge_runtime.contract.run_lease import (
     ReleaseReason,
     ReleaseRunLeaseCommand,
     RenewRunLeaseCommand,
+    NoCapacityOutcome,
     RunLeaseRecord,
+    StartRunCommand,
 )
+from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_session import (
     HeartbeatCommand,
     OfflineCommand,
@@ -39,6 +42,17 @@ from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
 def new_event_id() -> str:
     return str(uuid.uuid4())
+
+
+class _Fence:
+    """A session fence (worker, session id, generation) for repository calls that take one."""
+
+    __slots__ = ("worker_id", "session_id", "session_generation")
+
+    def __init__(self, worker_id: str, session_id: str, session_generation: int) -> None:
+        self.worker_id = worker_id
+        self.session_id = session_id
+        self.session_generation = session_generation
 
 
 class RunGrant:
@@ -156,6 +170,52 @@ class WorkerSession:
         if isinstance(outcome, ClaimedRunOutcome):
             return RunGrant(outcome.lease, outcome.lease_token)
         return None
+
+    def start(self, run_id: str) -> RunGrant | NoCapacityOutcome | None:
+        """Take a queued Run in one fenced transaction: a new Attempt, its Run Lease, the start
+        barrier (``start_run``). The grant of the ``starting`` Attempt; a ``NoCapacityOutcome``
+        when this session's leases fill its capacity; None when the Run is no longer startable.
+        Nothing is written unless a grant is returned.
+
+        Raises:
+            WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced,
+                or is no longer online and live: this service must take nothing.
+        """
+        session = self.session
+        token = secrets.token_urlsafe(32)
+        outcome = self._repo.start_run(
+            StartRunCommand(
+                worker_id=self.worker_id,
+                session_id=self.session_id,
+                session_generation=session.generation,
+                session_version=session.version,
+                run_id=run_id,
+                attempt_id=str(uuid.uuid4()),
+                offer_id=str(uuid.uuid4()),
+                lease_token=token,
+                lease_duration_ms=self._run_lease_ms,
+            )
+        )
+        if isinstance(outcome, ClaimedRunOutcome):
+            return RunGrant(outcome.lease, outcome.lease_token)
+        return outcome if isinstance(outcome, NoCapacityOutcome) else None
+
+    def abandon_start(self, grant: RunGrant, reason: str) -> RunStatus:
+        """Undo a start that spawned no process: the Run goes back to the queue (or ends
+        ``cancelled``), the grant is completed. Fenced by the grant, so it works after a takeover."""
+        return self._repo.abandon_start(grant.lease, reason=reason, actor_id=self.owner)
+
+    def sweep_orphans(self, abandon_after_ms: int) -> list[tuple[str, RunStatus]]:
+        """End Attempts stranded before a process was recorded, by any session (see ``run_start``)."""
+        return self._repo.sweep_orphans(self._fence(), abandon_after_ms=abandon_after_ms)
+
+    def free_slots(self) -> int:
+        """This session's capacity left, as the lease authority counts it."""
+        return self._repo.free_slots(self.worker_id, self.generation)
+
+    def _fence(self) -> _Fence:
+        session = self.session
+        return _Fence(self.worker_id, self.session_id, session.generation)
 
     def begin_start(self, grant: RunGrant) -> None:
         """The start barrier: the Attempt goes ``claimed`` -> ``starting``."""

@@ -263,15 +263,20 @@ def test_a_second_service_with_the_same_worker_id_takes_over_without_running_twi
 
     second = harness.serve(env=fast)  # same worker id: a new session, generation 2
     second.wait_log("attempt.adopted")
-    assert first.process.wait(15) == 1  # its session was replaced: it stops, leaving the run alone
-    assert "[SERVICE_SESSION_LOST]" in first.log()
+    # Fenced out, the first takes nothing more but waits for its own child, to record its end.
+    first.wait_log("service.session_lost")
+    assert first.process.poll() is None
     assert read_identity(leader.pid) == leader
     assert len(harness.detail(run_id).attempts) == 1
 
-    harness.cli("cancel", run_id)
+    harness.cli("cancel", run_id)  # delivered by the second (the current session)
     detail = harness.wait_status(run_id, "cancelled")
     wait_for(lambda: process_gone(leader.pid), "the taken-over process to be gone")
+    assert first.process.wait(15) == 1  # then it exits, session lost
+    assert "[SERVICE_SESSION_LOST]" in first.log()
     assert len(detail.attempts) == 1
+    # The parent read the real status (SIGTERM), rather than the adopter guessing "lost".
+    assert harness.detail(run_id).attempts[-1].exit_code == 128 + signal.SIGTERM
 
 
 def test_a_child_ignoring_sigterm_is_killed_after_its_leader_exited(harness: Harness) -> None:

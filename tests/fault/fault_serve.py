@@ -3,6 +3,11 @@ file named by ``$FAULT_TOKEN_LOG`` (test tooling for the secrets-at-rest scan), 
 ``$FAULT_CLOCK_FILE`` is set, its system clock shifted by the milliseconds that file holds, so a
 campaign can make the wall clock of a real service jump without touching the machine's clock.
 
+When ``$FAULT_KILL_AT`` names a step of the start sequence (``after_start``: the Attempt,
+its Run Lease and the barrier committed; ``before_spawn``; ``after_spawn``: a process exists, its
+identity not recorded; ``after_record``), the service SIGKILLs itself there, once: the file
+``$FAULT_KILL_MARK`` is created first, and no kill happens while it exists.
+
 When ``$FAULT_DISK_FULL_FILE`` is set, a VFS inheriting the default one is made the default: while
 that file exists, every write and sync of a ``-wal`` file fails with SQLITE_FULL (each failure
 appends a line to the file, counting the hits). Only the WAL: its writes and syncs happen inside
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sys
 import time
 
@@ -85,6 +91,46 @@ class _DiskFullVFS(apsw.VFS):
 
 if os.environ.get("FAULT_DISK_FULL_FILE"):
     _disk_full_vfs = _DiskFullVFS()  # kept referenced: an unreferenced VFS is unregistered
+
+def _kill_at(step: str) -> None:
+    if os.environ.get("FAULT_KILL_AT") == step:
+        try:
+            os.close(os.open(os.environ["FAULT_KILL_MARK"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            return
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _install_kill_points() -> None:
+    from edge_runtime.local.runs import LocalRunRepository
+    from edge_runtime.service import attempts
+    from edge_runtime.service.worker import WorkerSession
+
+    start, spawn, record = WorkerSession.start, attempts.spawn, LocalRunRepository.record_running
+
+    def start_then_kill(self, run_id):  # type: ignore[no-untyped-def]
+        outcome = start(self, run_id)
+        _kill_at("after_start")
+        return outcome
+
+    def spawn_between_kills(*args, **kwargs):  # type: ignore[no-untyped-def]
+        _kill_at("before_spawn")
+        identity = spawn(*args, **kwargs)
+        _kill_at("after_spawn")
+        return identity
+
+    def record_then_kill(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        attempt = record(self, *args, **kwargs)
+        _kill_at("after_record")
+        return attempt
+
+    WorkerSession.start = start_then_kill  # type: ignore[method-assign]
+    attempts.spawn = spawn_between_kills  # type: ignore[assignment]
+    LocalRunRepository.record_running = record_then_kill  # type: ignore[method-assign]
+
+
+if os.environ.get("FAULT_KILL_AT"):
+    _install_kill_points()
 
 if __name__ == "__main__":
     from edge_runtime.cli import main

@@ -25,6 +25,7 @@ from fault_workloads import stored_problems
 
 HERE = Path(__file__).resolve().parent
 GRACE_MS = 300
+SLOTS = 3
 SETTLE_S = 40.0
 
 #: Commands by kind. Each logs "<label> <attempt id> <pid>" when it starts, so a second start of
@@ -79,13 +80,13 @@ class ServiceCampaign:
         temporary.write_text(str(offset_ms))
         os.replace(temporary, self.clock_file)
 
-    def serve(self) -> subprocess.Popen:
+    def serve(self, worker_id: str = "fault-worker") -> subprocess.Popen:
         log = open(self.device / f"serve-{len(self.services)}.log", "wb")
         try:
             process = subprocess.Popen(
                 [sys.executable, str(HERE / "fault_serve.py"), "--db", str(self.db_path), "serve",
-                 "--worker-id", "fault-worker", "--grace-ms", str(GRACE_MS), "--poll-interval-ms", "1000",
-                 "--slots", "3"],
+                 "--worker-id", worker_id, "--grace-ms", str(GRACE_MS), "--poll-interval-ms", "1000",
+                 "--slots", str(SLOTS)],
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, env=self.env,
             )
         finally:
@@ -173,6 +174,18 @@ class ServiceCampaign:
                 "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL")}
             past_barrier = Counter(row[0] for row in db.connection.execute(
                 "SELECT run_id FROM run_attempts WHERE status <> 'claimed'"))
+            # Issue 9: a Run fails only if a process may have started (an Attempt crossed the
+            # start barrier), and no session ever holds more grants than its capacity.
+            never_started = [row[0] for row in db.connection.execute(
+                "SELECT r.id FROM runs r WHERE r.status = 'failed' AND NOT EXISTS (SELECT 1 FROM "
+                "run_dispatch_leases l WHERE l.run_id = r.id AND l.started_at_ms IS NOT NULL)")]
+            over = db.connection.execute(
+                "SELECT worker_id, session_generation, count(*) FROM run_dispatch_leases WHERE status = 'leased' "
+                "GROUP BY worker_id, session_generation HAVING count(*) > ?", (SLOTS,)).fetchall()
+        problems += [f"run {self.labels.get(run_id, run_id)} failed but never crossed the start barrier"
+                     for run_id in never_started]
+        problems += [f"session {worker}#{generation} holds {count} grants, above its {SLOTS} slots"
+                     for worker, generation, count in over]
         missing = len(self.seen_events - events) + len(self.acked_cancels - cancels)
         if missing:
             self.lost += missing
@@ -188,6 +201,35 @@ class ServiceCampaign:
             if count > attempts:
                 problems.append(f"{label} started {count} processes for {attempts} attempts past the start barrier")
         self.violations += [f"{when}: {problem}" for problem in problems]
+
+    def drain(self, stall_s: float = 15.0) -> None:
+        """Let one service run every Run nobody cancelled to its end, then judge (issue 9: none
+        may be stranded ``queued``/``dispatching``, none may fail without having started).
+
+        However long the queue, it must keep moving: a judgement is made once every Run ended,
+        or once nothing changed for ``stall_s`` (several Run Leases and the longest command)."""
+        process = self.serve()
+        last, changed_at = None, time.monotonic()
+        while (undrained := self._undrained()) and time.monotonic() - changed_at < stall_s:
+            if undrained != last:
+                last, changed_at = undrained, time.monotonic()
+            poke(self.db_path)
+            time.sleep(0.2)
+        for run_id, status in self._undrained():
+            self.violations.append(f"run {self.labels.get(run_id, run_id)} never ended: {status}")
+        process.send_signal(signal.SIGTERM)
+        process.wait(30)
+        self.check("after draining")
+
+    def _undrained(self) -> list[tuple[str, str]]:
+        with open_database(self.db_path, create=False) as db:
+            # A running process of another worker id is that worker's to re-adopt when it returns.
+            return db.connection.execute(
+                "SELECT r.id, r.status FROM runs r WHERE r.cancel_requested_at_ms IS NULL "
+                "AND r.status NOT IN ('succeeded', 'failed', 'cancelled') AND NOT EXISTS (SELECT 1 FROM "
+                "run_attempts a JOIN run_dispatch_leases l ON l.attempt_id = a.id WHERE a.run_id = r.id "
+                "AND a.status = 'running' AND l.worker_id <> 'fault-worker')"
+            ).fetchall()
 
     def settle(self) -> None:
         """Cancel everything left, let one last service deliver it all, and judge the end state."""

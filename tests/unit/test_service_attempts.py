@@ -101,36 +101,32 @@ def test_a_missing_program_fails_the_attempt_with_the_reason(rig: Rig) -> None:
     assert rig.supervisor.running == {}
 
 
-def test_a_cancel_that_lands_before_the_start_means_no_process(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_cancel_that_lands_before_the_start_means_no_attempt_and_no_process(
+    rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     run_id = rig.submit("sleep", "60")
-    claim = WorkerSession.claim
+    start = WorkerSession.start
 
-    def cancel_then_claim(self: WorkerSession, run: str, attempt: str):
+    def cancel_then_start(self: WorkerSession, run: str):
         rig.runs.request_cancel(CancelRunCommand(run_id=run))
-        return claim(self, run, attempt)
+        return start(self, run)
 
-    monkeypatch.setattr(WorkerSession, "claim", cancel_then_claim)
+    monkeypatch.setattr(WorkerSession, "start", cancel_then_start)
     assert rig.supervisor.start_queued() == 0
-    attempt = rig.runs.attempts(run_id)[-1]
-    assert attempt.status is AttemptStatus.CANCELLED
-    assert attempt.identity is None  # never spawned
+    assert rig.runs.attempts(run_id) == []  # the start refused: nothing written
     assert rig.runs.get(run_id).status.value == "cancelled"
 
 
-def test_a_refused_run_lease_requeues_the_run_instead_of_failing_it(
-    rig: Rig, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    first, second = rig.submit("true"), rig.submit("true")
-    # The session's own count says no slot is free (e.g. a re-adopted Attempt not yet reported).
-    monkeypatch.setattr(WorkerSession, "claim", lambda self, run_id, attempt_id: None)
-    assert rig.supervisor.start_queued() == 0
-    assert rig.runs.get(first).status.value == "queued"
-    [refused] = rig.runs.attempts(first)
-    assert (refused.status, refused.end_reason) == (
-        AttemptStatus.LOST, "no run lease could be taken (no free slot in this session)")
-    assert rig.runs.attempts(second) == []  # the pass stopped at the first refusal
-    monkeypatch.undo()
+def test_a_full_session_takes_nothing_and_writes_nothing(rig: Rig) -> None:
+    first = rig.submit("sleep", "0.3")
+    second = rig.submit("true")
+    assert rig.supervisor.start_queued() == 1
+    events = len(rig.runs.events(second))
+    for _ in range(5):  # every pass sees the authority's count: no Attempt, no event, no churn
+        assert rig.supervisor.start_queued() == 0
+    assert rig.runs.attempts(second) == [] and len(rig.runs.events(second)) == events
+    assert rig.runs.get(second).status.value == "queued"
+    rig.drive_until_idle()
     assert rig.supervisor.start_queued() == 1
     rig.drive_until_idle()
-    assert rig.runs.get(first).status.value == "succeeded"
-    assert [a.attempt for a in rig.runs.attempts(first)] == [1, 2]
+    assert [rig.runs.get(r).status.value for r in (first, second)] == ["succeeded", "succeeded"]

@@ -22,15 +22,9 @@ from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
-from edge_runtime.service.process_identity import read_boot_id
-from edge_runtime.service.recovery import (
-    REASON_ABANDONED,
-    REASON_GONE,
-    REASON_NEVER_STARTED,
-    REASON_REBOOTED,
-    REASON_STARTING,
-    recover,
-)
+from edge_runtime.service.process_identity import read_boot_id, read_stat
+from edge_runtime.local.run_start import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
+from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, recover
 from edge_runtime.service.worker import WorkerSession
 
 RUN_LEASE_MS = 60_000
@@ -81,21 +75,30 @@ def live_group(tmp_path: Path) -> Iterator[ProcessIdentity]:
         os.killpg(identity.pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    while reap(identity.pid) is None:
+    while reap(identity.pid) is None and read_stat(identity.pid) is not None:  # the test may have reaped it
         time.sleep(0.01)
 
 
 def _recover(setup: Setup, clock: ManualClock, loop: EventLoop, log: io.StringIO) -> tuple[AttemptSupervisor, dict]:
     new = _session(setup.db)
-    assert new.generation == setup.old.generation + 1
+    assert new.generation > setup.old.generation
     controller = LocalProcessController()
     supervisor = AttemptSupervisor(
         runs=setup.runs, worker=new, controller=controller, loop=loop, journal=Journal(log), slots=4,
         log_dir=setup.tmp, log_max_bytes=4096, boot_id=read_boot_id(),
     )
     counts = recover(runs=setup.runs, worker=new, supervisor=supervisor, controller=controller,
-                     journal=Journal(log), clock=clock, boot_id=read_boot_id(), abandon_after_ms=RUN_LEASE_MS)
+                     journal=Journal(log), boot_id=read_boot_id(), abandon_after_ms=RUN_LEASE_MS)
     return supervisor, counts
+
+
+def _settle(supervisor: AttemptSupervisor, timeout: float = 10.0) -> None:
+    """Poll until every re-adopted Attempt whose process is gone was settled (after the grace)."""
+    deadline = time.monotonic() + timeout
+    while supervisor.running:
+        assert time.monotonic() < deadline, "gone processes were not settled"
+        supervisor.poll_adopted()
+        time.sleep(0.05)
 
 
 def _ended(setup: Setup, attempt_id: str) -> tuple[str, str]:
@@ -115,18 +118,31 @@ def test_attempts_without_a_live_process_are_lost_with_a_reason(setup: Setup, cl
     loop = EventLoop()
     try:
         supervisor, counts = _recover(setup, clock, loop, io.StringIO())
+        assert counts["lost"] == 1 and counts["adopted"] == 0
+        assert (counts["requeued"], counts["settling"], counts["pending"]) == (1, 1, 2)  # pending: claimed, starting
+        _settle(supervisor)
     finally:
         loop.close()
-    assert counts["lost"] == 4 and counts["adopted"] == 0
-    assert _ended(setup, claimed) == ("lost", REASON_NEVER_STARTED)
-    assert _ended(setup, starting) == ("lost", REASON_STARTING)
+    # Never started: back in the queue, never failed for it.
+    assert _ended(setup, claimed) == ("lost", REASON_ORPHAN_UNSTARTED)
+    assert setup.runs.get(setup.runs.get_attempt(claimed).run_id).status.value == "queued"
     assert _ended(setup, rebooted) == ("lost", REASON_REBOOTED)
     assert _ended(setup, exited) == ("lost", REASON_GONE)
-    assert setup.runs.active_attempts() == []
     assert setup.old.lease_of(claimed).status.value == "completed"  # grants closed, not left open
+    # Past the barrier: its owner may still be spawning it, until its grant runs out.
+    assert setup.runs.get_attempt(starting).status is AttemptStatus.STARTING
+    clock.advance(RUN_LEASE_MS + 1)
+    loop = EventLoop()
+    try:
+        _recover(setup, clock, loop, io.StringIO())
+    finally:
+        loop.close()
+    assert _ended(setup, starting) == ("lost", REASON_ORPHAN_STARTING)
+    assert setup.runs.get(setup.runs.get_attempt(starting).run_id).status.value == "failed"  # may have run
+    assert setup.runs.active_attempts() == []
 
 
-def test_an_attempt_abandoned_before_its_lease_is_lost_only_when_old(setup: Setup, clock: ManualClock) -> None:
+def test_an_attempt_abandoned_before_its_lease_is_requeued_only_when_old(setup: Setup, clock: ManualClock) -> None:
     stale = setup.attempt(until="unleased")
     clock.advance(RUN_LEASE_MS + 1)
     fresh = setup.attempt(until="unleased")  # created now: younger than a run lease
@@ -136,7 +152,8 @@ def test_an_attempt_abandoned_before_its_lease_is_lost_only_when_old(setup: Setu
         _recover(setup, clock, loop, io.StringIO())
     finally:
         loop.close()
-    assert _ended(setup, stale) == ("lost", REASON_ABANDONED)
+    assert _ended(setup, stale) == ("lost", REASON_ORPHAN_UNSTARTED)
+    assert setup.runs.get(setup.runs.get_attempt(stale).run_id).status.value == "queued"
     assert setup.runs.get_attempt(fresh).status is AttemptStatus.CLAIMED
 
 
@@ -160,9 +177,10 @@ def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup,
         deadline = time.monotonic() + 10
         while attempt_id in supervisor.running:
             assert time.monotonic() < deadline, "the adopted exit was not noticed"
-            for callback in loop.wait(1.0):
+            for callback in loop.wait(0.2):
                 callback()
             supervisor.poll_adopted()
+            reap(live_group.pid)  # its parent (here: this test) reaps it but records nothing
         supervisor.close()
     finally:
         loop.close()
@@ -182,9 +200,10 @@ def test_a_cancelled_readopted_process_ends_cancelled(setup: Setup, clock: Manua
         deadline = time.monotonic() + 10
         while attempt_id in supervisor.running:
             assert time.monotonic() < deadline
-            for callback in loop.wait(1.0):
+            for callback in loop.wait(0.2):
                 callback()
             supervisor.poll_adopted()
+            reap(live_group.pid)  # its parent (here: this test) reaps it but records nothing
         supervisor.close()
     finally:
         loop.close()
