@@ -116,8 +116,24 @@ def _recover_one(
     if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
         supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
         return "awaiting_kill"
+    _mark_output_gap(attempt, REASON_GONE, journal)
     supervisor.adopt_gone(attempt, REASON_GONE)
     return "settling"
+
+
+def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> None:
+    """Say in the log that output was lost: the Attempt ended while no service read its FIFO.
+
+    What the pipe held when the process ended went with it; a FIFO still on disk means no service
+    drained it to the end, so the mark is written where ``logs`` reads it.
+    """
+    if attempt.log_path is _UNSET or not Path(attempt.log_path).with_suffix(".fifo").exists():
+        return
+    try:
+        mark_gap(attempt.log_path, f"output gap: the attempt ended while no service was reading its output "
+                                   f"({reason}); what it wrote after the service stopped, up to 64 KiB, is lost")
+    except OSError as exc:
+        journal.warning("recovery.log_not_marked", attempt=attempt.id, detail=str(exc))
 
 
 def _end(
@@ -131,15 +147,12 @@ def _end(
     if attempt.log_path is not _UNSET:
         # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
         fifo = Path(attempt.log_path).with_suffix(".fifo")
+        if reason is REASON_REBOOTED:  # without an identity no process ever wrote to it
+            _mark_output_gap(attempt, reason, journal)
         try:
-            if reason in (REASON_GONE, REASON_REBOOTED) and fifo.exists():
-                # What the pipe held when the process ended went with it: say so where it is read.
-                mark_gap(attempt.log_path, f"output gap: the attempt ended while no service was reading its "
-                                           f"output ({reason}); what it wrote after the service stopped, up to "
-                                           f"64 KiB, is lost")
             fifo.unlink(missing_ok=True)
         except OSError as exc:
-            journal.warning("recovery.log_not_marked", attempt=attempt.id, detail=str(exc))
+            journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
     runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
     worker.complete(attempt.id)
     journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
