@@ -1,11 +1,17 @@
-"""``edge-runtime serve``: run the device service in the foreground until SIGTERM/SIGINT."""
+"""``edge-runtime serve``: run the device service in the foreground until SIGTERM/SIGINT.
+
+The composition root: the only place that picks the storage adapter (here the Local one: the
+SQLite file at ``--db``, the guarded device clock, the wake socket) and hands it to the service.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from edge_runtime.cli.db_path import ensure_parent
-from edge_runtime.service.config import CONFIG_ENV_VAR, load_config
+from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -45,7 +51,29 @@ def run(args: argparse.Namespace) -> int:
             "stop_runs_on_exit": args.stop_runs_on_exit,
         },
     )
-    from edge_runtime.service.service import DeviceService  # the CLI's read commands never load it
-
     ensure_parent(args.db)
-    return DeviceService(args.db, config).run()
+    return build_service(args.db, config).run()
+
+
+def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=None):
+    """The device service on the Local store at ``db_path`` (``clock``: tests inject one)."""
+    # Imported here: the CLI's read commands never load the service.
+    from edge_runtime.local.store import local_store_opener
+    from edge_runtime.service.journal import Journal
+    from edge_runtime.service.service import DeviceService
+    from edge_runtime.service.trusted_paths import require_trusted_directory
+
+    journal = journal or Journal()
+
+    def on_jump(jump) -> None:
+        journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
+                        wall_ms=jump.wall_ms, guarded_ms=jump.guarded_ms, at_boot=jump.at_boot)
+
+    open_local = local_store_opener(db_path, clock=clock, on_jump=on_jump)
+
+    def open_store():
+        # Root opens the database's -wal/-shm beside it: the directory must be trusted first.
+        require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
+        return open_local()
+
+    return DeviceService(open_store, config, log_dir=config.resolved_log_dir(db_path), journal=journal)

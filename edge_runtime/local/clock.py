@@ -8,16 +8,10 @@ against backward jumps elsewhere).
 from __future__ import annotations
 
 import time
-from typing import Protocol, runtime_checkable
-
+from edge_runtime.contract.ports import Clock
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 
-
-@runtime_checkable
-class Clock(Protocol):
-    def now_ms(self) -> int:
-        """Milliseconds since the Unix epoch, a non-negative safe integer."""
-        ...
+__all__ = ["Clock", "InvalidClockValueError", "ManualClock", "SystemClock", "read_now_ms"]
 
 
 class InvalidClockValueError(ValueError):

@@ -46,3 +46,9 @@ class ScrubRollbackRefusedError(ScrubRefusedError):
     after the scrub, or the backup is missing or changed); the database was left as it was."""
 
     code = "LOCAL_SCRUB_ROLLBACK_REFUSED"
+
+
+class WakeSocketError(LocalStorageError):
+    """The wake socket could not be bound (another service holds it, or the directory is unusable)."""
+
+    code = "SERVICE_WAKE_SOCKET_FAILED"

@@ -40,7 +40,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_lease import NoCapacityOutcome
 from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
 from edge_runtime.service.executor import reap, spawn, task_environment
@@ -79,7 +79,7 @@ class AttemptSupervisor:
     def __init__(
         self,
         *,
-        runs: LocalRunRepository,
+        runs: RunStore,
         worker: WorkerSession,
         controller: LocalProcessController,
         loop: EventLoop,

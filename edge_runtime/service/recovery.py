@@ -35,7 +35,7 @@ import msgspec
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
@@ -51,7 +51,7 @@ REASON_NO_IDENTITY = "the attempt is running but its process identity is missing
 
 def recover(
     *,
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     supervisor: AttemptSupervisor,
     controller: LocalProcessController,
@@ -91,7 +91,7 @@ def recover(
 
 def _recover_one(
     attempt_id: str,
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     supervisor: AttemptSupervisor,
     controller: LocalProcessController,
@@ -137,7 +137,7 @@ def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> N
 
 
 def _end(
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     journal: Journal,
     attempt: AttemptRecord,
