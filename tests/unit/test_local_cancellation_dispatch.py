@@ -474,14 +474,21 @@ def _write_unchecked(db: LocalDatabase, **row: Any) -> None:
     }
     values.update(row)
     connection = db.connection
+    # The shape triggers of migration 0005 too (an old release wrote without them).
+    triggers = connection.execute("SELECT name, sql FROM sqlite_master WHERE type = 'trigger' "
+                                  "AND tbl_name = 'run_cancellation_dispatches' AND name LIKE '%result_shape%'").fetchall()
     connection.execute("PRAGMA ignore_check_constraints = ON")
     try:
+        for name, _ in triggers:
+            connection.execute(f"DROP TRIGGER {name}")
         connection.execute(
             f"INSERT INTO run_cancellation_dispatches ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
             tuple(values.values()),
         )
     finally:
         connection.execute("PRAGMA ignore_check_constraints = OFF")
+        for _, sql in triggers:
+            connection.execute(sql)
 
 
 BROKEN_ROWS = [

@@ -242,3 +242,21 @@ def test_two_processes_opening_a_fresh_file_concurrently_both_succeed(tmp_path: 
         assert proc.returncode == 0, err
         assert out.strip() == "opened"
     assert set(_applied(db_path)) == {m.id for m in known_migrations()}
+
+
+@pytest.mark.parametrize("status", ["dispatched", "blocked", "retry_wait"])
+def test_a_terminal_dispatch_row_without_its_result_is_refused(db, status: str) -> None:
+    """0005: the 0001 CHECKs let a NULL last_result through; the triggers do not."""
+    sql = db.connection
+    sql.execute("INSERT INTO runs (id, status, version, event_sequence, created_at_ms) VALUES ('r', 'running', 0, 0, 1)")
+    sql.execute("INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms) "
+                "VALUES ('a', 'r', 1, 'running', 'local_process', 1)")
+    next_at = 5 if status == "retry_wait" else None
+    insert = ("INSERT INTO run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
+              "next_attempt_at_ms, last_result, created_at_ms, updated_at_ms) VALUES ('r', 'a', ?, 1, 1, ?, ?, 1, 1)")
+    with pytest.raises(apsw.ConstraintError, match="needs its last_result"):
+        sql.execute(insert, (status, next_at, None))
+    result = "termination_requested" if status == "dispatched" else "unsupported"
+    sql.execute(insert, (status, next_at, result))
+    with pytest.raises(apsw.ConstraintError, match="needs its last_result"):
+        sql.execute("UPDATE run_cancellation_dispatches SET last_result = NULL WHERE run_id = 'r'")
