@@ -138,11 +138,6 @@ def argv_problem(argv: object) -> str | None:
     return None
 
 
-def text_problem(name: str, value: object, max_length: int) -> str | None:
-    """Like an identifier, but for short human text (names, reasons)."""
-    return identifier_problem(name, value, max_length)
-
-
 class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
 
@@ -153,7 +148,7 @@ class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
         _reject(
             first_problem(
                 argv_problem(self.argv),
-                None if self.name is msgspec.UNSET else text_problem("name", self.name, MAX_NAME_LENGTH),
+                None if self.name is msgspec.UNSET else identifier_problem("name", self.name, MAX_NAME_LENGTH),
             )
         )
 
@@ -166,7 +161,7 @@ class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
         _reject(
             first_problem(
                 identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                None if self.reason is msgspec.UNSET else text_problem("reason", self.reason, MAX_REASON_LENGTH),
+                None if self.reason is msgspec.UNSET else identifier_problem("reason", self.reason, MAX_REASON_LENGTH),
             )
         )
 

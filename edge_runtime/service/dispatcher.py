@@ -208,6 +208,3 @@ class CancellationDispatcher:
         """When an in-memory SIGKILL retry is due (durable deadlines come from the repository)."""
         return min((at for _, at in self._kill_retry.values()), default=None)
 
-    def forget(self, attempt_id: str) -> None:
-        self._kill_retry.pop(attempt_id, None)
-
