@@ -575,7 +575,7 @@ class PostgresWorkerLeaseRepository:
             raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
 
     def _store_lease(self, record: RunLeaseRecord, expected_version: int | None) -> None:
-        problem = lease_record_problem(record, check_identities=False)
+        problem = lease_record_problem(record)
         if problem is not None:
             raise ClusterLeaseStorageError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
 

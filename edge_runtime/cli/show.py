@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  not signalled: {found['count']} process(es) that had left the group at cancel time, "
                       f"pids {' '.join(map(str, found['pids']))}\n")
     dispatch = detail.dispatch
-    if dispatch is None:
+    if dispatch is msgspec.UNSET:
         out.write("dispatch   none\n")
     else:
         out.write(

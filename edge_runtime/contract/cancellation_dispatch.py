@@ -17,7 +17,8 @@ import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import (
+# The shared limits and the wire helpers are re-exported: the spec names them in this module.
+from edge_runtime.contract.validation import (  # noqa: F401
     ATTEMPT_ID_MAX_LENGTH,
     EVENT_ID_MAX_LENGTH,
     LEASE_TOKEN_MAX_LENGTH,
@@ -34,7 +35,6 @@ from edge_runtime.contract.validation import (
     encode,
     fields_problem,
     identifier_type,
-    int_problem,
     lease_token_problem,
 )
 

@@ -11,13 +11,14 @@ import enum
 
 import msgspec
 
-from edge_runtime.contract.cancellation_dispatch import (
-    ATTEMPT_ID_MAX_LENGTH,
-    RUN_ID_MAX_LENGTH,
-    DispatchRecord,
-)
+from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, identifier_type
+from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
+    RunId,
+    SafeInt,
+    fields_problem,
+    identifier_type,
+)
 
 # --------------------------------------------------------------------------- vocabularies
 
@@ -78,8 +79,8 @@ MAX_ARG_LENGTH = 4096
 MAX_NAME_LENGTH = 128
 MAX_REASON_LENGTH = 256
 
-RunId = identifier_type(RUN_ID_MAX_LENGTH)
-AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
+Name = identifier_type(MAX_NAME_LENGTH)
+Reason = identifier_type(MAX_REASON_LENGTH)
 
 # --------------------------------------------------------------------------- errors
 
@@ -142,28 +143,18 @@ class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
     """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
 
     argv: list[str]
-    name: str | msgspec.UnsetType = msgspec.UNSET
+    name: Name | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
-        _reject(
-            first_problem(
-                argv_problem(self.argv),
-                None if self.name is msgspec.UNSET else identifier_problem("name", self.name, MAX_NAME_LENGTH),
-            )
-        )
+        _reject(argv_problem(self.argv) or fields_problem(self))
 
 
 class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
     run_id: RunId
-    reason: str | msgspec.UnsetType = msgspec.UNSET
+    reason: Reason | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
-        _reject(
-            first_problem(
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                None if self.reason is msgspec.UNSET else identifier_problem("reason", self.reason, MAX_REASON_LENGTH),
-            )
-        )
+        _reject(fields_problem(self))
 
 
 # --------------------------------------------------------------------------- records
@@ -239,7 +230,8 @@ class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     created_at_ms: SafeInt
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     attempts: list[AttemptRecord]
-    dispatch: DispatchRecord | None
+    #: Absent (not null) when the Run never had a cancellation dispatch.
+    dispatch: DispatchRecord | msgspec.UnsetType = msgspec.UNSET
 
 
 class CancellationCandidate(msgspec.Struct, frozen=True, gc=False):

@@ -122,7 +122,7 @@ class LocalRunRepository(RunScans):
             created_at_ms=run.created_at_ms,
             finished_at_ms=run.finished_at_ms,
             attempts=attempts,
-            dispatch=dispatch,
+            dispatch=msgspec.UNSET if dispatch is None else dispatch,
         )
 
     def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:

@@ -239,7 +239,7 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     The identifiers of every record written here come from a checked record or a validated
     command, so only the state invariants are re-checked (the table's CHECKs back them too).
     """
-    problem = lease_record_problem(record, check_identities=False)
+    problem = lease_record_problem(record)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
     values = (

@@ -185,4 +185,4 @@ def test_detail_and_list(backend, runs) -> None:
     assert [r.id for r in runs.list_runs(status=RunStatus.RUNNING)] == [first.id]
     detail = runs.detail(first.id)
     assert [a.status for a in detail.attempts] == [AttemptStatus.RUNNING]
-    assert detail.dispatch is None
+    assert detail.dispatch is msgspec.UNSET

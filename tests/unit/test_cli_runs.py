@@ -51,7 +51,7 @@ def test_submit_prints_only_the_run_id_and_show_json_has_the_documented_shape(ca
     assert shown["status"] == "queued"
     assert shown["command"] == ["sh", "-c", "echo hi"]
     assert shown["attempts"] == []
-    assert shown["dispatch"] is None
+    assert "dispatch" not in shown  # absent, not null
     assert "cancelRequestedAtMs" not in shown  # absent, not null
 
 
