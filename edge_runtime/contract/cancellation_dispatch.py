@@ -30,6 +30,7 @@ from edge_runtime.contract.validation import (  # noqa: F401
     RunId,
     SafeInt,
     Version,
+    Command,
     bounded_int_type,
     command_decoder,
     encode,
@@ -173,6 +174,10 @@ def dedupe_key_for(attempt_id: str, dispatch_count: int) -> str:
 # --------------------------------------------------------------------------- commands
 
 
+class _Command(Command):
+    error = InvalidCommandError
+
+
 def _reject(problem: str | None, path: str | None = None) -> None:
     if problem is not None:
         error = InvalidCommandError(problem)
@@ -180,7 +185,7 @@ def _reject(problem: str | None, path: str | None = None) -> None:
         raise error
 
 
-class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ClaimCommand(_Command):
     """Claim the cancellation dispatch of a Run's Attempt for ``lease_duration_ms``.
 
     ``requested_at_ms`` is the Run's existing ``cancel_requested_at_ms``; the caller never
@@ -194,19 +199,8 @@ class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
     lease_token: LeaseToken
     lease_duration_ms: LeaseDurationMs
 
-    def __post_init__(self) -> None:
-        _reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        # The raw token is a write capability: keep it out of reprs, logs and tracebacks.
-        return (
-            f"ClaimCommand(run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, "
-            f"requested_at_ms={self.requested_at_ms!r}, owner={self.owner!r}, "
-            f"lease_token=<redacted>, lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RecordResultCommand(_Command):
     """Record what the controller did under the lease fenced by owner, token and version.
 
     ``retry_delay_ms`` is present exactly when ``result`` is retryable.
@@ -233,13 +227,6 @@ class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=
         elif self.retry_delay_ms is msgspec.UNSET:
             _reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
         _reject(problem, "$.retryDelayMs")
-
-    def __repr__(self) -> str:
-        return (
-            f"RecordResultCommand(run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, "
-            f"owner={self.owner!r}, lease_token=<redacted>, expected_version={self.expected_version!r}, "
-            f"result={self.result!r}, event_id={self.event_id!r}, retry_delay_ms={self.retry_delay_ms!r})"
-        )
 
 
 # --------------------------------------------------------------------------- record

@@ -38,7 +38,7 @@ from edge_runtime.contract.worker_lease import (
     WorkerId,
     InvalidWorkerLeaseCommandError,
     digest_problem,
-    reject,
+    LeaseCommand,
 )
 
 
@@ -82,7 +82,7 @@ def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
 # --------------------------------------------------------------------------- commands
 
 
-class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ClaimRunCommand(LeaseCommand):
     """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
 
     ``offer_id`` is the stable id of the offer being accepted; with the token digest and the
@@ -99,20 +99,8 @@ class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     lease_duration_ms: RunLeaseDurationMs
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        # The raw token is an execution capability: keep it out of reprs, logs and tracebacks.
-        return (
-            f"ClaimRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, run_id={self.run_id!r}, "
-            f"attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, lease_token=<redacted>, "
-            f"lease_duration_ms={self.lease_duration_ms!r}, event_id={self.event_id!r})"
-        )
-
-
-class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RenewRunLeaseCommand(LeaseCommand):
     """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
 
     worker_id: WorkerId
@@ -123,19 +111,8 @@ class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields
     expected_version: LeaseVersion
     lease_duration_ms: RunLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        return (
-            f"RenewRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, "
-            f"lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ReleaseRunLeaseCommand(LeaseCommand):
     """Give back a grant whose Attempt is still ``claimed`` (before the start barrier)."""
 
     worker_id: WorkerId
@@ -147,19 +124,8 @@ class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fiel
     reason: ReleaseReason
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        return (
-            f"ReleaseRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, reason={self.reason!r}, "
-            f"event_id={self.event_id!r})"
-        )
-
-
-class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class BeginStartCommand(LeaseCommand):
     """Cross the start barrier: the Attempt goes ``claimed`` -> ``starting`` under a live grant."""
 
     worker_id: WorkerId
@@ -170,18 +136,8 @@ class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tr
     expected_version: LeaseVersion
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        return (
-            f"BeginStartCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, event_id={self.event_id!r})"
-        )
-
-
-class StartRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class StartRunCommand(LeaseCommand):
     """Take a queued Run in one fenced step: create its next Attempt (``attempt_id``), claim its
     Run Lease and cross the start barrier, all in one transaction (Local Profile composition of
     ``claim_run`` and ``begin_start``).
@@ -200,19 +156,8 @@ class StartRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     lease_token: LeaseToken
     lease_duration_ms: RunLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-    def __repr__(self) -> str:
-        return (
-            f"StartRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, session_version={self.session_version!r}, "
-            f"run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, "
-            f"lease_token=<redacted>, lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class CompleteRunLeaseCommand(LeaseCommand):
     """Close a grant because its Attempt ended.
 
     Fenced by the grant itself (worker id, the session generation it was granted to, lease
@@ -231,8 +176,8 @@ class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fie
     token_digest: str
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self) or digest_problem("token_digest", self.token_digest))
+    def rule_problem(self) -> str | None:
+        return digest_problem("token_digest", self.token_digest)
 
 
 # --------------------------------------------------------------------------- record

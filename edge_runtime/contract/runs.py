@@ -15,8 +15,8 @@ from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
     RunId,
+    Command,
     SafeInt,
-    fields_problem,
     identifier_type,
 )
 
@@ -116,9 +116,8 @@ class RunRepositoryError(RunError):
 # --------------------------------------------------------------------------- commands
 
 
-def _reject(problem: str | None) -> None:
-    if problem is not None:
-        raise InvalidRunCommandError(problem)
+class _Command(Command):
+    error = InvalidRunCommandError
 
 
 def argv_problem(argv: object) -> str | None:
@@ -139,22 +138,19 @@ def argv_problem(argv: object) -> str | None:
     return None
 
 
-class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class SubmitRunCommand(_Command):
     """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
 
     argv: list[str]
     name: Name | msgspec.UnsetType = msgspec.UNSET
 
-    def __post_init__(self) -> None:
-        _reject(argv_problem(self.argv) or fields_problem(self))
+    def rule_problem(self) -> str | None:
+        return argv_problem(self.argv)
 
 
-class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class CancelRunCommand(_Command):
     run_id: RunId
     reason: Reason | msgspec.UnsetType = msgspec.UNSET
-
-    def __post_init__(self) -> None:
-        _reject(fields_problem(self))
 
 
 # --------------------------------------------------------------------------- records

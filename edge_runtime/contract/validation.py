@@ -14,7 +14,7 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
@@ -152,6 +152,28 @@ def fields_problem(obj: msgspec.Struct, *, enums: bool = True) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+    """Base of the exact-shape commands: built in Python or decoded from JSON, a command is held
+    to its declared field limits and to its cross-field rules (:meth:`rule_problem`), and raises
+    its family's ``error``. Its repr never shows a bearer token (a write capability)."""
+
+    error: ClassVar[type[Exception]] = ValueError
+
+    def __post_init__(self) -> None:
+        problem = fields_problem(self) or self.rule_problem()
+        if problem is not None:
+            raise self.error(problem)
+
+    def rule_problem(self) -> str | None:
+        """The cross-field rule this command breaks, or None (none by default)."""
+        return None
+
+    def __repr__(self) -> str:
+        shown = (f"{name}=<redacted>" if name == "lease_token" else f"{name}={getattr(self, name)!r}"
+                 for name in self.__struct_fields__)
+        return f"{type(self).__name__}({', '.join(shown)})"
 
 
 # --------------------------------------------------------------------------- wire

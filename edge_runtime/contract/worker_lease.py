@@ -35,6 +35,7 @@ from edge_runtime.contract.validation import (  # noqa: F401
     LeaseToken,
     RunId,
     Version,
+    Command,
     bounded_int_type,
     encode,
     identifier_problem,
@@ -133,6 +134,12 @@ class WorkerLeaseRepositoryError(WorkerLeaseError):
     """
 
     code = "WORKER_LEASE_REPOSITORY_FAILED"
+
+
+class LeaseCommand(Command):
+    """Base of the Worker Session and Run Lease commands."""
+
+    error = InvalidWorkerLeaseCommandError
 
 
 def reject(problem: str | None) -> None:

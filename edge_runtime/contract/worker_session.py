@@ -28,7 +28,7 @@ from edge_runtime.contract.worker_lease import (
     capabilities_problem,
     InvalidWorkerLeaseCommandError,
     digest_problem,
-    reject,
+    LeaseCommand,
 )
 
 
@@ -41,7 +41,7 @@ class SessionStatus(enum.StrEnum):
 # --------------------------------------------------------------------------- commands
 
 
-class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RegisterWorkerCommand(LeaseCommand):
     """Register (or replay the registration of) one worker session.
 
     A new session starts with ``available_slots = max_concurrent_runs``; a worker that already
@@ -55,15 +55,15 @@ class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_field
     max_concurrent_runs: Capacity
     lease_duration_ms: SessionLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self) or capabilities_problem(self.capabilities))
-
     @property
     def capabilities_hash(self) -> str:
         return capabilities_hash(self.capabilities)
 
+    def rule_problem(self) -> str | None:
+        return capabilities_problem(self.capabilities)
 
-class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+
+class HeartbeatCommand(LeaseCommand):
     """Extend the session lease and report the free slots. A draining session's slots stay 0."""
 
     worker_id: WorkerId
@@ -73,11 +73,8 @@ class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
     available_slots: Slots
     lease_duration_ms: SessionLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-
-class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class DrainCommand(LeaseCommand):
     """Stop taking new Runs; leases already held may still be renewed, started and completed."""
 
     worker_id: WorkerId
@@ -85,20 +82,14 @@ class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
     generation: Generation
     expected_version: Version
 
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
-
-class OfflineCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class OfflineCommand(LeaseCommand):
     """End the session's authority now. Says nothing about whether its processes stopped."""
 
     worker_id: WorkerId
     session_id: SessionId
     generation: Generation
     expected_version: Version
-
-    def __post_init__(self) -> None:
-        reject(fields_problem(self))
 
 
 # --------------------------------------------------------------------------- record
