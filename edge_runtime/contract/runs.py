@@ -72,6 +72,21 @@ RUN_STATUS_AFTER_ATTEMPT = {
     AttemptStatus.LOST: RunStatus.FAILED,
 }
 
+#: Event types of the Run/Attempt operations (docs/runs.md). A Run's end is ``run.<status>``.
+EVENT_RUN_CREATED = "run.created"
+EVENT_CANCEL_REQUESTED = "run.cancel_requested"
+EVENT_ATTEMPT_CREATED = "run.attempt_created"
+EVENT_RUN_STARTED = "run.started"
+EVENT_RUN_REQUEUED = "run.requeued"
+EVENT_KILL_SENT = "run.kill_sent"
+EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+
+
+def run_ended_event(status: RunStatus) -> str:
+    """The event type of a Run's end in ``status``."""
+    return f"run.{status.value}"
+
+
 # --------------------------------------------------------------------------- limits
 
 MAX_ARGV_ITEMS = 256

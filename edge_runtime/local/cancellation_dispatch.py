@@ -50,18 +50,13 @@ from edge_runtime.contract.cancellation_dispatch import (
     dispatch_record_problem,
     is_lease_token_digest,
 )
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
 from edge_runtime.local.clock import InvalidClockValueError
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.run_events import RunVersionConflict, append_run_event, read_run_version
 
-#: Run statuses whose cancellation may still be dispatched (spec §4).
-ACTIVE_RUN_STATUSES = frozenset(
-    {"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"}
-)
-#: Attempt statuses that may still own a live process.
-ACTIVE_ATTEMPT_STATUSES = frozenset({"claimed", "starting", "running"})
 
 DIGEST_PREFIX = "sha256:"
 _UNSET = msgspec.UNSET
