@@ -27,7 +27,6 @@ from edge_runtime.contract.cancellation_dispatch import (
     RETRYABLE_RESULTS,
     RUN_ID_MAX_LENGTH,
     BlockedOutcome,
-    CancellationDispatchError,
     ClaimCommand,
     ClaimedOutcome,
     ClaimOutcome,
@@ -52,10 +51,9 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
-from edge_runtime.local.clock import InvalidClockValueError
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict, append_run_event, read_run_version
+from edge_runtime.local.errors import StorageErrors
+from edge_runtime.local.run_events import append_run_event, read_run_version
 
 
 DIGEST_PREFIX = "sha256:"
@@ -158,35 +156,8 @@ def _row_values(record: DispatchRecord) -> tuple[Any, ...]:
     )
 
 
-class _RepositoryErrors:
-    """Map storage failures to :class:`RepositoryError`; contract errors pass through unchanged.
-
-    A plain class rather than ``@contextmanager``: it wraps every operation, and a generator-based
-    manager costs several times more per use.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc_type is None or issubclass(exc_type, CancellationDispatchError):
-            return
-        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
-            raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
-        if issubclass(exc_type, apsw.Error):
-            raise RepositoryError(f"database operation failed: {exc}") from exc
-        if issubclass(exc_type, (InvalidClockValueError, LocalStorageError, RunVersionConflict)):
-            raise RepositoryError(str(exc)) from exc
-
-
-_REPOSITORY_ERRORS = _RepositoryErrors()
-
-
-def repository_errors() -> _RepositoryErrors:
-    """The context manager that maps storage failures to :class:`RepositoryError`."""
-    return _REPOSITORY_ERRORS
+#: Storage failures become :class:`RepositoryError`; contract errors pass through.
+repository_errors = StorageErrors(RepositoryError)
 
 
 class LocalCancellationDispatchRepository:

@@ -10,15 +10,9 @@ from __future__ import annotations
 import time
 from edge_runtime.contract.ports import Clock
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
+from edge_runtime.local.errors import InvalidClockValueError
 
 __all__ = ["Clock", "InvalidClockValueError", "ManualClock", "SystemClock", "read_now_ms"]
-
-
-class InvalidClockValueError(ValueError):
-    """A clock returned something that is not a non-negative safe integer of milliseconds.
-
-    Repositories turn it into their own non-retryable repository error.
-    """
 
 
 class SystemClock:

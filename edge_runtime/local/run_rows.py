@@ -8,14 +8,11 @@ malformed stored row fails the same way everywhere.
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Iterator
-from contextlib import contextmanager
+from collections.abc import Collection
 from typing import Any
 
-import apsw
 import msgspec
 
-from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import (
     ACTIVE_ATTEMPT_STATUSES,
     ACTIVE_RUN_STATUSES,
@@ -25,9 +22,7 @@ from edge_runtime.contract.runs import (
     RunRepositoryError,
     RunStatus,
 )
-from edge_runtime.local.clock import InvalidClockValueError
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict
+from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
 _decode_argv = msgspec.json.Decoder(list[str]).decode
@@ -106,18 +101,5 @@ def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
     )
 
 
-@contextmanager
-def run_repository_errors() -> Iterator[None]:
-    """Map storage failures to :class:`RunRepositoryError`; deliberate errors pass through."""
-    try:
-        yield
-    except EdgeRuntimeError as exc:
-        if isinstance(exc, LocalStorageError):
-            raise RunRepositoryError(str(exc)) from exc
-        raise
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise RunRepositoryError(f"database busy: {exc}", retryable=True) from exc
-    except apsw.Error as exc:
-        raise RunRepositoryError(f"database operation failed: {exc}") from exc
-    except (InvalidClockValueError, RunVersionConflict) as exc:
-        raise RunRepositoryError(str(exc)) from exc
+#: Storage failures become :class:`RunRepositoryError`; contract errors pass through.
+run_repository_errors = StorageErrors(RunRepositoryError)

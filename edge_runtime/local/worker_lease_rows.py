@@ -17,16 +17,13 @@ import msgspec
 
 from edge_runtime.contract.run_lease import LeaseStatus, ReleaseReason, RunLeaseRecord, lease_record_problem
 from edge_runtime.contract.worker_lease import (
-    WorkerLeaseError,
     WorkerLeaseFenceRejectedError,
     WorkerLeaseRepositoryError,
     canonical_capabilities_unchecked,
     capabilities_problem,
 )
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
-from edge_runtime.local.clock import InvalidClockValueError
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict
+from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
 # Plain dict lookups: calling an Enum class to convert a value costs more than the lookup.
@@ -335,33 +332,5 @@ def move_projection(
 # --------------------------------------------------------------------------- errors
 
 
-class _RepositoryErrors:
-    """Map storage failures to :class:`WorkerLeaseRepositoryError`; contract errors pass through.
-
-    A plain class rather than ``@contextmanager``: it wraps every operation, and a stateless
-    ``__exit__`` costs a fraction of a generator-based context manager.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if exc_type is None or issubclass(exc_type, WorkerLeaseError):
-            return False
-        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
-            raise WorkerLeaseRepositoryError(f"database busy: {exc}", retryable=True) from exc
-        if issubclass(exc_type, apsw.Error):
-            raise WorkerLeaseRepositoryError(f"database operation failed: {exc}") from exc
-        if issubclass(exc_type, (InvalidClockValueError, LocalStorageError, RunVersionConflict)):
-            raise WorkerLeaseRepositoryError(str(exc)) from exc
-        return False
-
-
-_REPOSITORY_ERRORS = _RepositoryErrors()
-
-
-def repository_errors() -> _RepositoryErrors:
-    """The context manager that maps storage failures (see :class:`_RepositoryErrors`)."""
-    return _REPOSITORY_ERRORS
+#: Storage failures become :class:`WorkerLeaseRepositoryError`; contract errors pass through.
+repository_errors = StorageErrors(WorkerLeaseRepositoryError)
