@@ -9,8 +9,6 @@ in Python), never ``null``. This module owns no connection, clock, timer or proc
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
 from typing import ClassVar, Union
 
 import msgspec
@@ -36,7 +34,9 @@ from edge_runtime.contract.validation import (  # noqa: F401
     encode,
     fields_problem,
     identifier_type,
+    is_digest,
     lease_token_problem,
+    token_digester,
 )
 
 # --------------------------------------------------------------------------- limits
@@ -51,7 +51,6 @@ LeaseDurationMs = bounded_int_type(1, MAX_LEASE_DURATION_MS)
 RetryDelayMs = bounded_int_type(1, MAX_RETRY_DELAY_MS)
 ExpectedVersion = bounded_int_type(1, MAX_VERSION)
 
-_match_digest = re.compile(r"[0-9a-f]{64}").fullmatch
 
 # --------------------------------------------------------------------------- errors
 
@@ -96,19 +95,10 @@ class RepositoryError(CancellationDispatchError):
 # --------------------------------------------------------------------------- token digest
 
 
-def digest_lease_token(token: str) -> str:
-    """SHA-256 of the domain string and the UTF-8 token, as 64 lowercase hex characters.
-
-    Raises:
-        InvalidCommandError: the token is not a valid lease token.
-    """
-    _reject(lease_token_problem(token))
-    return hashlib.sha256(LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
-
-
-def is_lease_token_digest(value: object) -> bool:
-    """Whether ``value`` has the shape of a token digest (64 lowercase hex characters)."""
-    return type(value) is str and _match_digest(value) is not None
+#: ``digest_lease_token(token)``: the domain-separated digest stored instead of the token (spec §2).
+digest_lease_token = token_digester(LEASE_TOKEN_DOMAIN, InvalidCommandError)
+#: Whether a value has the shape of a token digest (64 lowercase hex characters).
+is_lease_token_digest = is_digest
 
 
 # --------------------------------------------------------------------------- enums
@@ -271,7 +261,7 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
     if status is DispatchStatus.LEASED:
         if owner is UNSET or digest is UNSET or expires is UNSET:
             return "a leased dispatch must have lease_owner, lease_token_digest and lease_expires_at_ms"
-        if type(digest) is not str or _match_digest(digest) is None:
+        if not is_digest(digest):
             return "lease_token_digest must be 64 lowercase hex characters"
     elif owner is not UNSET or digest is not UNSET or expires is not UNSET:
         return f"a {status.value} dispatch must not carry lease fields"

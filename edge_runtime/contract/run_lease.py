@@ -100,8 +100,9 @@ class ClaimRunCommand(LeaseCommand):
     event_id: EventId
 
 
-class RenewRunLeaseCommand(LeaseCommand):
-    """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
+class _HeldGrantCommand(LeaseCommand):
+    """The fence of a grant the caller holds: its session, the Attempt, the raw token and the
+    lease version it last saw. The commands below add their own fields after these."""
 
     worker_id: WorkerId
     session_id: SessionId
@@ -109,31 +110,24 @@ class RenewRunLeaseCommand(LeaseCommand):
     attempt_id: AttemptId
     lease_token: LeaseToken
     expected_version: LeaseVersion
+
+
+class RenewRunLeaseCommand(_HeldGrantCommand):
+    """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
+
     lease_duration_ms: RunLeaseDurationMs
 
 
-class ReleaseRunLeaseCommand(LeaseCommand):
+class ReleaseRunLeaseCommand(_HeldGrantCommand):
     """Give back a grant whose Attempt is still ``claimed`` (before the start barrier)."""
 
-    worker_id: WorkerId
-    session_id: SessionId
-    session_generation: Generation
-    attempt_id: AttemptId
-    lease_token: LeaseToken
-    expected_version: LeaseVersion
     reason: ReleaseReason
     event_id: EventId
 
 
-class BeginStartCommand(LeaseCommand):
+class BeginStartCommand(_HeldGrantCommand):
     """Cross the start barrier: the Attempt goes ``claimed`` -> ``starting`` under a live grant."""
 
-    worker_id: WorkerId
-    session_id: SessionId
-    session_generation: Generation
-    attempt_id: AttemptId
-    lease_token: LeaseToken
-    expected_version: LeaseVersion
     event_id: EventId
 
 

@@ -227,19 +227,9 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
-class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
-    """A Run with its Attempts and its cancellation dispatch (``null`` when none exists)."""
+class RunDetail(RunRecord, kw_only=True):
+    """A Run (every field of :class:`RunRecord`) with its Attempts and its cancellation dispatch."""
 
-    id: str
-    execution_owner: str
-    status: RunStatus
-    version: int
-    name: str | msgspec.UnsetType = msgspec.UNSET
-    command: list[str] | msgspec.UnsetType = msgspec.UNSET
-    cancel_requested_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
-    cancel_reason: str | msgspec.UnsetType = msgspec.UNSET
-    created_at_ms: SafeInt
-    finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     attempts: list[AttemptRecord]
     #: Absent (not null) when the Run never had a cancellation dispatch.
     dispatch: DispatchRecord | msgspec.UnsetType = msgspec.UNSET

@@ -10,6 +10,7 @@ helpers return a message; each contract module raises it as its own error type.
 from __future__ import annotations
 
 import enum
+import hashlib
 import re
 import types
 import typing
@@ -68,6 +69,28 @@ def identifier_problem(name: str, value: object, max_length: int) -> str | None:
 def lease_token_problem(token: object) -> str | None:
     """Why ``token`` is not a valid bearer lease token, or None. Never echoes the token."""
     return identifier_problem("lease_token", token, LEASE_TOKEN_MAX_LENGTH)
+
+
+_match_digest = re.compile(r"[0-9a-f]{64}").fullmatch
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` has the shape of a SHA-256 digest (64 lowercase hex characters)."""
+    return type(value) is str and _match_digest(value) is not None
+
+
+def token_digester(domain: bytes, error: type[Exception]) -> Callable[[str], str]:
+    """``digest(token)``: SHA-256 of ``domain`` and the UTF-8 token, as 64 lowercase hex. The
+    domain separates the lease kinds: one kind's digest never equals another's. A token that is
+    not a valid lease token raises ``error`` (whose message never echoes the token)."""
+
+    def digest(token: str) -> str:
+        problem = lease_token_problem(token)
+        if problem is not None:
+            raise error(problem)
+        return hashlib.sha256(domain + token.encode("utf-8")).hexdigest()
+
+    return digest
 
 
 def int_problem(name: str, value: object, minimum: int, maximum: int) -> str | None:

@@ -16,7 +16,6 @@ This module owns no connection, clock, timer or process.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import msgspec
@@ -40,7 +39,9 @@ from edge_runtime.contract.validation import (  # noqa: F401
     encode,
     identifier_problem,
     identifier_type,
+    is_digest,
     lease_token_problem,
+    token_digester,
 )
 
 # --------------------------------------------------------------------------- limits
@@ -72,7 +73,6 @@ Slots = bounded_int_type(0, MAX_CONCURRENT_RUNS)
 SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
 RunLeaseDurationMs = bounded_int_type(1, MAX_RUN_LEASE_DURATION_MS)
 
-_DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
 
 
 # --------------------------------------------------------------------------- errors
@@ -151,19 +151,11 @@ def reject(problem: str | None) -> None:
 # --------------------------------------------------------------------------- token digest
 
 
-def digest_run_lease_token(token: str) -> str:
-    """SHA-256 of :data:`RUN_LEASE_TOKEN_DOMAIN` and the UTF-8 token, as 64 lowercase hex.
-
-    Raises:
-        InvalidWorkerLeaseCommandError: the token is not a valid lease token.
-    """
-    reject(lease_token_problem(token))
-    return hashlib.sha256(RUN_LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
-
-
-def is_token_digest(value: object) -> bool:
-    """Whether ``value`` has the shape of a token or hash digest (64 lowercase hex characters)."""
-    return type(value) is str and _DIGEST_PATTERN.fullmatch(value) is not None
+#: ``digest_run_lease_token(token)``: the digest of a Run Lease bearer token (never equal to a
+#: CancellationDispatch token's: another domain).
+digest_run_lease_token = token_digester(RUN_LEASE_TOKEN_DOMAIN, InvalidWorkerLeaseCommandError)
+#: Whether a value has the shape of a token or hash digest (64 lowercase hex characters).
+is_token_digest = is_digest
 
 
 def digest_problem(name: str, value: object) -> str | None:

@@ -121,20 +121,8 @@ class LocalRunRepository:
             run = self.get(run_id)
             attempts = self.attempts(run_id)
             dispatch = LocalCancellationDispatchRepository(self._db).find_by_run_id(run_id)
-        return RunDetail(
-            id=run.id,
-            execution_owner=run.execution_owner,
-            status=run.status,
-            version=run.version,
-            name=run.name,
-            command=run.command,
-            cancel_requested_at_ms=run.cancel_requested_at_ms,
-            cancel_reason=run.cancel_reason,
-            created_at_ms=run.created_at_ms,
-            finished_at_ms=run.finished_at_ms,
-            attempts=attempts,
-            dispatch=msgspec.UNSET if dispatch is None else dispatch,
-        )
+        return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
+                         dispatch=msgspec.UNSET if dispatch is None else dispatch)
 
     def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
         """Newest first."""
