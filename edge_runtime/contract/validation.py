@@ -231,5 +231,4 @@ def command_decoder(cls: type, error: type[Exception]) -> Callable[[bytes], Any]
 
     decode.__module__ = cls.__module__
     decode.__annotations__ = {"data": bytes, "return": cls}
-    decode.__doc__ = f"Decode an exact-shape JSON {cls.__name__}.\n\nRaises:\n    {error.__name__}: malformed input."
     return decode
