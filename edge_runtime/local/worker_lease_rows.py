@@ -138,12 +138,19 @@ def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expe
         record.created_at_ms,
         record.updated_at_ms,
     )
+    _write_row(connection, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
+               f"session of worker {record.worker_id!r}")
+
+
+def _write_row(connection: apsw.Connection, insert: str, update: str, key: str, values: tuple[Any, ...],
+               expected_version: int | None, what: str) -> None:
+    """Insert a row (``expected_version`` None) or update it only at ``expected_version`` (CAS)."""
     if expected_version is None:
-        connection.execute(_INSERT_SESSION, (record.worker_id, *values))
+        connection.execute(insert, (key, *values))
         return
-    connection.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+    connection.execute(update, (*values, key, expected_version))
     if connection.changes() != 1:
-        raise WorkerLeaseRepositoryError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
+        raise WorkerLeaseRepositoryError(f"{what} changed concurrently (CAS missed)")
 
 
 # --------------------------------------------------------------------------- leases
@@ -258,12 +265,8 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
         _null_if_absent(record.completed_at_ms),
         record.updated_at_ms,
     )
-    if expected_version is None:
-        connection.execute(_INSERT_LEASE, (record.attempt_id, *values))
-        return
-    connection.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
-    if connection.changes() != 1:
-        raise WorkerLeaseRepositoryError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+    _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
+               f"lease of attempt {record.attempt_id!r}")
 
 
 # --------------------------------------------------------------------------- Attempt projection

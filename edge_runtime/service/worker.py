@@ -216,16 +216,17 @@ class WorkerSession:
         session = self.session
         return _Fence(self.worker_id, self.session_id, session.generation)
 
+    def _held(self, grant: RunGrant) -> dict[str, object]:
+        """The fence of a grant this session holds (see ``_HeldGrantCommand``)."""
+        return {"worker_id": self.worker_id, "session_id": self.session_id, "session_generation": self.generation,
+                "attempt_id": grant.lease.attempt_id, "lease_token": grant.token,
+                "expected_version": grant.lease.version}
+
     def begin_start(self, grant: RunGrant) -> None:
         """The start barrier: the Attempt goes ``claimed`` -> ``starting``."""
         outcome = self._repo.begin_start(
             BeginStartCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 event_id=new_event_id(),
             )
         )
@@ -234,12 +235,7 @@ class WorkerSession:
     def release(self, grant: RunGrant, reason: ReleaseReason) -> None:
         outcome = self._repo.release(
             ReleaseRunLeaseCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 reason=reason,
                 event_id=new_event_id(),
             )
@@ -249,12 +245,7 @@ class WorkerSession:
     def renew(self, grant: RunGrant) -> None:
         grant.lease = self._repo.renew(
             RenewRunLeaseCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 lease_duration_ms=self._run_lease_ms,
             )
         )
