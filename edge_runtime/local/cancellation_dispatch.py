@@ -160,6 +160,13 @@ def _row_values(record: DispatchRecord) -> tuple[Any, ...]:
 repository_errors = StorageErrors(RepositoryError)
 
 
+def _next_version(current: DispatchRecord) -> int:
+    """The version of the dispatch's next change; a row at the maximum version takes none."""
+    if current.version >= MAX_VERSION:
+        raise RepositoryError(f"dispatch of run {current.run_id!r} has reached the maximum version")
+    return current.version + 1
+
+
 class LocalCancellationDispatchRepository:
     """Durable, fenced cancellation dispatches on a :class:`LocalDatabase`."""
 
@@ -234,13 +241,11 @@ class LocalCancellationDispatchRepository:
 
             outcome = self._claim_decision(current, now)
             if outcome is None:
-                if current.version >= MAX_VERSION:
-                    raise RepositoryError(f"dispatch of run {cmd.run_id!r} has reached the maximum version")
                 claimed = _checked(
                     msgspec.structs.replace(
                         current,
                         status=DispatchStatus.LEASED,
-                        version=current.version + 1,
+                        version=_next_version(current),
                         dispatch_count=current.dispatch_count + 1,
                         next_attempt_at_ms=_UNSET,
                         lease_owner=cmd.owner,
@@ -304,7 +309,7 @@ class LocalCancellationDispatchRepository:
                 msgspec.structs.replace(
                     current,
                     status=status,
-                    version=current.version + 1,
+                    version=_next_version(current),
                     next_attempt_at_ms=now + cmd.retry_delay_ms if retryable else _UNSET,
                     lease_owner=_UNSET,
                     lease_token_digest=_UNSET,
@@ -385,13 +390,11 @@ class LocalCancellationDispatchRepository:
                     f"dispatch of run {run_id!r} is {current.status.value} at version {current.version}; "
                     f"rearm needs blocked at version {expected_version}"
                 )
-            if current.version >= MAX_VERSION:
-                raise RepositoryError(f"dispatch of run {run_id!r} has reached the maximum version")
             rearmed = _checked(
                 msgspec.structs.replace(
                     current,
                     status=DispatchStatus.RETRY_WAIT,
-                    version=current.version + 1,
+                    version=_next_version(current),
                     next_attempt_at_ms=now,
                     updated_at_ms=now,
                 )
