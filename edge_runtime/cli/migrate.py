@@ -8,7 +8,7 @@ import sys
 
 from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.local.database import open_database
-from edge_runtime.local.migrations import known_migrations
+from edge_runtime.local.migrations import applied_migrations, known_migrations
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         scrub_legacy_tokens(args.db, progress=_say)
         return 0
     with open_database(args.db) as db:
-        applied = {row[0] for row in db.connection.execute("SELECT id FROM schema_migrations")}
+        applied = applied_migrations(db.connection)
     known = {m.id for m in known_migrations()}
     sys.stdout.write(f"{args.db}: {len(applied & known)}/{len(known)} migrations applied, up to date\n")
     return 0
