@@ -68,10 +68,31 @@ DEFAULT_PERSIST_INTERVAL_MS = 30_000
 #: How soon a detected jump is persisted (and a failed persist of one retried).
 _PENDING_RETRY_MS = 1_000
 
-#: Columns ending in ``_at_ms`` that hold a *future* time (an expiry, a due time, a deadline).
-#: They are not observations of the clock, so they never raise the floor: a floor taken from a
-#: retry due in 24 hours would push the clock a day ahead.
-_FUTURE_TIME_MARKERS = ("expires", "deadline", "next_", "due_")
+#: Every stored time, classified. Observed times (when something happened) raise the floor a
+#: restarted runtime may hand out. Future times (an expiry, a due time, a deadline) never do: a
+#: floor taken from a retry due in 24 hours would push the clock a day ahead. A migration that
+#: adds an ``*_at_ms`` column lists it here (tests/unit/test_clock_columns.py fails until it does).
+OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("runs", "cancel_requested_at_ms"), ("runs", "created_at_ms"), ("runs", "updated_at_ms"),
+    ("runs", "finished_at_ms"),
+    ("run_attempts", "created_at_ms"), ("run_attempts", "updated_at_ms"), ("run_attempts", "finished_at_ms"),
+    ("run_attempts", "started_at_ms"), ("run_attempts", "term_sent_at_ms"), ("run_attempts", "killed_at_ms"),
+    ("run_events", "created_at_ms"),
+    ("run_cancellation_dispatches", "last_dispatched_at_ms"), ("run_cancellation_dispatches", "created_at_ms"),
+    ("run_cancellation_dispatches", "updated_at_ms"),
+    ("worker_sessions", "heartbeat_at_ms"), ("worker_sessions", "created_at_ms"),
+    ("worker_sessions", "updated_at_ms"),
+    ("run_dispatch_leases", "acquired_at_ms"), ("run_dispatch_leases", "renewed_at_ms"),
+    ("run_dispatch_leases", "started_at_ms"), ("run_dispatch_leases", "released_at_ms"),
+    ("run_dispatch_leases", "completed_at_ms"), ("run_dispatch_leases", "updated_at_ms"),
+    ("schema_migrations", "applied_at_ms"),
+    ("clock_watermark", "updated_at_ms"), ("device_events", "created_at_ms"),
+)
+FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
+    ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
+    ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
+)
 
 
 class ClockJump(msgspec.Struct, frozen=True, kw_only=True):
@@ -267,19 +288,10 @@ class GuardedClock:
 
 
 def _observation_columns(connection: apsw.Connection) -> list[tuple[str, str]]:
-    tables = [
-        row[0]
-        for row in connection.execute(
-            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    ]
-    columns = []
-    for table in tables:
-        for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,)):
-            name = row[0]
-            if name.endswith("_at_ms") and not any(marker in name for marker in _FUTURE_TIME_MARKERS):
-                columns.append((table, name))
-    return columns
+    """The observed-time columns this database has (an opt-in step may have left a table out)."""
+    present = {(table, row[0]) for table in {t for t, _ in OBSERVED_TIME_COLUMNS}
+               for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+    return [column for column in OBSERVED_TIME_COLUMNS if column in present]
 
 
 def observed_floor_ms(db: LocalDatabase) -> int:
