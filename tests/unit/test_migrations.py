@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -216,11 +215,11 @@ def test_misnamed_or_duplicate_migration_files_are_refused(tmp_path: Path) -> No
 
 _OPENER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from edge_runtime.local.database import open_database
-    path, start = sys.argv[1], float(sys.argv[2])
-    while time.time() < start:
-        pass
+    path = sys.argv[1]
+    print("ready", flush=True)  # imported: wait at the barrier until both children are here
+    sys.stdin.readline()
     db = open_database(path)
     db.close()
     print("opened")
@@ -231,12 +230,17 @@ _OPENER = textwrap.dedent(
 @pytest.mark.parametrize("round_", range(4))
 def test_two_processes_opening_a_fresh_file_concurrently_both_succeed(tmp_path: Path, round_: int) -> None:
     db_path = tmp_path / f"fresh-{round_}.db"
-    start = time.time() + 1.0  # time for both interpreters to import before the common instant
     procs = [
-        subprocess.Popen([sys.executable, "-c", _OPENER, str(db_path), repr(start)],
+        subprocess.Popen([sys.executable, "-c", _OPENER, str(db_path)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    # A pipe barrier, not a wall-clock instant: both have imported before either opens the file.
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    for proc in procs:  # release both before waiting for either
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     results = [proc.communicate(timeout=60) for proc in procs]
     for proc, (out, err) in zip(procs, results):
         assert proc.returncode == 0, err
