@@ -58,12 +58,14 @@ def run(args: argparse.Namespace) -> int:
 def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=None):
     """The device service on the Local store at ``db_path`` (``clock``: tests inject one)."""
     # Imported here: the CLI's read commands never load the service.
-    from edge_runtime.local.store import local_store_opener
+    from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
     from edge_runtime.service.trusted_paths import require_trusted_directory
 
     journal = journal or Journal()
+    if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
+        journal.warning("sqlite.log_not_routed", detail="SQLite was initialised before the service started")
 
     def on_jump(jump) -> None:
         journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
+import apsw
+
 from edge_runtime.contract.ports import Clock
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import SystemClock, read_now_ms
@@ -66,3 +68,20 @@ def local_store_opener(
         return LocalStore(db, os.fspath(db_path), used)
 
     return open_store
+
+
+def route_sqlite_log(report: Callable[[int, str], None]) -> bool:
+    """Send SQLite's own notices and warnings (a WAL recovered after a power cut, an automatic
+    index) to ``report(code, message)``. Its errors are not routed: each also surfaces as the
+    failed call's exception, which the service logs (with backoff, so a full disk cannot flood).
+    Must run before the first connection; False when SQLite was already initialised."""
+
+    def handler(code: int, message: str) -> None:
+        if code & 0xFF in (apsw.SQLITE_NOTICE, apsw.SQLITE_WARNING):
+            report(code, message)
+
+    try:
+        apsw.config(apsw.SQLITE_CONFIG_LOG, handler)
+    except apsw.MisuseError:
+        return False
+    return True
