@@ -35,6 +35,7 @@ their own write transaction, so the clock itself never writes: the service loop 
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
@@ -95,10 +96,15 @@ FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+class JumpDirection(enum.StrEnum):
+    BACKWARD = "backward"
+    FORWARD = "forward"
+
+
 class ClockJump(msgspec.Struct, frozen=True, kw_only=True):
     """One detected jump of the inner clock."""
 
-    direction: str  # "backward" or "forward"
+    direction: JumpDirection
     jump_ms: int
     wall_ms: int
     guarded_ms: int
@@ -180,17 +186,17 @@ class GuardedClock:
             # reboot-at-1970 case, measured against what was persisted.
             self._check_floor = False
             if self._floor_ms - wall > self._backward_tolerance_ms:
-                jump = self._jump("backward", self._floor_ms - wall, wall, guarded, at_boot=True)
+                jump = self._jump(JumpDirection.BACKWARD, self._floor_ms - wall, wall, guarded, at_boot=True)
         if jump is None and -skew > self._backward_tolerance_ms:
-            jump = self._jump("backward", -skew, wall, guarded, at_boot=False)
+            jump = self._jump(JumpDirection.BACKWARD, -skew, wall, guarded, at_boot=False)
         elif jump is None and skew > self._forward_threshold_ms:
-            jump = self._jump("forward", skew, wall, guarded, at_boot=False)
+            jump = self._jump(JumpDirection.FORWARD, skew, wall, guarded, at_boot=False)
         self._last_returned = guarded
         self._last_wall = wall
         self._last_mono = mono
         return jump, guarded
 
-    def _jump(self, direction: str, size: int, wall: int, guarded: int, *, at_boot: bool) -> ClockJump:
+    def _jump(self, direction: JumpDirection, size: int, wall: int, guarded: int, *, at_boot: bool) -> ClockJump:
         jump = ClockJump(direction=direction, jump_ms=size, wall_ms=wall, guarded_ms=guarded, at_boot=at_boot)
         self._pending.append(jump)
         self.jumps_detected += 1

@@ -216,7 +216,7 @@ class DeviceService:
 
     def _recover(
         self, runs: RunStore, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False
-    ) -> dict[str, int]:
+    ) -> dict:
         """Adopt or end what earlier sessions left and sweep orphans (see ``recovery``)."""
         try:
             counts = recover(runs=runs, worker=worker, supervisor=supervisor, controller=self.controller,
