@@ -12,11 +12,8 @@ import msgspec
 import pytest
 
 from dispatch_support import (
-    REQUESTED_AT_MS,
     claim_cmd,
     count,
-    insert_attempt,
-    insert_run,
     record_cmd,
     run_row,
     seed,
