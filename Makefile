@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Extra pytest arguments, e.g. `make test PYTEST_ARGS="-k claim -x"`.
 PYTEST_ARGS ?=
 
-.PHONY: venv run test bench build fault audit clean
+.PHONY: venv run test bench build fault audit clean cross cross-test
 
 venv: $(STAMP)
 
@@ -38,6 +38,17 @@ audit: build
 
 fault: $(STAMP)
 	$(PY) -m pytest tests/fault -m fault --fault-mode=long -p no:cacheprovider $(PYTEST_ARGS)
+
+# Router artifacts (README: router builds): TARGET=aarch64-musl|mipsel-musl-sf|mipsel-musl-hf|armv7-musl.
+# Caches go to $$EDGE_CROSS_CACHE (default /var/cache/edge-runtime-cross), never into the repo.
+TARGET ?=
+cross: $(STAMP)
+	bash build/cross/cross.sh "$(TARGET)" $(PY)
+
+# Under qemu-user: the built-binary tests, build/demo.sh, the process group, restart re-adoption,
+# float results, and the OpenWrt package started in the musl root.
+cross-test: $(STAMP)
+	bash build/cross/cross-test.sh "$(TARGET)" $(PY)
 
 clean:
 	rm -rf $(VENV) dist build/work .pytest_cache .hypothesis

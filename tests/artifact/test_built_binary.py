@@ -77,6 +77,8 @@ def env(tmp_path: Path) -> dict[str, str]:
         "TMPDIR": str(unpack),  # the one-file build unpacks here (see README: unpack directory)
         "LANG": "C.UTF-8",
         "COLUMNS": "100",
+        # A router build tested under qemu-user (make cross-test): where the target's musl loader is.
+        **({"QEMU_LD_PREFIX": os.environ["QEMU_LD_PREFIX"]} if os.environ.get("QEMU_LD_PREFIX") else {}),
     }
 
 
