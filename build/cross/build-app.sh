@@ -15,8 +15,6 @@ EXT_SUFFIX="$(sed -n "s/^ *'EXT_SUFFIX': '\(.*\)',$/\1/p" "$PREFIX"/lib/python3.
 DYN_STUB="$TARGET_DIR/link/libdynamic-stub.so"
 EXT_CFLAGS=(-shared -fPIC -O2 -DNDEBUG -ffunction-sections -fdata-sections -Wl,--gc-sections -s -I"$PY_INC")
 
-stage_done() { [ -f "$TARGET_DIR/.done-$1" ]; }
-mark_done() { touch "$TARGET_DIR/.done-$1"; }
 
 if ! stage_done apsw; then
     log "apsw $(lock_field apsw 2) with SQLite from better-sqlite3 $(lock_field better-sqlite3 2)"

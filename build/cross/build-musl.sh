@@ -21,5 +21,8 @@ compiler_rt="$("$CC" -shared -fPIC -o "$SRC/musl/probe.so" "$SRC/musl/probe.c" -
     && make -j"$JOBS" LIBCC="$compiler_rt" >"$TARGET_DIR/musl-make.log" 2>&1 \
     && make install DESTDIR="$SYSROOT" LIBCC="$compiler_rt" >"$TARGET_DIR/musl-install.log" 2>&1) \
     || { tail -20 "$TARGET_DIR"/musl-*.log; exit 1; }
+# musl links the loader to /usr/lib/libc.so by an absolute path, which outside the chroot (qemu's
+# QEMU_LD_PREFIX) would point into the host: make it relative.
+[ -L "$SYSROOT/lib/$LOADER" ] && ln -sfn ../usr/lib/libc.so "$SYSROOT/lib/$LOADER"
 [ -e "$SYSROOT/lib/$LOADER" ] || { echo "Error: musl installed no /lib/$LOADER (soft-float not detected?)" >&2; ls "$SYSROOT/lib" >&2; exit 1; }
 log "musl: $SYSROOT/lib/$LOADER"

@@ -9,8 +9,6 @@ source "$CROSS_DIR/toolchain.sh"
 SRC="$TARGET_DIR/src"
 mkdir -p "$SRC" "$DEPS"
 
-stage_done() { [ -f "$TARGET_DIR/.done-$1" ]; }
-mark_done() { touch "$TARGET_DIR/.done-$1"; }
 
 # The musl root: the target's musl (loader + libc) and a static busybox for /bin/sh.
 if ! stage_done sysroot; then

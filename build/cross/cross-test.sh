@@ -14,6 +14,7 @@ source "$CROSS_DIR/targets.sh"
 OUT="$REPO_ROOT/dist/cross/$TARGET"
 [ -e "$OUT/edge-runtime" ] || { echo "Error: no build in $OUT: run make cross TARGET=$TARGET first" >&2; exit 1; }
 NAME="$(readlink "$OUT/edge-runtime")"
+"$CROSS_DIR/install-deps.sh"
 "$CROSS_DIR/binfmt.sh" "$TARGET"
 export QEMU_LD_PREFIX="$SYSROOT"
 
@@ -46,7 +47,7 @@ if [ -x "$CROSS_DIR/openwrt-package.sh" ]; then
     "$CROSS_DIR/openwrt-package.sh" "$TARGET"
     pkg_root="$TARGET_DIR/pkg-root"
     rm -rf "$pkg_root" && cp -a "$SYSROOT" "$pkg_root" && rm -rf "$pkg_root/opt/edge-test" "$pkg_root/opt/python"
-    cp "$CROSS_DIR/openwrt-test.sh" "$pkg_root/tmp/"
+    cp "$CROSS_DIR/openwrt-test.sh" "$CROSS_DIR/openwrt-rc-common.sh" "$pkg_root/tmp/"
     cp "$OUT"/edge-runtime_*.ipk "$pkg_root/tmp/"
     in_root "$pkg_root" /bin/sh /tmp/openwrt-test.sh /tmp/"$(basename "$OUT"/edge-runtime_*.ipk)"
 fi

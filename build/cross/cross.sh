@@ -10,6 +10,7 @@ source "$(dirname "$0")/env.sh"
 TARGET="$1"; HOST_PY="$2"
 source "$CROSS_DIR/targets.sh"
 started=$(date +%s)
+"$CROSS_DIR/install-deps.sh"
 "$CROSS_DIR/fetch.sh" "$TARGET"
 "$CROSS_DIR/build-python.sh" "$TARGET"
 "$CROSS_DIR/build-app.sh" "$TARGET"

@@ -20,3 +20,10 @@ lock_field() { # lock_field NAME FIELD(2=version 3=sha256 4=file)
 }
 
 log() { printf '== [%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+
+# A finished step of a target is recorded with the hash of the recipe (these scripts and the lock),
+# so a changed recipe rebuilds instead of reusing what an older one made.
+RECIPE_HASH="$(cat "$CROSS_DIR"/env.sh "$CROSS_DIR"/targets.sh "$CROSS_DIR"/toolchain.sh "$CROSS_DIR"/build-musl.sh \
+    "$CROSS_DIR"/build-python.sh "$CROSS_DIR"/build-app.sh "$CROSS_DIR"/inputs.lock | sha256sum | cut -c1-16)"
+stage_done() { [ "$(cat "$TARGET_DIR/.done-$1" 2>/dev/null)" = "$RECIPE_HASH" ]; }
+mark_done() { echo "$RECIPE_HASH" > "$TARGET_DIR/.done-$1"; }
