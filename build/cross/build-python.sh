@@ -48,8 +48,10 @@ if ! stage_done libffi; then
     extra=()
     # The static trampolines need a separate executable mapping that musl targets do not set up.
     case "$TARGET" in aarch64-*|armv7-*) extra+=(--disable-exec-static-tramp) ;; esac
-    # lld rejects the .eh_frame of libffi's MIPS assembly; unwinding through ffi calls is not needed.
-    case "$TARGET" in mipsel-*) export CFLAGS="$COMMON_CFLAGS -fno-asynchronous-unwind-tables" ;; *) export CFLAGS="$COMMON_CFLAGS" ;; esac
+    # lld rejects the hand-written .eh_frame of libffi's MIPS o32 assembly (absolute R_MIPS_32
+    # relocations in a read-only section): drop it; nothing unwinds through an ffi call frame.
+    case "$TARGET" in mipsel-*) sed -i '/DWARF-2 unwind info/,$ { /^#endif/!d }' "$SRC/libffi/src/mips/o32.S" ;; esac
+    export CFLAGS="$COMMON_CFLAGS"
     (cd "$SRC/libffi" && ./configure --host="$HOST_TRIPLE" --build=x86_64-linux-gnu --prefix="$DEPS" \
         --disable-shared --enable-static --with-pic --disable-docs --disable-multi-os-directory "${extra[@]}" >/dev/null \
         && make -s -j"$JOBS" >/dev/null && make -s install >/dev/null)

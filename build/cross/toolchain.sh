@@ -16,9 +16,22 @@ write_wrappers() {
     # uses the Solaris-style -Wl,-hNAME). zig names CPUs cortex_a7, but its preprocessor-only mode
     # hands -mcpu to clang, which wants cortex-a7. zig turns __DATE__ into an error (reproducible
     # builds); CPython's build info uses it.
+    # A Python extension module (a shared object not named lib*.so) exports only PyInit_*: zig
+    # links its compiler-rt into every shared object, and with every symbol exported
+    # --gc-sections could drop none of it (300 KB per module on soft-float MIPS).
+    echo '{ global: PyInit_*; local: *; };' > "$TC_BIN/extension.map"
     cat > "$TC_BIN/cc" <<CC
 #!/bin/sh
 cpu=$CPU
+shared=; out=
+for a in "\$@"; do
+    [ "\$out" = next ] && out="\$a"
+    case "\$a" in -shared) shared=1 ;; -o) out=next ;; -o*) out="\${a#-o}" ;; esac
+done
+case "\$shared:\${out##*/}" in
+    1:lib*) ;;
+    1:*.so) set -- "\$@" -Wl,--gc-sections "-Wl,--version-script=$TC_BIN/extension.map" ;;
+esac
 for a in "\$@"; do
     shift
     case "\$a" in
