@@ -12,7 +12,7 @@ PY_INC="$PREFIX/include/python3.11"
 EXT_SUFFIX="$(sed -n "s/^ *'EXT_SUFFIX': '\(.*\)',$/\1/p" "$PREFIX"/lib/python3.11/_sysconfigdata_*.py)"
 # zig links musl statically unless a shared library is among the inputs; the bootloader must be
 # dynamically linked to dlopen libpython. An empty library (dropped again by --as-needed) does it.
-DYN_STUB="$TARGET_DIR/link/libdynamic-stub.so"
+DYN_STUB="$TARGET_DIR/link/dynamic-stub.so"
 EXT_CFLAGS=(-shared -fPIC -O2 -DNDEBUG -ffunction-sections -fdata-sections -Wl,--gc-sections -s -I"$PY_INC")
 
 
@@ -49,6 +49,8 @@ if ! stage_done pyinstaller; then
     # A dynamically linked PIE: a static bootloader cannot dlopen libpython, and a non-PIE one
     # sent the program's sys.stdout to fd 2 under musl.
     mkdir -p "$(dirname "$DYN_STUB")" && echo 'void edge_runtime_dynamic_stub(void) {}' > "$DYN_STUB.c"
+    # Not named lib*.so, so cc exports nothing from it (toolchain.sh): the bootloader must not
+    # import zig's compiler-rt helpers (__aeabi_* on ARM) from the stub.
     "$CC" -shared -fPIC -o "$DYN_STUB" "$DYN_STUB.c"
     (cd "$SRC/pyinstaller/bootloader" && CFLAGS="-fPIE" LDFLAGS="-pie -Wl,--as-needed $DYN_STUB" \
         "$BUILD_PYTHON" ./waf all --static-zlib --no-tests >"$TARGET_DIR/bootloader.log" 2>&1) \
@@ -59,7 +61,7 @@ if ! stage_done pyinstaller; then
     done
     mark_done pyinstaller
 fi
-run="$(find "$SITE/PyInstaller/bootloader" -path '*musl*' -name run | head -1)"
+run="$(find "$SITE/PyInstaller/bootloader" -path '*/Linux-*-musl/run' | head -1)"
 headers="$( [ -n "$run" ] && llvm-readelf -l -d "$run" || true)"
 if [[ "$headers" != *"interpreter: /lib/$LOADER"* || "$headers" == *stub* ]]; then
     echo "Error: no dynamically linked musl bootloader for /lib/$LOADER in $SITE/PyInstaller/bootloader" >&2
