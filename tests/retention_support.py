@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity, SubmitRunCommand
+from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
@@ -32,7 +33,10 @@ def finish_run(runs: LocalRunRepository, worker: WorkerSession, attempt_id: str)
 
 
 def finished_run(runs: LocalRunRepository, worker: WorkerSession, log_dir: Path | None = None,
-                 output: bytes | None = None) -> tuple[str, str]:
+                 output: bytes | None = None, clock: ManualClock | None = None) -> tuple[str, str]:
+    """One finished Run; ``clock`` (if given) moves on 10 ms first, so Runs finish in order."""
+    if clock is not None:
+        clock.advance(10)
     run_id, attempt_id = start_run(runs, worker, log_dir, output)
     finish_run(runs, worker, attempt_id)
     return run_id, attempt_id

@@ -135,9 +135,12 @@ class LocalRetention:
             due = plan(self._db, self._policy, now_ms).runs_to_remove
             if due <= 0:
                 return None
+            # The `due` oldest finished Runs are beyond the policy; one not settled yet is skipped
+            # (kept for now), never replaced by a newer one.
             ids = [row[0] for row in connection.execute(
-                f"SELECT id FROM runs WHERE {_FINISHED} AND {_SETTLED} ORDER BY finished_at_ms, id LIMIT ?",
-                (min(due, BATCH_RUNS),),
+                f"SELECT id FROM (SELECT id, finished_at_ms FROM runs WHERE {_FINISHED} ORDER BY finished_at_ms, id"
+                f" LIMIT ?) AS runs WHERE {_SETTLED} ORDER BY finished_at_ms, id LIMIT ?",
+                (due, BATCH_RUNS),
             )]
             if not ids:
                 return None
