@@ -242,6 +242,16 @@ class LocalRetention:
             connection.set_busy_timeout(DEFAULT_BUSY_TIMEOUT_MS)
 
 
+def log_dir_bytes(log_dir: Path) -> int | None:
+    """Total bytes of the regular ``.log`` files in ``log_dir`` (symlinks not followed); None if absent."""
+    try:
+        with os.scandir(log_dir) as entries:
+            return sum(e.stat(follow_symlinks=False).st_size for e in entries
+                       if e.name.endswith(".log") and e.is_file(follow_symlinks=False))
+    except FileNotFoundError:
+        return None
+
+
 def _unlink_regular(dir_fd: int, name: str) -> bool:
     """Unlink ``name`` in the directory if it is a regular file; unlink never follows a symlink."""
     try:
