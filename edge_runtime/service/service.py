@@ -69,6 +69,8 @@ MAX_FAILURE_BACKOFF_MS = 30_000
 #: a check this often (a check that finds nothing writes nothing).
 RETENTION_BATCH_GAP_S = 0.05
 RETENTION_IDLE_S = 60.0
+#: After an Attempt ended, retention looks again this soon (a finished Run may now be beyond policy).
+RETENTION_AFTER_FINISH_S = 1.0
 #: After SIGKILL at shutdown, how long to wait for the groups to be reaped.
 _SHUTDOWN_KILL_WAIT_S = 2.0
 
@@ -208,6 +210,7 @@ class DeviceService:
         next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
         recovery_s = max(self.config.run_lease_ms // 3, MIN_SLEEP_MS) / 1000
         next_recovery = time.monotonic() + recovery_s
+        running_before = len(supervisor.running)
         while True:
             for callback in callbacks:
                 callback()
@@ -225,6 +228,9 @@ class DeviceService:
                 next_recovery = time.monotonic() + recovery_s
                 self._recover(runs, worker, supervisor, periodic=True)
             worked = self._tick(worker, supervisor, dispatcher)
+            if len(supervisor.running) < running_before:
+                self._next_retention = min(self._next_retention, time.monotonic() + RETENTION_AFTER_FINISH_S)
+            running_before = len(supervisor.running)
             if not worked and not self._tick_failures:
                 self._retain()
             wake_at = min(next_fallback, next_recovery, self._next_retention if self._retention else next_fallback)
