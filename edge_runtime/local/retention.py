@@ -111,19 +111,26 @@ class LocalRetention:
         except apsw.Error as exc:
             raise RetentionError(f"retention step failed: {exc}") from exc
         if deleted_logs is not None:
-            self._unlink_logs(deleted_logs)
             self._sweep_due = True
+            try:
+                self._unlink_logs(deleted_logs)
+            except OSError as exc:  # the Runs are gone; the sweep removes their logs later
+                raise RetentionError(f"cannot remove logs of pruned runs: {exc.strerror or exc}") from exc
             return True
         if self._sweep_due:  # once after each round of deletions (and at start): logs, pages, WAL
-            self._sweep_due = False
             try:
                 self.sweep_logs()
                 if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
-                    self._sweep_due = True
+                    return True
                 self._return_free_pages()
                 self._truncate_wal()
+            except (apsw.BusyError, apsw.LockedError):
+                return False  # another writer: the sweep stays due and runs at the next check
             except apsw.Error as exc:
                 raise RetentionError(f"retention sweep failed: {exc}") from exc
+            except OSError as exc:
+                raise RetentionError(f"retention sweep of the log directory failed: {exc.strerror or exc}") from exc
+            self._sweep_due = False
         return False
 
     # ------------------------------------------------------------------ Runs

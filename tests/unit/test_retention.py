@@ -13,7 +13,14 @@ import pytest
 
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
-from edge_runtime.local.retention import BATCH_RUNS, LOG_MIN_AGE_MS, LocalRetention, RetentionPolicy, plan
+from edge_runtime.local.retention import (
+    BATCH_RUNS,
+    LOG_MIN_AGE_MS,
+    LocalRetention,
+    RetentionError,
+    RetentionPolicy,
+    plan,
+)
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.worker import WorkerSession
@@ -248,3 +255,18 @@ def test_free_pages_are_returned_beyond_the_reserve(db: LocalDatabase, runs: Loc
     free = db.connection.execute("PRAGMA freelist_count").fetchone()[0]
     pages = db.connection.execute("PRAGMA page_count").fetchone()[0]
     assert pages < pages_before and free <= max(256, pages // 4) + 256
+
+
+def test_an_unusable_log_directory_is_a_retention_error_not_a_crash(
+    db: LocalDatabase, runs: LocalRunRepository, worker: WorkerSession, tmp_path: Path, clock: ManualClock
+) -> None:
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_bytes(b"")
+    run_id, _ = finished_run(runs, worker, clock=clock)
+    finished_run(runs, worker, clock=clock)
+    retention = LocalRetention(db, policy(runs=1), not_a_dir)
+    with pytest.raises(RetentionError, match="cannot remove logs of pruned runs"):
+        retention.prune_step()
+    assert rows_of(db, run_id)["runs"] == 0  # the Run went whole; its log is the sweep's to retry
+    with pytest.raises(RetentionError, match="log directory"):
+        retention.prune_step()
