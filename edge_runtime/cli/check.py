@@ -13,7 +13,7 @@ import msgspec
 from edge_runtime.local.database import open_database
 from edge_runtime.local.health import check_health
 from edge_runtime.local.retention import RetentionPolicy
-from edge_runtime.service.config import load_config
+from edge_runtime.service.config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -25,11 +25,17 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
-    policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
-                             log_total_max_bytes=config.log_total_max_bytes)
+    policy, log_dir, config_problem = None, None, None
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:  # the database is still checked; `serve` would refuse to start
+        config_problem = str(exc)
+    else:
+        policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
+                                 log_total_max_bytes=config.log_total_max_bytes)
+        log_dir = config.resolved_log_dir(args.db)
     with open_database(args.db, create=False, read_only=True) as db:
-        report = check_health(db, policy, config.resolved_log_dir(args.db))
+        report = check_health(db, policy, log_dir, config_problem=config_problem)
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:

@@ -95,9 +95,16 @@ def _retention(db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None)
                                           f"retain_days={policy.retain_days}); next to remove: {due.runs_to_remove}{log_text}")
 
 
-def check_health(db: LocalDatabase, policy: RetentionPolicy | None = None, log_dir: Path | None = None) -> HealthReport:
+def check_health(
+    db: LocalDatabase, policy: RetentionPolicy | None = None, log_dir: Path | None = None,
+    *, config_problem: str | None = None,
+) -> HealthReport:
+    """``policy`` (and ``log_dir``): report what retention removes next; ``config_problem``: the
+    service configuration could not be read, reported as a failed check."""
     checks = [_integrity(db), _migrations(db), _pragmas(db), _storage(db)]
-    if policy is not None and not db.pending:
+    if config_problem is not None:
+        checks.append(HealthCheck("retention", False, f"not checked: {config_problem}"))
+    elif policy is not None and not db.pending:
         checks.append(_retention(db, policy, log_dir))
     if db.pending:  # the stored records may predate the columns the contract reads
         checks.append(HealthCheck("dispatch_invariants", False, "not checked: migrations pending"))

@@ -270,3 +270,26 @@ def test_an_unusable_log_directory_is_a_retention_error_not_a_crash(
     assert rows_of(db, run_id)["runs"] == 0  # the Run went whole; its log is the sweep's to retry
     with pytest.raises(RetentionError, match="log directory"):
         retention.prune_step()
+
+
+def test_check_reports_sizes_and_what_retention_removes_next(
+    db: LocalDatabase, db_path: Path, runs: LocalRunRepository, worker: WorkerSession, clock: ManualClock,
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from edge_runtime.cli.main import main
+
+    for _ in range(5):
+        finished_run(runs, worker, clock=clock)
+    monkeypatch.delenv("EDGE_RUNTIME_CONFIG", raising=False)
+    monkeypatch.setenv("EDGE_RUNTIME_RETAIN_RUNS", "2")
+    # check reads the system clock: the injected clock's Runs finished in 2023, beyond 7 days.
+    assert main(["--db", str(db_path), "check"]) == 0
+    assert "5 finished runs kept (retain_runs=2, retain_days=7); next to remove: 5" in capsys.readouterr().out
+    monkeypatch.setenv("EDGE_RUNTIME_RETAIN_DAYS", "36500")
+    assert main(["--db", str(db_path), "check"]) == 0
+    out = capsys.readouterr().out
+    assert "auto_vacuum=INCREMENTAL" in out and "WAL " in out
+    assert "5 finished runs kept (retain_runs=2, retain_days=36500); next to remove: 3" in out, out
+    monkeypatch.setenv("EDGE_RUNTIME_RETAIN_RUNS", "zero")
+    assert main(["--db", str(db_path), "check"]) == 1
+    assert "FAIL retention: not checked" in capsys.readouterr().out
