@@ -123,7 +123,6 @@ class LocalRetention:
                 if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
                     return True
                 self._return_free_pages()
-                self._truncate_wal()
             except (apsw.BusyError, apsw.LockedError):
                 return False  # another writer: the sweep stays due and runs at the next check
             except apsw.Error as exc:
@@ -131,6 +130,10 @@ class LocalRetention:
             except OSError as exc:
                 raise RetentionError(f"retention sweep of the log directory failed: {exc.strerror or exc}") from exc
             self._sweep_due = False
+        try:  # at every idle check, pruned or not: readers that follow one another must not grow it
+            self._truncate_wal()
+        except apsw.Error as exc:
+            raise RetentionError(f"WAL checkpoint failed: {exc}") from exc
         return False
 
     # ------------------------------------------------------------------ Runs

@@ -293,3 +293,23 @@ def test_check_reports_sizes_and_what_retention_removes_next(
     monkeypatch.setenv("EDGE_RUNTIME_RETAIN_RUNS", "zero")
     assert main(["--db", str(db_path), "check"]) == 1
     assert "FAIL retention: not checked" in capsys.readouterr().out
+
+
+def test_the_wal_is_truncated_once_the_readers_that_pinned_it_are_gone(
+    db: LocalDatabase, db_path: Path, runs: LocalRunRepository, worker: WorkerSession, clock: ManualClock
+) -> None:
+    wal = Path(f"{db_path}-wal")
+    reader = open_database(db_path, create=False, read_only=True)
+    try:
+        reader.connection.execute("BEGIN")
+        reader.connection.execute("SELECT count(*) FROM runs").fetchall()  # pins the WAL's start
+        while wal.stat().st_size <= 1 << 20:
+            finished_run(runs, worker, clock=clock)
+        retention = LocalRetention(db, policy(), None)
+        assert retention.prune_step() is False
+        assert wal.stat().st_size > 1 << 20  # cannot reset under a reader: waited briefly, gave up
+        reader.connection.execute("COMMIT")
+        assert retention.prune_step() is False
+        assert wal.stat().st_size == 0
+    finally:
+        reader.close()
