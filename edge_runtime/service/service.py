@@ -227,9 +227,9 @@ class DeviceService:
             if time.monotonic() >= next_recovery:
                 next_recovery = time.monotonic() + recovery_s
                 self._recover(runs, worker, supervisor, periodic=True)
-            worked = self._tick(worker, supervisor, dispatcher)
-            if len(supervisor.running) < running_before:
+            if len(supervisor.running) < running_before:  # Attempts ended since the last tick
                 self._next_retention = min(self._next_retention, time.monotonic() + RETENTION_AFTER_FINISH_S)
+            worked = self._tick(worker, supervisor, dispatcher)
             running_before = len(supervisor.running)
             if not worked and not self._tick_failures:
                 self._retain()
