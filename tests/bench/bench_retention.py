@@ -4,8 +4,9 @@ clock injected and the default retention settings, against the same load without
 Each Run goes through the real repository sequence (submit, start, running, finish, complete) and
 writes a 1 KB log, one every 6 simulated seconds; retention runs in small steps every 10 Runs (a
 simulated minute), as the service's idle hook would. The peak also counts database + WAL just
-before each retention check (the WAL at its largest, before truncation). The connection runs with ``synchronous = OFF``
-only so a week takes minutes: it changes when bytes are synced, not which bytes are stored.
+before each retention check (the WAL at its largest, before truncation). The connection runs
+with ``synchronous = OFF`` only so a week takes minutes: it changes when bytes are synced, not
+which bytes are stored.
 """
 
 from __future__ import annotations
