@@ -11,7 +11,10 @@ Start: open (and migrate) the database, bind the wake socket, register a new wor
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
    socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
    (``poll_interval_ms``, default 30 s). There is no busy polling: an idle service wakes only for
-   its heartbeat, the recovery pass and the fallback poll.
+   its heartbeat, the recovery pass and the fallback poll;
+6. when a tick did no work: one small retention batch (the ``Retention`` port the composition
+   root passes in; README: storage bounds), again soon while more remains, about a second after
+   an Attempt ended, otherwise every minute.
 
 Stop: running Attempts keep running (their processes are in their own sessions, so the
 service's signals never reach them) and are re-adopted by the next start, unless
