@@ -45,7 +45,11 @@ def run(args: argparse.Namespace) -> int:
             "stop_runs_on_exit": args.stop_runs_on_exit,
         },
     )
+    from edge_runtime.local.retention import LocalRetention, RetentionPolicy
     from edge_runtime.service.service import DeviceService  # the CLI's read commands never load it
 
     ensure_parent(args.db)
-    return DeviceService(args.db, config).run()
+    policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
+                             log_total_max_bytes=config.log_total_max_bytes)
+    log_dir = config.resolved_log_dir(args.db)
+    return DeviceService(args.db, config, retention=lambda db: LocalRetention(db, policy, log_dir)).run()
