@@ -48,4 +48,11 @@ def run(args: argparse.Namespace) -> int:
     from edge_runtime.service.service import DeviceService  # the CLI's read commands never load it
 
     ensure_parent(args.db)
-    return DeviceService(args.db, config).run()
+    return DeviceService(args.db, config, tick_hooks=(_scheduler,)).run()
+
+
+def _scheduler(db, journal):  # the composition root: the local adapter behind the scheduler's port
+    from edge_runtime.local.schedules import LocalScheduleRepository
+    from edge_runtime.service.scheduler import Scheduler
+
+    return Scheduler(LocalScheduleRepository(db), journal)
