@@ -37,6 +37,10 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"status     {detail.status.value}\n")
     out.write(f"created    {format_ms(detail.created_at_ms)}\n")
     out.write(f"finished   {format_ms(detail.finished_at_ms)}\n")
+    if detail.schedule_id is not msgspec.UNSET:
+        out.write(f"schedule   {detail.schedule_id}  slot {format_ms(detail.scheduled_for_ms)}\n")
+    if detail.timeout_ms is not msgspec.UNSET:
+        out.write(f"timeout    {detail.timeout_ms // 1000}s\n")
     if detail.cancel_requested_at_ms is not msgspec.UNSET:
         out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
     for attempt in detail.attempts:
