@@ -67,10 +67,12 @@ def _tick_costs(workdir: Path, count: int, reps: int) -> tuple[float, float, flo
             begin = time.perf_counter()
             scheduler.next_due_at_ms()
             sleep.append(time.perf_counter() - begin)
-            with db.write():  # make one schedule due
-                db.connection.execute("UPDATE schedules SET next_fire_at_ms = ? WHERE id = ?", (_NOW_MS - 1, ids[index]))
+            with db.write():  # make one schedule due (a fresh slot; its previous Run has ended)
+                db.connection.execute("UPDATE runs SET status = 'succeeded' WHERE status = 'queued'")
+                db.connection.execute("UPDATE schedules SET next_fire_at_ms = ? WHERE id = ?",
+                                      (_NOW_MS - 1 - index, ids[index % len(ids)]))
             begin = time.perf_counter()
-            scheduler.tick()
+            assert scheduler.tick()
             fire.append(time.perf_counter() - begin)
         return common.median(idle) * 1000, common.median(fire) * 1000, common.median(sleep) * 1000
 
