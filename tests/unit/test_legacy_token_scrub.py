@@ -366,9 +366,11 @@ def test_an_older_build_refuses_a_scrubbed_file_with_its_existing_error(
     build_legacy_database(str(plain), 3)
     scrub_legacy_tokens(str(legacy_db))
     files = _snapshot(legacy_db.parent)
-    # Today's main: the runner knows 0001-0004 and refuses any applied id it does not know.
-    build_with(_copy_migrations(tmp_path, "old-build", lambda stem: stem[:4] <= "0004"))
-    assert [m.id[:4] for m in migrations_module.known_migrations()] == ["0001", "0002", "0003", "0004"]
+    # A build without the scrub step (every automatic migration of today's, no 9NNN file): the
+    # runner refuses any applied id it does not know.
+    automatic = [m.id for m in migrations_module.known_migrations()]
+    build_with(_copy_migrations(tmp_path, "old-build", lambda stem: stem[:4] < "9000"))
+    assert [m.id for m in migrations_module.known_migrations()] == automatic
     with pytest.raises(
         MigrationError,
         match=rf"has migration {SCRUB_MIGRATION_ID} applied, which this build does not know; "
@@ -388,17 +390,18 @@ def test_later_migrations_apply_to_scrubbed_and_unscrubbed_databases(
     plain = tmp_path / "plain.db"
     build_legacy_database(str(plain), 3)
     scrub_legacy_tokens(str(legacy_db))
+    today = {m.id for m in migrations_module.known_migrations()}
+    later_id = f"{max(int(m[:4]) for m in today) + 1:04d}_retention"  # the next release's migration
     later = _copy_migrations(tmp_path, "later-build", lambda stem: True)
-    (later / "0005_retention.sql").write_text("CREATE TABLE retention_policy (id INTEGER PRIMARY KEY) STRICT;\n")
+    (later / f"{later_id}.sql").write_text("CREATE TABLE retention_policy (id INTEGER PRIMARY KEY) STRICT;\n")
     build_with(later)
     for path in (legacy_db, plain):
         open_database(path).close()
-    assert _applied(plain) == {"0001_legacy_layout", "0002_worker_leases", "0003_process_execution",
-                               "0004_clock_guard", "0005_retention"}
+    assert _applied(plain) == today | {later_id}
     assert _applied(legacy_db) == _applied(plain) | {SCRUB_MIGRATION_ID}
     for path in (legacy_db, plain):
         code, out = _cli(path, "check")
-        assert code == 0 and "migrations: 5 applied, latest 0005_retention" in out, out
+        assert code == 0 and f"migrations: {len(today) + 1} applied, latest {later_id}" in out, out
     assert f"opt-in: {SCRUB_MIGRATION_ID}" in _cli(legacy_db, "check")[1]
     # The migration changed the scrubbed file: the gate now refuses the rollback.
     with pytest.raises(ScrubRollbackRefusedError, match=r"schema_migrations, sqlite_schema changed"):
@@ -413,5 +416,6 @@ def test_the_scrub_step_is_never_pending(db_path: Path) -> None:
     assert SCRUB_MIGRATION_ID not in _applied(db_path)
     assert [m.id for m in migrations_module.opt_in_migrations()] == [SCRUB_MIGRATION_ID]
     assert SCRUB_MIGRATION_ID not in {m.id for m in migrations_module.known_migrations()}
+    count = len(migrations_module.known_migrations())
     code, out = _cli(db_path, "migrate")
-    assert code == 0 and "4/4 migrations applied" in out
+    assert code == 0 and f"{count}/{count} migrations applied" in out
