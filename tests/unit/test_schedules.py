@@ -10,7 +10,7 @@ import pytest
 
 from edge_runtime.contract.cron import InvalidCronExpressionError
 from edge_runtime.contract.durations import InvalidDurationError
-from edge_runtime.contract.runs import InvalidRunCommandError, RunStatus, SubmitRunCommand
+from edge_runtime.contract.runs import InvalidRunCommandError, SubmitRunCommand
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     FireOutcome,
