@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("events", "show a Run's event log"),
     "logs": ("logs", "print the captured output of a Run's Attempt"),
     "dispatch": ("dispatch", "inspect or re-arm a Run's cancellation dispatch"),
+    "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
 }

@@ -52,4 +52,12 @@ def run(args: argparse.Namespace) -> int:
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(args.db)
-    return DeviceService(args.db, config, retention=lambda db: LocalRetention(db, policy, log_dir)).run()
+    return DeviceService(args.db, config, retention=lambda db: LocalRetention(db, policy, log_dir),
+                         tick_hooks=(_scheduler,)).run()
+
+
+def _scheduler(db, journal):  # the composition root: the local adapter behind the scheduler's port
+    from edge_runtime.local.schedules import LocalScheduleRepository
+    from edge_runtime.service.scheduler import Scheduler
+
+    return Scheduler(LocalScheduleRepository(db), journal)

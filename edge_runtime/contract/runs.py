@@ -16,8 +16,9 @@ from edge_runtime.contract.cancellation_dispatch import (
     RUN_ID_MAX_LENGTH,
     DispatchRecord,
 )
+from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, identifier_type
+from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, identifier_type, int_problem
 
 # --------------------------------------------------------------------------- vocabularies
 
@@ -148,12 +149,16 @@ class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
 
     argv: list[str]
     name: str | msgspec.UnsetType = msgspec.UNSET
+    #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
+    timeout_ms: int | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         _reject(
             first_problem(
                 argv_problem(self.argv),
                 None if self.name is msgspec.UNSET else text_problem("name", self.name, MAX_NAME_LENGTH),
+                None if self.timeout_ms is msgspec.UNSET
+                else int_problem("timeout_ms", self.timeout_ms, MIN_DURATION_MS, MAX_DURATION_MS),
             )
         )
 
@@ -228,6 +233,10 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     created_at_ms: SafeInt
     updated_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    # Issue 14: the schedule and slot that fired this Run, and its timeout.
+    schedule_id: str | msgspec.UnsetType = msgspec.UNSET
+    scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
@@ -243,6 +252,9 @@ class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     cancel_reason: str | msgspec.UnsetType = msgspec.UNSET
     created_at_ms: SafeInt
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    schedule_id: str | msgspec.UnsetType = msgspec.UNSET
+    scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     attempts: list[AttemptRecord]
     dispatch: DispatchRecord | None
 

@@ -34,8 +34,9 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.retention import Retention
@@ -80,6 +81,16 @@ _SHUTDOWN_KILL_WAIT_S = 2.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class TickHook(Protocol):
+    """Work the composition root adds to each pass of the loop (the scheduler): ``tick`` does
+    what is due and says whether anything happened; the loop sleeps no later than
+    ``next_due_at_ms`` (guarded-clock ms)."""
+
+    def tick(self) -> bool: ...
+
+    def next_due_at_ms(self) -> int | None: ...
+
+
 def failure_backoff_ms(failures: int) -> int:
     """The sleep after ``failures`` consecutive failed ticks: MIN_SLEEP_MS doubling, capped."""
     return min(MIN_SLEEP_MS << min(max(failures - 1, 0), 16), MAX_FAILURE_BACKOFF_MS)
@@ -103,8 +114,12 @@ class DeviceService:
         controller: LocalProcessController | None = None,
         clock: Clock | None = None,
         retention: Callable[[LocalDatabase], Retention] | None = None,
+        tick_hooks: Sequence[Callable[[LocalDatabase, Journal], TickHook]] = (),
     ) -> None:
         self.db_path = db_path
+        #: Built by the composition root (cli/serve.py) once the database is open; see TickHook.
+        self._hook_factories = tuple(tick_hooks)
+        self._hooks: list[TickHook] = []
         self.config = config
         self.journal = journal or Journal()
         self.controller = controller or LocalProcessController()
@@ -141,6 +156,7 @@ class DeviceService:
                 restore_floor(self.clock, db)
                 self._clock_db = db
             self._retention = self._make_retention(db) if self._make_retention is not None else None
+            self._hooks = [make(db, self.journal) for make in self._hook_factories]
             loop = EventLoop()
             try:
                 return self._serve(db, loop, boot_id, log_dir)
@@ -315,6 +331,8 @@ class DeviceService:
         worked = False
         self._persist_clock()
         try:
+            for hook in self._hooks:  # first: a fired Run starts and a timeout's cancel is sent in this tick
+                worked |= hook.tick()
             worked |= dispatcher.dispatch_due() > 0
             enforced = dispatcher.enforce_kills()
             worked |= bool(enforced)
@@ -371,6 +389,7 @@ class DeviceService:
                 worker.next_heartbeat_at_ms(),
                 dispatcher.next_kill_retry_at_ms(),
                 supervisor.next_renewal_at_ms(),
+                *(hook.next_due_at_ms() for hook in self._hooks),
             ]
             due = min((d for d in dues if d is not None), default=None)
             sleep_ms = fallback_ms if due is None else min(fallback_ms, max(0, due - now))

@@ -417,6 +417,6 @@ def test_the_scrub_step_is_never_pending(db_path: Path) -> None:
     assert SCRUB_MIGRATION_ID not in _applied(db_path)
     assert [m.id for m in migrations_module.opt_in_migrations()] == [SCRUB_MIGRATION_ID]
     assert SCRUB_MIGRATION_ID not in {m.id for m in migrations_module.known_migrations()}
-    code, out = _cli(db_path, "migrate")
     count = len(migrations_module.known_migrations())
+    code, out = _cli(db_path, "migrate")
     assert code == 0 and f"{count}/{count} migrations applied" in out
