@@ -13,7 +13,7 @@ CSTAMP := $(CLUSTER_VENV)/.installed
 # The shared PostgreSQL the cluster suite and bench use; each session works in a private database.
 EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
 
-.PHONY: venv run test bench build fault audit clean test-cluster bench-cluster
+.PHONY: venv run test bench build fault audit clean test-cluster bench-cluster cross cross-test
 
 venv: $(STAMP)
 
@@ -61,6 +61,17 @@ test-cluster: $(CSTAMP)
 
 bench-cluster: $(CSTAMP)
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_cluster.py
+
+# Router artifacts (README: router builds): TARGET=aarch64-musl|mipsel-musl-sf|mipsel-musl-hf|armv7-musl.
+# Caches go to $$EDGE_CROSS_CACHE (default /var/cache/edge-runtime-cross), never into the repo.
+TARGET ?=
+cross: $(STAMP)
+	bash build/cross/cross.sh "$(TARGET)" $(PY)
+
+# Under qemu-user: the built-binary tests, build/demo.sh, the process group, restart re-adoption,
+# float results, and the OpenWrt package started in the musl root.
+cross-test: $(STAMP)
+	bash build/cross/cross-test.sh "$(TARGET)" $(PY)
 
 clean:
 	rm -rf $(VENV) $(CLUSTER_VENV) dist build/work .pytest_cache .hypothesis

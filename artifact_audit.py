@@ -263,6 +263,39 @@ def _folder_entries(root: Path, display_root: str) -> tuple[list[Entry], list[st
     return entries, options
 
 
+def extract_safely(tar: tarfile.TarFile, dest: str | Path) -> None:
+    """Extract ``tar`` into ``dest``, refusing absolute paths, ``..``, links leaving the tree and devices.
+
+    That is tarfile's 'data' filter, which Python 3.11.4 added; on an older 3.11 (Debian 12's own
+    3.11.2) the same checks run here before anything is written.
+    """
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(dest, filter="data")
+        return
+    members = tar.getmembers()
+    for member in members:
+        parts = Path(member.name).parts
+        if member.name.startswith("/") or ".." in parts:
+            raise tarfile.TarError(f"{member.name!r}: path leaves the archive's tree")
+        if not (member.isfile() or member.isdir() or member.issym() or member.islnk()):
+            raise tarfile.TarError(f"{member.name!r}: not a regular file, directory or link")
+        if member.issym() or member.islnk():
+            base = Path(member.name).parent if member.issym() else Path()
+            target = Path(member.linkname)
+            if target.is_absolute() or not _stays_inside(base / target):
+                raise tarfile.TarError(f"{member.name!r}: link to {member.linkname!r} leaves the archive's tree")
+    tar.extractall(dest, members=members)
+
+
+def _stays_inside(relative: Path) -> bool:
+    depth = 0
+    for part in relative.parts:
+        depth += -1 if part == ".." else 0 if part == "." else 1
+        if depth < 0:
+            return False
+    return True
+
+
 def read_artifact(path: Path, budgets: dict[str, int]) -> ArtifactReport:
     if not path.exists():
         raise AuditError(f"{path}: no such file or directory")
@@ -273,8 +306,7 @@ def read_artifact(path: Path, budgets: dict[str, int]) -> ArtifactReport:
         with tempfile.TemporaryDirectory(prefix="artifact-audit-") as temp:
             try:
                 with tarfile.open(path) as tar:
-                    # The 'data' filter refuses absolute paths, links leaving the tree and devices.
-                    tar.extractall(temp, filter="data")
+                    extract_safely(tar, temp)
             except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
                 raise AuditError(f"{path}: not a readable tarball ({exc})") from exc
             entries, options = _folder_entries(Path(temp), "")

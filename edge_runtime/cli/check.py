@@ -12,17 +12,30 @@ import msgspec
 
 from edge_runtime.local.database import open_database
 from edge_runtime.local.health import check_health
+from edge_runtime.local.retention import RetentionPolicy
+from edge_runtime.service.config import ConfigError, load_config
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser("check", help=help_text)
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument("--config", metavar="FILE",
+                        help="the serve configuration whose retention to report (default: $EDGE_RUNTIME_CONFIG)")
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    policy, log_dir, config_problem = None, None, None
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:  # the database is still checked; `serve` would refuse to start
+        config_problem = str(exc)
+    else:
+        policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
+                                 log_total_max_bytes=config.log_total_max_bytes)
+        log_dir = config.resolved_log_dir(args.db)
     with open_database(args.db, create=False, read_only=True) as db:
-        report = check_health(db)
+        report = check_health(db, policy, log_dir, config_problem=config_problem)
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:

@@ -6,8 +6,18 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from edge_runtime.contract.errors import EdgeRuntimeError
+
 DB_ENV_VAR = "EDGE_RUNTIME_DB"
 DB_FILE_NAME = "edge-runtime.db"
+#: Where the database lives when neither ``$EDGE_RUNTIME_DB`` nor ``$XDG_STATE_HOME`` is set.
+DEFAULT_STATE_HOME = "~/.local/state"
+
+
+class DatabasePathError(EdgeRuntimeError):
+    """No database path was given and none can be derived (no home directory)."""
+
+    code = "DB_PATH_UNKNOWN"
 
 
 def default_db_path(env: Mapping[str, str] | None = None) -> Path:
@@ -17,10 +27,22 @@ def default_db_path(env: Mapping[str, str] | None = None) -> Path:
     explicit = env.get(DB_ENV_VAR)
     if explicit:
         return Path(explicit)
-    state_home = env.get("XDG_STATE_HOME") or "~/.local/state"
-    return Path(state_home).expanduser() / "edge-runtime" / DB_FILE_NAME
+    state_home = env.get("XDG_STATE_HOME") or DEFAULT_STATE_HOME
+    return _expanded(state_home) / "edge-runtime" / DB_FILE_NAME
+
+
+def _expanded(path: str) -> Path:
+    # A service started by procd or cron may have no $HOME and a uid with no passwd entry:
+    # pathlib then raises RuntimeError, which must become a clear error, not a traceback.
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise DatabasePathError(
+            f"cannot expand {path!r}: $HOME is not set and the user has no home directory; "
+            f"give --db PATH or set ${DB_ENV_VAR}"
+        ) from None
 
 
 def ensure_parent(path: str) -> None:
     """Create the database's directory (private to the user) if it is missing."""
-    Path(path).expanduser().parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _expanded(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
         # Never follows a symlink, never blocks on a FIFO, refuses anything but a regular file.
         fd = open_checked(attempt.log_path, os.O_RDONLY, stat.S_IFREG)
     except FileNotFoundError:
-        raise RunStateConflictError(f"log file {attempt.log_path} of run {args.run_id} no longer exists") from None
+        raise RunStateConflictError(f"log file {attempt.log_path} of run {args.run_id} no longer exists (an empty log is not kept, "
+                                    f"and log_total_max_bytes removes the oldest logs first)") from None
     except OSError as exc:
         raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
     with open(fd, "rb") as log:

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Iterable, Sequence
 
 from edge_runtime import __version__
-from edge_runtime.cli.db_path import DB_ENV_VAR, default_db_path
+from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME, default_db_path
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("events", "show a Run's event log"),
     "logs": ("logs", "print the captured output of a Run's Attempt"),
     "dispatch": ("dispatch", "inspect or re-arm a Run's cancellation dispatch"),
+    "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
 }
@@ -72,7 +73,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         "--db",
         metavar="PATH",
         default=None,
-        help=f"database file (default: ${DB_ENV_VAR}, else {default_db_path(env={})})",
+        help=f"database file (default: ${DB_ENV_VAR}, else {DEFAULT_STATE_HOME}/edge-runtime/{DB_FILE_NAME})",
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, (module_name, help_text) in COMMANDS.items():
@@ -117,10 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    if args.db is None:
-        args.db = str(default_db_path())
-        _require_utf8("the database path", args.db)
     try:
+        if args.db is None:
+            args.db = str(default_db_path())
+            _require_utf8("the database path", args.db)
         code = args.run(args)
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
         return code

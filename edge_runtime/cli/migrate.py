@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from edge_runtime.cli.db_path import ensure_parent
-from edge_runtime.local.database import open_database
+from edge_runtime.local.database import ensure_incremental_vacuum, open_database
 from edge_runtime.local.migrations import applied_migrations, known_migrations
 
 
@@ -57,6 +57,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with open_database(args.db) as db:
         applied = applied_migrations(db.connection)
+        if ensure_incremental_vacuum(db.connection):  # a file from before 0006: rewritten once
+            sys.stdout.write(f"{args.db}: switched to auto_vacuum=INCREMENTAL (free pages are returned)\n")
     known = {m.id for m in known_migrations()}
     sys.stdout.write(f"{args.db}: {len(applied & known)}/{len(known)} migrations applied, up to date\n")
     return 0

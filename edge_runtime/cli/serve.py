@@ -56,8 +56,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=None):
-    """The device service on the Local store at ``db_path`` (``clock``: tests inject one)."""
+    """The device service on the Local store at ``db_path`` (``clock``: tests inject one), with
+    the Local adapters behind the retention and scheduler ports."""
     # Imported here: the CLI's read commands never load the service.
+    from edge_runtime.local.retention import LocalRetention, RetentionPolicy
     from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
@@ -78,4 +80,15 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
         return open_local()
 
-    return DeviceService(open_store, config, log_dir=config.resolved_log_dir(db_path), journal=journal)
+    policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
+                             log_total_max_bytes=config.log_total_max_bytes)
+    log_dir = config.resolved_log_dir(db_path)
+    return DeviceService(open_store, config, log_dir=log_dir, journal=journal,
+                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
+
+
+def _scheduler(store, journal):  # the Local adapter behind the scheduler's port
+    from edge_runtime.local.schedules import LocalScheduleRepository
+    from edge_runtime.service.scheduler import Scheduler
+
+    return Scheduler(LocalScheduleRepository(store.db), journal)

@@ -9,6 +9,7 @@ import sys
 import msgspec
 
 from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json, printable
+from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import EVENT_CANCEL_ESCAPED
 from edge_runtime.local.runs import LocalRunRepository
 
@@ -38,6 +39,11 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"status     {detail.status.value}\n")
     out.write(f"created    {format_ms(detail.created_at_ms)}\n")
     out.write(f"finished   {format_ms(detail.finished_at_ms)}\n")
+    if detail.schedule_id is not msgspec.UNSET:
+        out.write(f"schedule   {detail.schedule_id}  slot {format_ms(detail.scheduled_for_ms)}\n")
+    if detail.timeout_ms is not msgspec.UNSET:
+        timeout = detail.timeout_ms
+        out.write(f"timeout    {format_duration(timeout) if timeout % 1000 == 0 else f'{timeout}ms'}\n")
     if detail.cancel_requested_at_ms is not msgspec.UNSET:
         out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
     for attempt in detail.attempts:

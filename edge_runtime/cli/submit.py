@@ -8,6 +8,7 @@ import sys
 import msgspec
 
 from edge_runtime.cli.common import add_json_flag, open_or_create, print_json, wake_service
+from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.runs import LocalRunRepository
 
@@ -20,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         "use `-- sh -c '...'` for shell syntax.",
     )
     parser.add_argument("--name", help="a short label shown by list and show")
+    parser.add_argument("--timeout", metavar="D", help="cancel the Run (reason timeout) once it ran D (90s, 5m, 1h30m)")
     add_json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     parser.set_defaults(run=run)
@@ -30,7 +32,10 @@ def run(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     # Validate before touching the database: a bad request must not even create the file.
-    command = SubmitRunCommand(argv=argv, name=msgspec.UNSET if args.name is None else args.name)
+    command = SubmitRunCommand(
+        argv=argv, name=msgspec.UNSET if args.name is None else args.name,
+        timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
+    )
     with open_or_create(args) as db:
         record = LocalRunRepository(db).submit(command)
     wake_service(args.db)

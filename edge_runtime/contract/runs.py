@@ -12,11 +12,13 @@ import enum
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import DispatchRecord
+from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
     RunId,
     Command,
     SafeInt,
+    bounded_int_type,
     identifier_type,
 )
 
@@ -95,6 +97,7 @@ MAX_NAME_LENGTH = 128
 MAX_REASON_LENGTH = 256
 
 Name = identifier_type(MAX_NAME_LENGTH)
+TimeoutMs = bounded_int_type(MIN_DURATION_MS, MAX_DURATION_MS)
 Reason = identifier_type(MAX_REASON_LENGTH)
 
 # --------------------------------------------------------------------------- errors
@@ -158,6 +161,8 @@ class SubmitRunCommand(_Command):
 
     argv: list[str]
     name: Name | msgspec.UnsetType = msgspec.UNSET
+    #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
+    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         return argv_problem(self.argv)
@@ -225,6 +230,10 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     created_at_ms: SafeInt
     updated_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    # Issue 14: the schedule and slot that fired this Run, and its timeout.
+    schedule_id: str | msgspec.UnsetType = msgspec.UNSET
+    scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(RunRecord, kw_only=True):

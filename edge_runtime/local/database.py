@@ -82,6 +82,20 @@ def _use_wal_with_full_sync(connection: apsw.Connection, busy_timeout_ms: int) -
     connection.execute(f"PRAGMA journal_size_limit = {_JOURNAL_SIZE_LIMIT_BYTES}")
 
 
+def ensure_incremental_vacuum(connection: apsw.Connection) -> bool:
+    """Switch the file to ``auto_vacuum = INCREMENTAL``; returns True when it changed anything.
+
+    A file without tables takes the setting at once; an existing file needs one ``VACUUM`` (it
+    rewrites the file, needing about its size in free space; after retention that is small).
+    """
+    if connection.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+        return False
+    connection.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    if connection.execute("PRAGMA auto_vacuum").fetchone()[0] != 2:
+        connection.execute("VACUUM")
+    return True
+
+
 #: Every SQLite database file starts with a 100-byte header.
 _SQLITE_HEADER_BYTES = 100
 
@@ -346,6 +360,8 @@ def open_database(
         else:
             _use_wal_with_full_sync(connection, busy_timeout_ms)
         _enable_foreign_keys(connection)
+        if not read_only and not applied:  # a new file takes auto_vacuum at once, before its first table
+            ensure_incremental_vacuum(connection)
         if pending and not read_only:
             apply_pending(connection, path, pending, clock)
             pending = []

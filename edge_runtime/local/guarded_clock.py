@@ -88,11 +88,15 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_dispatch_leases", "completed_at_ms"), ("run_dispatch_leases", "updated_at_ms"),
     ("schema_migrations", "applied_at_ms"),
     ("clock_watermark", "updated_at_ms"), ("device_events", "created_at_ms"),
+    # A waiting fire time is a slot that already came (overlap kept it for later): observed.
+    ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
+    ("schedules", "updated_at_ms"),
 )
 FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
     ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
+    ("schedules", "next_fire_at_ms"),
 )
 
 

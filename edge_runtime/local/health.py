@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -10,7 +12,9 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
 from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
+from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.retention import RetentionPolicy, log_dir_bytes, plan
 from edge_runtime.local.legacy_token_scrub import describe, scrub_status
 from edge_runtime.local.migrations import applied_migrations, known_migrations
 from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
@@ -82,8 +86,40 @@ def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
     return HealthCheck("legacy_tokens", ok, detail)
 
 
-def check_health(db: LocalDatabase) -> HealthReport:
-    checks = [_integrity(db), _migrations(db), _pragmas(db)]
+def _storage(db: LocalDatabase) -> HealthCheck:
+    """Sizes of the file, its WAL and free pages, and whether free pages are returned."""
+    c = db.connection
+    page, pages, free = (c.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count", "freelist_count"))
+    vacuum = c.execute("PRAGMA auto_vacuum").fetchone()[0]
+    try:
+        wal = os.stat(f"{db.path}-wal").st_size
+    except FileNotFoundError:
+        wal = 0
+    mode = {0: "NONE (run `edge-runtime migrate` or `serve` to convert)", 1: "FULL", 2: "INCREMENTAL"}.get(vacuum, vacuum)
+    return HealthCheck("storage", True, f"database {page * pages:,} bytes ({free * page:,} free), WAL {wal:,} bytes, "
+                                        f"auto_vacuum={mode}")
+
+
+def _retention(db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None) -> HealthCheck:
+    """What retention removes next, and the logs' total against their cap (reads only)."""
+    due = plan(db, policy, read_now_ms(db.clock))
+    logs = log_dir_bytes(log_dir) if log_dir is not None else None
+    log_text = "" if logs is None else f"; logs {logs:,} of {policy.log_total_max_bytes:,} bytes in {log_dir}"
+    return HealthCheck("retention", True, f"{due.finished_runs} finished runs kept (retain_runs={policy.retain_runs}, "
+                                          f"retain_days={policy.retain_days}); next to remove: {due.runs_to_remove}{log_text}")
+
+
+def check_health(
+    db: LocalDatabase, policy: RetentionPolicy | None = None, log_dir: Path | None = None,
+    *, config_problem: str | None = None,
+) -> HealthReport:
+    """``policy`` (and ``log_dir``): report what retention removes next; ``config_problem``: the
+    service configuration could not be read, reported as a failed check."""
+    checks = [_integrity(db), _migrations(db), _pragmas(db), _storage(db)]
+    if config_problem is not None:
+        checks.append(HealthCheck("retention", False, f"not checked: {config_problem}"))
+    elif policy is not None and not db.pending:
+        checks.append(_retention(db, policy, log_dir))
     for name, *stored in _STORED_RECORDS:
         if db.pending:  # the stored records may predate the columns the contract reads
             checks.append(HealthCheck(name, False, "not checked: migrations pending"))

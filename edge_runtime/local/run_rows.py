@@ -29,7 +29,7 @@ _decode_argv = msgspec.json.Decoder(list[str]).decode
 
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
-    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms"
+    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms"
 )
 ATTEMPT_COLUMNS = (
     "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
@@ -50,7 +50,8 @@ def _absent(value: Any) -> Any:
 
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
-    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished) = row
+    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
+     schedule_id, scheduled_for, timeout) = row
     try:
         return RunRecord(
             id=run_id,
@@ -65,6 +66,9 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
             created_at_ms=created,
             updated_at_ms=_absent(updated),
             finished_at_ms=_absent(finished),
+            schedule_id=_absent(schedule_id),
+            scheduled_for_ms=_absent(scheduled_for),
+            timeout_ms=_absent(timeout),
         )
     except (ValueError, msgspec.DecodeError) as exc:
         raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None

@@ -150,18 +150,11 @@ class LocalRunRepository:
         """Create a queued, runtime-owned Run and its ``run.created`` event."""
         if not isinstance(cmd, SubmitRunCommand):
             raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
-        run_id = _new_id()
-        command = _encode_json(cmd.argv).decode()
         name = None if cmd.name is _UNSET else cmd.name
+        timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
-            connection = self._db.connection
-            connection.execute(
-                "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, "
-                "created_at_ms, updated_at_ms) VALUES (?, 'runtime', 'queued', 0, 0, ?, ?, ?, ?)",
-                (run_id, name, command, now, now),
-            )
-            _event(connection, run_id, EVENT_RUN_CREATED, EVENT_RUN_CREATED, actor_id,
-                   {"status": RunStatus.QUEUED.value, "argc": len(cmd.argv)}, now)
+            run_id = insert_run(self._db.connection, cmd.argv, name=name, now=now, actor_type="user",
+                                actor_id=actor_id, timeout_ms=timeout_ms)
             return self._run_row(run_id)
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
@@ -559,3 +552,45 @@ def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *,
     _event(connection, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
     return number
+
+
+def insert_run(
+    connection: apsw.Connection,
+    argv: list[str],
+    *,
+    name: str | None,
+    now: int,
+    actor_type: str,
+    actor_id: str,
+    timeout_ms: int | None = None,
+    schedule_id: str | None = None,
+    scheduled_for_ms: int | None = None,
+) -> str:
+    """Insert a queued, runtime-owned Run with its ``run.created`` event; its id.
+
+    Runs inside the caller's write transaction (``submit``, and a schedule's fire).
+    """
+    run_id = _new_id()
+    connection.execute(
+        "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', 'queued', 0, 0, ?, ?, ?, ?, "
+        "?, ?, ?)",
+        (run_id, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+    )
+    payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
+    if schedule_id is not None:
+        payload |= {"schedule_id": schedule_id, "scheduled_for_ms": scheduled_for_ms}
+    if timeout_ms is not None:
+        payload["timeout_ms"] = timeout_ms
+    append_run_event(
+        connection,
+        run_id=run_id,
+        event_id=_new_id(),
+        event_type=EVENT_RUN_CREATED,
+        dedupe_key=EVENT_RUN_CREATED,
+        actor_type=actor_type,
+        actor_id=actor_id,
+        payload=payload,
+        now_ms=now,
+    )
+    return run_id

@@ -69,6 +69,12 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     run_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 60_000
     #: Slow fallback poll in case a wake-up datagram was lost.
     poll_interval_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 30_000
+    #: Retention (README: storage bounds): finished Runs kept at most, and for at most so many days;
+    #: older ones are deleted whole with their Attempts, events and logs. Unfinished Runs never are.
+    retain_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 1000
+    retain_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 7
+    #: All Attempt logs in log_dir together; the oldest are deleted first beyond it.
+    log_total_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 40)] = 6 << 20
     #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
     stop_runs_on_exit: bool = False
 

@@ -8,7 +8,11 @@ makes the child the leader of a new session and process group, so the Attempt's 
 signalled with one ``killpg`` and no signal aimed at the tree ever reaches the service.
 
 The identity (pid, pgid, start time, boot id) is read right after the spawn, while the child is
-still unreaped and its pid therefore cannot be reused.
+still unreaped and its pid therefore cannot be reused. Its pgid is its pid (``setsid``), whatever
+the moment: ``posix_spawn`` may return before the child ran ``setsid`` (qemu-user emulates vfork
+with fork, so glibc's spawn returns at once), and reading the group from ``/proc`` then would
+record the service's own group. ``spawn`` waits, briefly, until ``/proc`` shows the new group, so
+a cancel sent at once reaches it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import fcntl
 import os
 import signal
 import sys
+import time
 from collections.abc import Mapping, Sequence
 
 from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
@@ -91,15 +96,40 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
     finally:
         os.close(source)
     try:
-        identity = read_identity(pid, boot_id=boot_id)
+        identity = _identity_as_group_leader(pid, boot_id)
     except ProcfsUnavailableError:  # e.g. EMFILE opening /proc/<pid>/stat
         identity = None
     if identity is None:
         # Unreaped, so the pid (and its group, setsid) is still ours: never leave it unidentified.
-        os.killpg(pid, signal.SIGKILL)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:  # setsid not done yet (emulated kernels): the child alone
+            os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         raise SpawnError(f"process {pid} could not be identified after its start; it was killed", started=True)
     return identity
+
+
+#: How long ``spawn`` waits for a child to show its own group in /proc (a few ms under emulation;
+#: the first read already does on a native kernel).
+_SETSID_WAIT_S = 2.0
+
+
+def _identity_as_group_leader(pid: int, boot_id: str) -> ProcessIdentity | None:
+    """The identity of the new group leader ``pid``, or None if /proc shows no such process.
+
+    Its pgid is recorded as its pid (what ``setsid`` makes it), never what /proc shows at this
+    instant: under qemu-user the spawn can return before the child has run ``setsid``.
+    """
+    deadline = time.monotonic() + _SETSID_WAIT_S
+    while True:
+        identity = read_identity(pid, boot_id=boot_id)
+        if identity is None:
+            return None
+        # Also done when it already exited: setsid failing or exec failing exits the child (127).
+        if identity.pgid == pid or time.monotonic() >= deadline:
+            return ProcessIdentity(pid=pid, pgid=pid, start_ticks=identity.start_ticks, boot_id=boot_id)
+        time.sleep(0.001)
 
 
 def seal_inherited_descriptors() -> int:

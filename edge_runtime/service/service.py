@@ -14,7 +14,10 @@ Start: open the store (Local: open and migrate the database), bind its wake-up, 
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
    socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
    (``poll_interval_ms``, default 30 s). There is no busy polling: an idle service wakes only for
-   its heartbeat, the recovery pass and the fallback poll.
+   its heartbeat, the recovery pass and the fallback poll;
+6. when a tick did no work: one small retention batch (the ``Retention`` port the composition
+   root passes in; README: storage bounds), again soon while more remains, about a second after
+   an Attempt ended, otherwise every minute.
 
 Stop: running Attempts keep running (their processes are in their own sessions, so the
 service's signals never reach them) and are re-adopted by the next start, unless
@@ -34,12 +37,14 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable
+from typing import Protocol
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.contract.ports import RunStore, Store
+from edge_runtime.contract.retention import Retention
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.controller import LocalProcessController
@@ -62,10 +67,26 @@ MIN_SLEEP_MS = 200
 #: After consecutive failed ticks (a full disk, an I/O error) the loop backs off, doubling from
 #: MIN_SLEEP_MS up to this, so a broken disk is neither hammered nor logged ten times a second.
 MAX_FAILURE_BACKOFF_MS = 30_000
+#: Retention runs only when a tick did no work: the next batch this soon while more remains, else
+#: a check this often (a check that finds nothing writes nothing).
+RETENTION_BATCH_GAP_S = 0.05
+RETENTION_IDLE_S = 60.0
+#: After an Attempt ended, retention looks again this soon (a finished Run may now be beyond policy).
+RETENTION_AFTER_FINISH_S = 1.0
 #: After SIGKILL at shutdown, how long to wait for the groups to be reaped.
 _SHUTDOWN_KILL_WAIT_S = 2.0
 
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class TickHook(Protocol):
+    """Work the composition root adds to each pass of the loop (the scheduler): ``tick`` does
+    what is due and says whether anything happened; the loop sleeps no later than
+    ``next_due_at_ms`` (guarded-clock ms)."""
+
+    def tick(self) -> bool: ...
+
+    def next_due_at_ms(self) -> int | None: ...
 
 
 def failure_backoff_ms(failures: int) -> int:
@@ -90,7 +111,12 @@ class DeviceService:
         log_dir: Path,
         journal: Journal | None = None,
         controller: LocalProcessController | None = None,
+        retention: Callable[[Store], Retention] | None = None,
+        tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
     ) -> None:
+        #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
+        self._hook_factories = tuple(tick_hooks)
+        self._hooks: list[TickHook] = []
         self.config = config
         self.log_dir = log_dir
         self.journal = journal or Journal()
@@ -100,6 +126,10 @@ class DeviceService:
         #: Consecutive ticks that failed; drives the backoff and thins out repeated error lines.
         self._tick_failures = 0
         self._boot_id = ""
+        #: Built on the open database by the composition root's factory; None keeps everything.
+        self._make_retention = retention
+        self._retention: Retention | None = None
+        self._next_retention = 0.0
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -119,6 +149,8 @@ class DeviceService:
         require_trusted_directory(log_dir, "log directory")
         store = self._store = self._open_store()
         try:
+            self._retention = self._make_retention(store) if self._make_retention is not None else None
+            self._hooks = [make(store, self.journal) for make in self._hook_factories]
             loop = EventLoop()
             try:
                 return self._serve(store, loop, boot_id, log_dir)
@@ -194,6 +226,7 @@ class DeviceService:
         next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
         recovery_s = max(self.config.run_lease_ms // 3, MIN_SLEEP_MS) / 1000
         next_recovery = time.monotonic() + recovery_s
+        running_before = len(supervisor.running)
         while True:
             for callback in callbacks:
                 callback()
@@ -210,8 +243,13 @@ class DeviceService:
             if time.monotonic() >= next_recovery:
                 next_recovery = time.monotonic() + recovery_s
                 self._recover(runs, worker, supervisor, periodic=True)
+            if len(supervisor.running) < running_before:  # Attempts ended since the last tick
+                self._next_retention = min(self._next_retention, time.monotonic() + RETENTION_AFTER_FINISH_S)
             worked = self._tick(worker, supervisor, dispatcher)
-            wake_at = min(next_fallback, next_recovery)
+            running_before = len(supervisor.running)
+            if not worked and not self._tick_failures:
+                self._retain()
+            wake_at = min(next_fallback, next_recovery, self._next_retention if self._retention else next_fallback)
             callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, wake_at))
 
     def _recover(
@@ -231,6 +269,17 @@ class DeviceService:
         if periodic and any(counts.values()):
             self.journal.info("recovery.periodic", **{k: v for k, v in counts.items() if v})
         return counts
+
+    def _retain(self) -> None:
+        """One small retention batch when idle and due; a failure is logged and retried later."""
+        if self._retention is None or time.monotonic() < self._next_retention:
+            return
+        try:
+            more = self._retention.prune_step()
+        except EdgeRuntimeError as exc:
+            self.journal.error("retention.failed", error=exc.code, detail=str(exc))
+            more = False
+        self._next_retention = time.monotonic() + (RETENTION_BATCH_GAP_S if more else RETENTION_IDLE_S)
 
     def _linger(self, loop: EventLoop, supervisor: AttemptSupervisor, lost: SessionLostError) -> None:
         """The session is gone: take nothing more, but wait for our own children to exit and record
@@ -272,6 +321,8 @@ class DeviceService:
         worked = False
         self._keep_time()
         try:
+            for hook in self._hooks:  # first: a fired Run starts and a timeout's cancel is sent in this tick
+                worked |= hook.tick()
             worked |= dispatcher.dispatch_due() > 0
             enforced = dispatcher.enforce_kills()
             worked |= bool(enforced)
@@ -328,6 +379,7 @@ class DeviceService:
                 worker.next_heartbeat_at_ms(),
                 dispatcher.next_kill_retry_at_ms(),
                 supervisor.next_renewal_at_ms(),
+                *(hook.next_due_at_ms() for hook in self._hooks),
             ]
             due = min((d for d in dues if d is not None), default=None)
             sleep_ms = fallback_ms if due is None else min(fallback_ms, max(0, due - now))

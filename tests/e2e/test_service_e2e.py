@@ -13,6 +13,7 @@ import apsw
 import pytest
 
 from edge_runtime.contract.runs import ProcessIdentity
+from edge_runtime.local.database import open_database
 from edge_runtime.service.process_identity import read_identity
 
 from service_harness import Harness, decode_json, process_gone, wait_for
@@ -296,3 +297,24 @@ def test_a_child_ignoring_sigterm_is_killed_after_its_leader_exited(harness: Har
     assert detail.attempts[-1].exit_code == 128 + signal.SIGTERM  # the leader's own status
     kill = [e for e in harness.events(run_id) if e.type == "run.kill_sent"]
     assert [e.payload["outcome"] for e in kill] == ["killed"]
+
+
+def test_serve_keeps_only_retain_runs_finished_runs_and_their_logs(harness: Harness) -> None:
+    """Retention from the real loop (issue 13): beyond retain_runs, the oldest finished Runs go
+    with their logs, while the service is idle; `check` reports what is kept."""
+    harness.env["EDGE_RUNTIME_RETAIN_RUNS"] = "3"  # serve and check alike
+    harness.serve()
+    run_ids = harness.submit_many([["sh", "-c", "echo out"]] * 8)
+    for run_id in run_ids:
+        harness.wait_status(run_id, "succeeded", "failed")
+
+    def kept() -> list[str]:
+        with open_database(harness.db_path, create=False) as db:
+            return [row[0] for row in db.connection.execute("SELECT id FROM runs ORDER BY finished_at_ms")]
+
+    wait_for(lambda: len(kept()) == 3, "retention down to retain_runs", timeout=20)
+    logs = sorted(p.name for p in (harness.tmp / "logs").glob("*.log"))
+    assert len(logs) == 3
+    assert {f"{a.id}.log" for run_id in kept() for a in harness.detail(run_id).attempts} == set(logs)
+    report = harness.cli("check").stdout
+    assert "3 finished runs kept (retain_runs=3, retain_days=7); next to remove: 0" in report, report

@@ -254,8 +254,9 @@ def test_config_file_and_environment_raise_only_config_errors(tmp_path: Path, lo
 
 #: Every command but ``serve`` (which would start a service in this process; its flags and
 #: configuration are covered by the config fuzzing above and by the service campaign).
-_COMMANDS = ["submit", "cancel", "show", "list", "events", "logs", "dispatch", "migrate", "check", "rearm"]
+_COMMANDS = ["submit", "cancel", "show", "list", "events", "logs", "dispatch", "migrate", "check", "rearm", "schedule"]
 _FLAGS = ["--json", "--reason", "--name", "--status", "--limit", "--attempt", "--expected-version", "--",
+          "--timeout", "--overlap", "add", "list", "pause", "remove", "@every 1s", "61 * * * *", "1h30m",
           "-h", "--help", "--version", "show", "rearm", "running", "queued", "0", "-1", "99999999999999999999"]
 
 

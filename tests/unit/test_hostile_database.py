@@ -19,8 +19,10 @@ from edge_runtime.local.migrations import apply_pending, known_migrations
 
 READ_COMMANDS = (
     ["list"], ["show", "r1"], ["events", "r1"], ["logs", "r1"], ["dispatch", "show", "r1"], ["check"],
+    ["schedule", "list"], ["schedule", "show", "s1"],
 )
-WRITE_COMMANDS = (["submit", "--", "true"], ["cancel", "r1"], ["migrate"])
+WRITE_COMMANDS = (["submit", "--", "true"], ["cancel", "r1"], ["migrate"], ["schedule", "add", "@daily", "--", "true"],
+                  ["schedule", "pause", "s1"])
 
 
 def _cli(capsys: pytest.CaptureFixture[str], db_path: Path, *argv: str) -> tuple[int, str, str]:

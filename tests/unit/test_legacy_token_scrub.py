@@ -366,9 +366,11 @@ def test_an_older_build_refuses_a_scrubbed_file_with_its_existing_error(
     build_legacy_database(str(plain), 3)
     scrub_legacy_tokens(str(legacy_db))
     files = _snapshot(legacy_db.parent)
-    # A build without the opt-in scrub: the runner knows 0001-0005 and refuses any applied id it does not know.
-    build_with(_copy_migrations(tmp_path, "old-build", lambda stem: stem[:4] < "9000"))
-    assert [m.id[:4] for m in migrations_module.known_migrations()] == ["0001", "0002", "0003", "0004", "0005"]
+    # A build from before the scrub step: every automatic migration of today, no opt-in step; the
+    # runner refuses any applied id it does not know.
+    automatic = [m.id for m in migrations_module.known_migrations()]
+    build_with(_copy_migrations(tmp_path, "old-build", lambda stem: not migrations_module.is_opt_in(stem)))
+    assert [m.id for m in migrations_module.known_migrations()] == automatic
     with pytest.raises(
         MigrationError,
         match=rf"has migration {SCRUB_MIGRATION_ID} applied, which this build does not know; "
@@ -388,22 +390,24 @@ def test_later_migrations_apply_to_scrubbed_and_unscrubbed_databases(
     plain = tmp_path / "plain.db"
     build_legacy_database(str(plain), 3)
     scrub_legacy_tokens(str(legacy_db))
+    # A later build: one more automatic migration after today's last (numbers below the opt-in range).
+    automatic = {m.id for m in migrations_module.known_migrations()}
+    new_id = f"{int(max(automatic)[:4]) + 1:04d}_later_step"
     later = _copy_migrations(tmp_path, "later-build", lambda stem: True)
-    (later / "0099_later_step.sql").write_text("CREATE TABLE retention_policy (id INTEGER PRIMARY KEY) STRICT;\n")
+    (later / f"{new_id}.sql").write_text("CREATE TABLE later_step (id INTEGER PRIMARY KEY) STRICT;\n")
     build_with(later)
     for path in (legacy_db, plain):
         open_database(path).close()
-    assert _applied(plain) == {"0001_legacy_layout", "0002_worker_leases", "0003_process_execution",
-                               "0004_clock_guard", "0005_dispatch_result_checks", "0099_later_step"}
+    assert _applied(plain) == automatic | {new_id}
     assert _applied(legacy_db) == _applied(plain) | {SCRUB_MIGRATION_ID}
     for path in (legacy_db, plain):
         code, out = _cli(path, "check")
-        assert code == 0 and "migrations: 6 applied, latest 0099_later_step" in out, out
+        assert code == 0 and f"migrations: {len(automatic) + 1} applied, latest {new_id}" in out, out
     assert f"opt-in: {SCRUB_MIGRATION_ID}" in _cli(legacy_db, "check")[1]
     # The migration changed the scrubbed file: the gate now refuses the rollback.
     with pytest.raises(ScrubRollbackRefusedError, match=r"schema_migrations, sqlite_schema changed"):
         rollback_scrub(str(legacy_db))
-    # A database scrubbed after 0005 keeps both.
+    # A database scrubbed after the later migration keeps both.
     scrub_legacy_tokens(str(plain))
     assert _applied(plain) == _applied(legacy_db)
 
@@ -413,5 +417,6 @@ def test_the_scrub_step_is_never_pending(db_path: Path) -> None:
     assert SCRUB_MIGRATION_ID not in _applied(db_path)
     assert [m.id for m in migrations_module.opt_in_migrations()] == [SCRUB_MIGRATION_ID]
     assert SCRUB_MIGRATION_ID not in {m.id for m in migrations_module.known_migrations()}
+    count = len(migrations_module.known_migrations())
     code, out = _cli(db_path, "migrate")
-    assert code == 0 and "5/5 migrations applied" in out
+    assert code == 0 and f"{count}/{count} migrations applied" in out

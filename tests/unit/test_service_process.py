@@ -88,6 +88,31 @@ def test_spawn_runs_in_a_new_session_with_stdin_from_devnull(tmp_path: Path, gro
     assert "err" in out.read_text()
 
 
+def test_spawn_records_the_childs_own_group_even_when_setsid_runs_late(
+    tmp_path: Path, groups: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Under qemu-user, posix_spawn returns before the child ran setsid: /proc still shows the
+    # service's group for a moment. The recorded pgid must be the child's own group regardless.
+    from edge_runtime.service import executor
+
+    reads: list[int] = []
+
+    def late_setsid(pid: int, *, boot_id: str | None = None) -> ProcessIdentity | None:
+        real = read_identity(pid, boot_id=boot_id)
+        reads.append(pid)
+        if len(reads) <= 3:  # the first reads see the child still in the service's group
+            return ProcessIdentity(pid=pid, pgid=os.getpgid(0), start_ticks=real.start_ticks, boot_id=real.boot_id)
+        return real
+
+    monkeypatch.setattr(executor, "read_identity", late_setsid)
+    identity = _spawn(["sleep", "30"], tmp_path / "out", groups)
+    assert identity.pgid == identity.pid != os.getpgid(0)
+    assert len(reads) == 4  # it waited for /proc to show the new group, then stopped reading
+    assert read_stat(identity.pid).pgid == identity.pid
+    os.killpg(identity.pgid, signal.SIGTERM)
+    assert _wait_exit(identity.pid) == -signal.SIGTERM
+
+
 def test_spawn_of_a_missing_program_is_a_spawn_error(tmp_path: Path, groups: list[int]) -> None:
     with pytest.raises(SpawnError, match="cannot start 'no-such-program-xyz'"):
         _spawn(["no-such-program-xyz"], tmp_path / "out", groups)

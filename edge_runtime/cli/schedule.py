@@ -1,0 +1,101 @@
+"""``edge-runtime schedule add|list|show|pause|resume|remove``: run commands at cron times."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+import msgspec
+
+from edge_runtime.cli.common import (
+    add_json_flag, format_ms, open_existing, open_or_create, open_read_only, present, print_json, printable, wake_service,
+)
+from edge_runtime.contract.durations import format_duration, parse_duration_ms
+from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, ScheduleRecord
+from edge_runtime.local.schedules import LocalScheduleRepository
+
+
+def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+    parser = subparsers.add_parser(
+        "schedule", help=help_text,
+        description="Schedules fire their command as a Run at each time of a cron expression (local time, "
+        "as the C library sees it: TZ), e.g. '*/5 * * * *', '0 30 6 * * *' (6 fields: second first), "
+        "'@daily', '@every 90s'. After downtime or a forward clock jump missed slots fire once. "
+        "See docs/schedules.md.",
+    )
+    commands = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
+    add = commands.add_parser("add", help="add a schedule and print its id")
+    add.add_argument("--name", help="a short label, given to its Runs too")
+    add.add_argument("--timeout", metavar="D", help="cancel a Run that runs longer than D (90s, 5m, 1h30m)")
+    add.add_argument("--overlap", choices=[o.value for o in Overlap], default="skip",
+                     help="while the previous Run is active: skip the slot (default), queue it, or replace "
+                     "(cancel the previous Run, then start)")
+    add_json_flag(add)
+    add.add_argument("expression", metavar="CRON", help="the schedule expression (quote it)")
+    add.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    listing = commands.add_parser("list", help="list the schedules")
+    add_json_flag(listing)
+    for action, text in (("show", "show a schedule"), ("pause", "stop firing a schedule"),
+                         ("resume", "fire a paused schedule again, from its next slot"),
+                         ("remove", "delete a schedule (its Runs stay)")):
+        sub = commands.add_parser(action, help=text)
+        sub.add_argument("schedule_id", metavar="ID", help="the schedule id")
+        add_json_flag(sub)
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.action == "add":
+        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        command = AddScheduleCommand(  # validated whole before the database is touched
+            expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
+            overlap=Overlap(args.overlap),
+            timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
+        )
+        with open_or_create(args) as db:
+            record = LocalScheduleRepository(db).add(command)
+        return _done(args, record, record.id)
+    if args.action in ("list", "show"):
+        with open_read_only(args) as db:
+            repository = LocalScheduleRepository(db)
+            records = repository.list() if args.action == "list" else [repository.get(args.schedule_id)]
+        if args.json:
+            print_json(records if args.action == "list" else records[0])
+        elif args.action == "list":
+            for r in records:
+                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={format_ms(r.next_fire_at_ms)}  "
+                                 f"{printable(r.expression)!r}  {present(r.name)}\n")
+        else:
+            _show(records[0])
+        return 0
+    with open_existing(args) as db:
+        repository = LocalScheduleRepository(db)
+        if args.action == "remove":
+            repository.remove(args.schedule_id)
+            record = None
+        else:
+            record = repository.set_paused(args.schedule_id, args.action == "pause")
+    done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
+    return _done(args, record, f"schedule {args.schedule_id} {done}")
+
+
+def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
+    wake_service(args.db)  # after the commit: the service recomputes its sleep at once
+    if args.json and record is not None:
+        print_json(record)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
+def _show(r: ScheduleRecord) -> None:
+    out = sys.stdout
+    out.write(f"schedule   {r.id}\nname       {present(r.name)}\nexpression {printable(r.expression)}\n")
+    out.write(f"command    {printable(shlex.join(r.command))}\noverlap    {r.overlap.value}\n")
+    out.write(f"timeout    {'-' if r.timeout_ms is msgspec.UNSET else format_duration(r.timeout_ms)}\n")
+    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {format_ms(r.next_fire_at_ms)}\n")
+    if r.waiting_fire_at_ms is not msgspec.UNSET:
+        out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
+    out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")
+    out.write(f"counts     started={r.fired_count} skipped={r.skipped_count} coalesced={r.coalesced_count}\n")

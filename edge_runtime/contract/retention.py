@@ -1,0 +1,21 @@
+"""The retention port: what the service needs to keep storage bounded, whatever the adapter.
+
+The service only decides *when* (idle, one small step at a time); the adapter decides *what*
+(which finished Runs, which log files) and does each step as one short transaction.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class Retention(Protocol):
+    def prune_step(self) -> bool:
+        """Remove one small batch of what the retention policy no longer keeps.
+
+        Returns True when more remains (call again soon), False when storage is within policy.
+
+        Raises:
+            EdgeRuntimeError: the step failed; nothing was half-done (retry later).
+        """
+        ...

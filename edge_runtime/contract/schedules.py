@@ -1,0 +1,161 @@
+"""Schedules: commands, records, the overlap rule and the port the service fires them through.
+
+A schedule runs a command at the fire times of its expression (:mod:`edge_runtime.contract.cron`).
+The one decision of a fire, :func:`plan_fire`, is a pure function here, so the adapter that applies
+it in a transaction and the tests that model it read the same rule.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Protocol
+
+import msgspec
+
+from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
+from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import MAX_NAME_LENGTH, argv_problem
+from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, int_problem
+
+SCHEDULE_ID_MAX_LENGTH = 36
+#: Reason of the cancel request a timeout makes (shown by ``show`` and in the events).
+TIMEOUT_REASON = "timeout"
+
+
+class Overlap(enum.StrEnum):
+    """What a slot does while the schedule's previous Run is still active."""
+
+    SKIP = "skip"  # record the slot as skipped
+    QUEUE = "queue"  # start it when the previous Run ends (at most one waits; later slots join it)
+    REPLACE = "replace"  # cancel the previous Run through the CancellationDispatch, then start it
+
+
+class FireOutcome(enum.StrEnum):
+    STARTED = "started"
+    SKIPPED = "skipped"
+    WAITING = "waiting"
+
+
+class ScheduleError(EdgeRuntimeError):
+    code = "SCHEDULE_ERROR"
+
+
+class InvalidScheduleCommandError(ScheduleError):
+    code = "INVALID_SCHEDULE_COMMAND"
+
+
+class ScheduleNotFoundError(ScheduleError):
+    code = "SCHEDULE_NOT_FOUND"
+
+
+class ScheduleRepositoryError(ScheduleError):
+    code = "SCHEDULE_REPOSITORY_FAILED"
+
+
+def timeout_problem(value: object) -> str | None:
+    return int_problem("timeout_ms", value, MIN_DURATION_MS, MAX_DURATION_MS)
+
+
+class AddScheduleCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+    """A new schedule; ``expression`` is parsed (and refused whole) before anything is stored."""
+
+    expression: str
+    argv: list[str]
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    overlap: Overlap = Overlap.SKIP
+    timeout_ms: int | msgspec.UnsetType = msgspec.UNSET
+
+    def __post_init__(self) -> None:
+        parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
+        problem = first_problem(
+            argv_problem(self.argv),
+            None if self.name is msgspec.UNSET else identifier_problem("name", self.name, MAX_NAME_LENGTH),
+            None if isinstance(self.overlap, Overlap) else "overlap must be skip, queue or replace",
+            None if self.timeout_ms is msgspec.UNSET else timeout_problem(self.timeout_ms),
+        )
+        if problem is not None:
+            raise InvalidScheduleCommandError(problem)
+
+
+def check_schedule_id(schedule_id: object) -> None:
+    problem = identifier_problem("schedule_id", schedule_id, SCHEDULE_ID_MAX_LENGTH)
+    if problem is not None:
+        raise InvalidScheduleCommandError(problem)
+
+
+class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
+    id: str
+    name: str | msgspec.UnsetType = msgspec.UNSET
+    expression: str
+    command: list[str]
+    overlap: Overlap
+    timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    paused: bool
+    next_fire_at_ms: SafeInt
+    waiting_fire_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    last_fire_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    last_outcome: FireOutcome | msgspec.UnsetType = msgspec.UNSET
+    last_run_id: str | msgspec.UnsetType = msgspec.UNSET
+    fired_count: int
+    skipped_count: int
+    coalesced_count: int
+    created_at_ms: SafeInt
+    updated_at_ms: SafeInt
+
+
+class FirePlan(msgspec.Struct, frozen=True, gc=False):
+    """One fire's decision: store ``due.next_fire_at_ms``, then do ``outcome`` for the slot."""
+
+    due: DueFire
+    outcome: FireOutcome
+    #: Active Runs of the schedule to cancel (overlap replace) before the slot may start.
+    cancel_run_ids: tuple[str, ...] = ()
+
+
+def plan_fire(
+    expression: str, overlap: Overlap, next_fire_at_ms: int, now_ms: int, active: list[tuple[str, bool]]
+) -> FirePlan | None:
+    """What firing a schedule at ``now_ms`` does, or None when it is not due.
+
+    ``active`` lists the schedule's active Runs as ``(run_id, cancel_requested)``. Missed slots up
+    to now fold into this one fire (:func:`~edge_runtime.contract.cron.due_fire`).
+    """
+    due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms)
+    if due is None:
+        return None
+    if not active:
+        return FirePlan(due, FireOutcome.STARTED)
+    if overlap is Overlap.SKIP:
+        return FirePlan(due, FireOutcome.SKIPPED)
+    to_cancel = tuple(run_id for run_id, requested in active if not requested) if overlap is Overlap.REPLACE else ()
+    return FirePlan(due, FireOutcome.WAITING, to_cancel)
+
+
+class ScheduleStore(Protocol):
+    """The port the service fires schedules and enforces timeouts through (one adapter per profile)."""
+
+    def due_schedule_ids(self, limit: int) -> list[str]:
+        """Unpaused schedules whose next fire time has come, earliest first (read at the store's now)."""
+        ...
+
+    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
+        """Fire one due schedule in one transaction (compare-and-set on its next fire time)."""
+        ...
+
+    def start_waiting(self, *, actor_id: str) -> list[str]:
+        """Start each waiting slot whose schedule has no active Run left; return the active Runs
+        that a still-waiting ``replace`` slot must (still) cancel (after a crash, say)."""
+        ...
+
+    def timed_out_run_ids(self) -> list[str]:
+        """Runs whose Attempt has run longer than the Run's timeout and that have no cancel request yet."""
+        ...
+
+    def request_cancel(self, run_id: str, reason: str, *, actor_id: str) -> None:
+        """Request cancellation through the Run repository (the CancellationDispatch delivers it)."""
+        ...
+
+    def next_due_at_ms(self) -> int | None:
+        """The earliest next fire time or timeout deadline, for the service's sleep."""
+        ...

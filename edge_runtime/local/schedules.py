@@ -1,0 +1,248 @@
+"""Local schedule repository: the CLI's add/list/show/pause/resume/remove and the service's
+:class:`~edge_runtime.contract.schedules.ScheduleStore` (fires, waiting slots, timeouts).
+
+Every change is one ``BEGIN IMMEDIATE`` transaction with the clock read after the lock. A fire
+re-reads the schedule inside its transaction and moves ``next_fire_at_ms`` forward only from the
+value it read, and the Run it creates is unique on (schedule, slot): two services, or a service
+restarted after a crash, never fire one slot twice.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract.cron import parse_schedule
+from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
+from edge_runtime.contract.schedules import (
+    AddScheduleCommand,
+    FireOutcome,
+    FirePlan,
+    InvalidScheduleCommandError,
+    Overlap,
+    ScheduleNotFoundError,
+    ScheduleRecord,
+    ScheduleRepositoryError,
+    check_schedule_id,
+    plan_fire,
+)
+from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
+from edge_runtime.local.runs import LocalRunRepository, insert_run
+
+_UNSET = msgspec.UNSET
+_encode_json = msgspec.json.Encoder().encode
+_decode_argv = msgspec.json.Decoder(list[str]).decode
+
+_COLUMNS = (
+    "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
+    "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
+    "updated_at_ms"
+)
+#: Due schedules fired per tick; the rest are due at once and fire on the next pass.
+FIRE_BATCH = 64
+
+
+def _record(row: tuple[Any, ...]) -> ScheduleRecord:
+    values = dict(zip(_COLUMNS.split(", "), row))
+    try:
+        values["command"] = _decode_argv(values["command"])
+        values["paused"] = bool(values["paused"])
+        camel = {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in values.items()}
+        return msgspec.convert({k: v for k, v in camel.items() if v is not None}, ScheduleRecord)
+    except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ScheduleRepositoryError(f"stored schedule {values['id']!r} is malformed: {exc}") from None
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Map storage failures to :class:`ScheduleRepositoryError` (busy is retryable); deliberate
+    errors pass through."""
+    try:
+        yield
+    except LocalStorageError as exc:
+        raise ScheduleRepositoryError(str(exc)) from exc
+    except (apsw.BusyError, apsw.LockedError) as exc:
+        raise ScheduleRepositoryError(f"database busy: {exc}", retryable=True) from exc
+    except (apsw.Error, InvalidClockValueError) as exc:
+        raise ScheduleRepositoryError(f"schedule storage failed: {exc}") from exc
+
+
+class LocalScheduleRepository:
+    """Schedules in the local SQLite database."""
+
+    __slots__ = ("_db",)
+
+    def __init__(self, db: LocalDatabase) -> None:
+        self._db = db
+
+    # ----------------------------------------------------------------- CLI
+
+    def _row(self, schedule_id: str) -> ScheduleRecord | None:
+        row = self._db.connection.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
+        return None if row is None else _record(row)
+
+    def get(self, schedule_id: str) -> ScheduleRecord:
+        check_schedule_id(schedule_id)
+        with _errors():
+            record = self._row(schedule_id)
+        if record is None:
+            raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
+        return record
+
+    def list(self) -> list[ScheduleRecord]:
+        with _errors():
+            rows = self._db.connection.execute(
+                f"SELECT {_COLUMNS} FROM schedules ORDER BY created_at_ms, rowid"
+            ).fetchall()
+            return [_record(row) for row in rows]
+
+    def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
+        if not isinstance(cmd, AddScheduleCommand):
+            raise InvalidScheduleCommandError(f"add expects an AddScheduleCommand, got {type(cmd).__name__}")
+        expression = parse_schedule(cmd.expression)
+        schedule_id = str(uuid.uuid4())
+        with _errors(), self._db.write() as now:
+            self._db.connection.execute(
+                "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
+                "created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
+                 _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
+                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now), now, now),
+            )
+            return self._row(schedule_id)
+
+    def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
+        """Pause or resume. Resuming restarts from the first slot after now: slots missed while
+        paused are not fired (a pause means "not these")."""
+        check_schedule_id(schedule_id)
+        with _errors(), self._db.write() as now:
+            record = self._row(schedule_id)
+            if record is None:
+                raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
+            if record.paused != paused:
+                next_fire = record.next_fire_at_ms if paused else parse_schedule(record.expression).next_fire_after(now)
+                self._db.connection.execute(
+                    "UPDATE schedules SET paused = ?, next_fire_at_ms = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
+                    "WHERE id = ?",
+                    (int(paused), next_fire, now, schedule_id),
+                )
+            return self._row(schedule_id)
+
+    def remove(self, schedule_id: str) -> None:
+        """Delete the schedule; its Runs stay (they keep its id), active ones run to their end."""
+        check_schedule_id(schedule_id)
+        with _errors(), self._db.write():
+            self._db.connection.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
+            if self._db.connection.changes() != 1:
+                raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
+
+    # ----------------------------------------------------------------- the service's port
+
+    def _active(self, schedule_id: str) -> list[tuple[str, bool]]:
+        return [
+            (run_id, requested is not None)
+            for run_id, requested in self._db.connection.execute(
+                f"SELECT id, cancel_requested_at_ms FROM runs WHERE schedule_id = ? AND schedule_id IS NOT NULL "
+                f"AND status IN {ACTIVE_RUN_SQL}",
+                (schedule_id,),
+            )
+        ]
+
+    def due_schedule_ids(self, limit: int = FIRE_BATCH) -> list[str]:
+        now = read_now_ms(self._db.clock)
+        with _errors():
+            return [row[0] for row in self._db.connection.execute(
+                "SELECT id FROM schedules WHERE paused = 0 AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms LIMIT ?",
+                (now, limit),
+            )]
+
+    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
+        with _errors(), self._db.write() as now:
+            record = self._row(schedule_id)
+            if record is None or record.paused:
+                return None  # removed or paused since it was listed
+            plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now, self._active(schedule_id))
+            if plan is None:
+                return None  # another service fired it first
+            due, connection = plan.due, self._db.connection
+            run_id = None
+            if plan.outcome is FireOutcome.STARTED:
+                run_id = self._start(record, due.fire_at_ms, now, actor_id)
+            connection.execute(
+                "UPDATE schedules SET next_fire_at_ms = ?, last_fire_at_ms = ?, last_outcome = ?, "
+                "last_run_id = coalesce(?, last_run_id), fired_count = fired_count + ?, "
+                "skipped_count = skipped_count + ?, coalesced_count = coalesced_count + ?, "
+                "waiting_fire_at_ms = CASE WHEN ? THEN coalesce(waiting_fire_at_ms, ?) ELSE waiting_fire_at_ms END, "
+                "updated_at_ms = ? WHERE id = ? AND next_fire_at_ms = ?",
+                (due.next_fire_at_ms, due.fire_at_ms, plan.outcome.value, run_id,
+                 int(plan.outcome is FireOutcome.STARTED), int(plan.outcome is FireOutcome.SKIPPED),
+                 int(due.coalesced), plan.outcome is FireOutcome.WAITING, due.fire_at_ms, now, schedule_id,
+                 record.next_fire_at_ms),
+            )
+            return plan
+
+    def _start(self, record: ScheduleRecord, slot_ms: int, now: int, actor_id: str) -> str:
+        return insert_run(
+            self._db.connection, record.command, name=None if record.name is _UNSET else record.name, now=now,
+            actor_type="schedule", actor_id=actor_id, timeout_ms=None if record.timeout_ms is _UNSET else record.timeout_ms,
+            schedule_id=record.id, scheduled_for_ms=slot_ms,
+        )
+
+    def start_waiting(self, *, actor_id: str) -> list[str]:
+        with _errors():
+            waiting = [row[0] for row in self._db.connection.execute(
+                "SELECT id FROM schedules WHERE waiting_fire_at_ms IS NOT NULL ORDER BY waiting_fire_at_ms"
+            )]
+        to_cancel: list[str] = []
+        for schedule_id in waiting:
+            with _errors(), self._db.write() as now:
+                record = self._row(schedule_id)
+                if record is None or record.waiting_fire_at_ms is _UNSET:
+                    continue
+                active = self._active(schedule_id)
+                if active:
+                    if record.overlap is Overlap.REPLACE:
+                        to_cancel += [run_id for run_id, requested in active if not requested]
+                    continue
+                run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
+                self._db.connection.execute(
+                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = 'started', last_run_id = ?, "
+                    "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
+                    (run_id, now, schedule_id),
+                )
+        return to_cancel
+
+    def timed_out_run_ids(self) -> list[str]:
+        now = read_now_ms(self._db.clock)
+        with _errors():
+            return [row[0] for row in self._db.connection.execute(
+                f"SELECT r.id FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE a.status IN {ACTIVE_ATTEMPT_SQL} "
+                "AND a.started_at_ms IS NOT NULL AND r.timeout_ms IS NOT NULL AND r.cancel_requested_at_ms IS NULL "
+                "AND a.started_at_ms + r.timeout_ms <= ?",
+                (now,),
+            )]
+
+    def request_cancel(self, run_id: str, reason: str, *, actor_id: str) -> None:
+        try:
+            LocalRunRepository(self._db).request_cancel(CancelRunCommand(run_id=run_id, reason=reason), actor_id=actor_id)
+        except RunStateConflictError:
+            pass  # it ended meanwhile: nothing left to cancel
+
+    def next_due_at_ms(self) -> int | None:
+        with _errors():
+            return self._db.connection.execute(
+                f"""SELECT min(t) FROM (
+                    SELECT min(next_fire_at_ms) AS t FROM schedules WHERE paused = 0
+                    UNION ALL
+                    SELECT min(a.started_at_ms + r.timeout_ms) FROM run_attempts a JOIN runs r ON r.id = a.run_id
+                      WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.started_at_ms IS NOT NULL
+                        AND r.timeout_ms IS NOT NULL AND r.cancel_requested_at_ms IS NULL)"""
+            ).fetchone()[0]

@@ -1,0 +1,100 @@
+"""Schedules and timeouts end to end: a real ``serve``, the real CLI, real processes and signals."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from edge_runtime.local.database import open_database
+from edge_runtime.service.process_identity import read_stat
+
+from service_harness import Harness, decode_json, process_gone, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def _slots(harness: Harness, schedule_id: str) -> list[tuple[int, str]]:
+    with open_database(harness.db_path, create=False) as db:
+        return db.connection.execute(
+            "SELECT scheduled_for_ms, status FROM runs WHERE schedule_id = ? ORDER BY scheduled_for_ms", (schedule_id,)
+        ).fetchall()
+
+
+def _schedule(harness: Harness, schedule_id: str) -> dict:
+    return decode_json(harness.cli("schedule", "show", schedule_id, "--json").stdout)
+
+
+def test_a_schedule_fires_each_slot_once_pauses_and_is_removed(harness: Harness) -> None:
+    schedule_id = harness.cli("schedule", "add", "--name", "tick", "*/1 * * * * *", "--", "true").stdout.strip()
+    listed = decode_json(harness.cli("schedule", "list", "--json").stdout)
+    assert [s["id"] for s in listed] == [schedule_id] and listed[0]["expression"] == "* * * * * *"
+    harness.serve()
+    wait_for(lambda: len([s for s in _slots(harness, schedule_id) if s[1] == "succeeded"]) >= 3, "three fires")
+    slots = [slot for slot, _ in _slots(harness, schedule_id)]
+    assert slots == sorted(set(slots)) and all(slot % 1000 == 0 for slot in slots)
+    harness.cli("schedule", "pause", schedule_id)
+    time.sleep(0.5)  # a fire already committed before the pause may still be starting
+    paused_count = len(_slots(harness, schedule_id))
+    time.sleep(2.5)
+    assert len(_slots(harness, schedule_id)) == paused_count
+    assert _schedule(harness, schedule_id)["paused"] is True
+    harness.cli("schedule", "resume", schedule_id)
+    wait_for(lambda: len(_slots(harness, schedule_id)) > paused_count, "a fire after resume")
+    harness.cli("schedule", "remove", schedule_id)
+    assert harness.cli("schedule", "show", schedule_id, check=False).returncode == 1
+    runs = decode_json(harness.cli("list", "--json").stdout)
+    assert all(r["scheduleId"] == schedule_id and r["name"] == "tick" for r in runs)
+
+
+def test_missed_slots_fire_once_after_downtime(harness: Harness) -> None:
+    schedule_id = harness.cli("schedule", "add", "@every 2s", "--", "true").stdout.strip()
+    service = harness.serve()
+    wait_for(lambda: _slots(harness, schedule_id), "a first fire")
+    assert service.stop() == 0
+    stopped_ms = time.time_ns() // 1_000_000
+    time.sleep(5.5)  # two or three slots pass while no service runs
+    restarted_ms = time.time_ns() // 1_000_000
+    harness.serve().wait_log("coalesced=True")
+    missed = [slot for slot, _ in _slots(harness, schedule_id) if stopped_ms < slot <= restarted_ms]
+    assert len(missed) == 1, f"the slots missed during downtime fired {len(missed)} times, not once"
+    assert _schedule(harness, schedule_id)["coalescedCount"] == 1
+
+
+def test_overlap_skip_records_skipped_slots(harness: Harness) -> None:
+    schedule_id = harness.cli("schedule", "add", "--overlap", "skip", "@every 1s", "--", "sleep", "2.5").stdout.strip()
+    harness.serve()
+    wait_for(lambda: _schedule(harness, schedule_id)["skippedCount"] >= 1, "a skipped slot")
+    statuses = [status for _, status in _slots(harness, schedule_id)]
+    assert statuses.count("running") <= 1  # never two Runs of the schedule at once
+
+
+def test_submit_timeout_cancels_through_the_dispatch(harness: Harness) -> None:
+    harness.serve(grace_ms=500)
+    run_id = harness.cli("submit", "--timeout", "1s", "--", "sh", "-c", "trap '' TERM; sleep 60").stdout.strip()
+    identity = harness.wait_running(run_id)
+    detail = harness.wait_status(run_id, "cancelled")
+    assert detail.cancel_reason == "timeout"
+    assert detail.attempts[-1].killed_at_ms is not None  # SIGTERM was ignored: SIGKILL after the grace
+    wait_for(lambda: process_gone(identity.pid), "the process to be gone")
+    shown = harness.cli("show", run_id).stdout
+    assert "(timeout)" in shown
+    events = harness.events(run_id)
+    assert [e.payload.get("reason") for e in events if e.type == "run.cancel_requested"] == ["timeout"]
+    assert "run.cancel_dispatched" in [e.type for e in events]
+    assert read_stat(identity.pid) is None or read_stat(identity.pid).is_zombie
+
+
+def test_schedule_timeout_and_replace(harness: Harness) -> None:
+    schedule_id = harness.cli(
+        "schedule", "add", "--overlap", "replace", "--timeout", "30s", "@every 2s", "--", "sleep", "60"
+    ).stdout.strip()
+    harness.serve(grace_ms=500)
+    wait_for(lambda: len(_slots(harness, schedule_id)) >= 2, "a second slot, replacing the first")
+    with open_database(harness.db_path, create=False) as db:
+        first_reason, first_status = db.connection.execute(
+            "SELECT cancel_reason, status FROM runs WHERE schedule_id = ? ORDER BY scheduled_for_ms LIMIT 1",
+            (schedule_id,),
+        ).fetchone()
+    assert first_status == "cancelled" and first_reason.startswith("replaced")
+    assert _schedule(harness, schedule_id)["timeoutMs"] == 30_000
