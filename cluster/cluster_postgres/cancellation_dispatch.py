@@ -44,13 +44,12 @@ from edge_runtime.contract.cancellation_dispatch import (
     digest_lease_token,
     dispatch_record_problem,
 )
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
 from cluster_postgres.errors import ClusterDispatchStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
 
 #: Run statuses whose cancellation may still be dispatched; Attempt statuses that may own a process.
-ACTIVE_RUN_STATUSES = frozenset({"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"})
-ACTIVE_ATTEMPT_STATUSES = frozenset({"claimed", "starting", "running"})
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace

@@ -40,6 +40,7 @@ from edge_runtime.contract.run_lease import (
     dedupe_key_for,
     lease_record_problem,
 )
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
@@ -69,7 +70,6 @@ from edge_runtime.contract.worker_session import (
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
 
-ACTIVE_RUN_STATUSES = frozenset({"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"})
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
@@ -575,7 +575,7 @@ class PostgresWorkerLeaseRepository:
             raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
 
     def _store_lease(self, record: RunLeaseRecord, expected_version: int | None) -> None:
-        problem = lease_record_problem(record, check_identities=False)
+        problem = lease_record_problem(record)
         if problem is not None:
             raise ClusterLeaseStorageError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
 

@@ -97,7 +97,7 @@ def wake_service(db_path: str) -> None:
     Best effort by design: when no service runs, the committed work simply waits for one. It runs
     after the commit, so a failure is at most a warning: the command has succeeded either way.
     """
-    from edge_runtime.service.wake import poke
+    from edge_runtime.local.wake import poke
 
     try:
         poke(db_path)

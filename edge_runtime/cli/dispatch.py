@@ -9,8 +9,8 @@ import uuid
 from edge_runtime.cli.common import (
     add_json_flag, format_ms, open_existing, open_read_only, present, print_json, wake_service,
 )
-from edge_runtime.contract.runs import RunNotFoundError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+from edge_runtime.local.runs import LocalRunRepository
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -37,10 +37,8 @@ def run_show(args: argparse.Namespace) -> int:
     with open_read_only(args) as db:
         record = LocalCancellationDispatchRepository(db).find_by_run_id(args.run_id)
         if record is None:
-            exists = db.connection.execute("SELECT 1 FROM runs WHERE id = ?", (args.run_id,)).fetchone()
+            LocalRunRepository(db).get(args.run_id)  # RunNotFoundError when there is no such Run
     if record is None:
-        if exists is None:
-            raise RunNotFoundError(f"no run with id {args.run_id!r}")
         if args.json:
             print_json(None)
             return 0

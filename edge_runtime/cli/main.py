@@ -19,7 +19,6 @@ from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOM
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
-EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 #: Like a tool killed by SIGPIPE (128 + 13), without the traceback: ``list | head -1``.

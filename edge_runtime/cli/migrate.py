@@ -8,7 +8,7 @@ import sys
 
 from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.local.database import ensure_incremental_vacuum, open_database
-from edge_runtime.local.migrations import known_migrations
+from edge_runtime.local.migrations import applied_migrations, known_migrations
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         scrub_legacy_tokens(args.db, progress=_say)
         return 0
     with open_database(args.db) as db:
-        applied = {row[0] for row in db.connection.execute("SELECT id FROM schema_migrations")}
+        applied = applied_migrations(db.connection)
         if ensure_incremental_vacuum(db.connection):  # a file from before 0006: rewritten once
             sys.stdout.write(f"{args.db}: switched to auto_vacuum=INCREMENTAL (free pages are returned)\n")
     known = {m.id for m in known_migrations()}

@@ -1,11 +1,17 @@
-"""``edge-runtime serve``: run the device service in the foreground until SIGTERM/SIGINT."""
+"""``edge-runtime serve``: run the device service in the foreground until SIGTERM/SIGINT.
+
+The composition root: the only place that picks the storage adapter (here the Local one: the
+SQLite file at ``--db``, the guarded device clock, the wake socket) and hands it to the service.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 from edge_runtime.cli.db_path import ensure_parent
-from edge_runtime.service.config import CONFIG_ENV_VAR, load_config
+from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -45,19 +51,44 @@ def run(args: argparse.Namespace) -> int:
             "stop_runs_on_exit": args.stop_runs_on_exit,
         },
     )
-    from edge_runtime.local.retention import LocalRetention, RetentionPolicy
-    from edge_runtime.service.service import DeviceService  # the CLI's read commands never load it
-
     ensure_parent(args.db)
+    return build_service(args.db, config).run()
+
+
+def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=None):
+    """The device service on the Local store at ``db_path`` (``clock``: tests inject one), with
+    the Local adapters behind the retention and scheduler ports."""
+    # Imported here: the CLI's read commands never load the service.
+    from edge_runtime.local.retention import LocalRetention, RetentionPolicy
+    from edge_runtime.local.store import local_store_opener, route_sqlite_log
+    from edge_runtime.service.journal import Journal
+    from edge_runtime.service.service import DeviceService
+    from edge_runtime.service.trusted_paths import require_trusted_directory
+
+    journal = journal or Journal()
+    if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
+        journal.warning("sqlite.log_not_routed", detail="SQLite was initialised before the service started")
+
+    def on_jump(jump) -> None:
+        journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
+                        wall_ms=jump.wall_ms, guarded_ms=jump.guarded_ms, at_boot=jump.at_boot)
+
+    open_local = local_store_opener(db_path, clock=clock, on_jump=on_jump)
+
+    def open_store():
+        # Root opens the database's -wal/-shm beside it: the directory must be trusted first.
+        require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
+        return open_local()
+
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
-    log_dir = config.resolved_log_dir(args.db)
-    return DeviceService(args.db, config, retention=lambda db: LocalRetention(db, policy, log_dir),
-                         tick_hooks=(_scheduler,)).run()
+    log_dir = config.resolved_log_dir(db_path)
+    return DeviceService(open_store, config, log_dir=log_dir, journal=journal,
+                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
 
 
-def _scheduler(db, journal):  # the composition root: the local adapter behind the scheduler's port
+def _scheduler(store, journal):  # the Local adapter behind the scheduler's port
     from edge_runtime.local.schedules import LocalScheduleRepository
     from edge_runtime.service.scheduler import Scheduler
 
-    return Scheduler(LocalScheduleRepository(db), journal)
+    return Scheduler(LocalScheduleRepository(store.db), journal)

@@ -10,6 +10,7 @@ import msgspec
 
 from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json, printable
 from edge_runtime.contract.durations import format_duration
+from edge_runtime.contract.runs import EVENT_CANCEL_ESCAPED
 from edge_runtime.local.runs import LocalRunRepository
 
 
@@ -25,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
         repository = LocalRunRepository(db)
         detail = repository.detail(args.run_id)
         escaped = {} if args.json else {
-            e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == "run.cancel_escaped"
+            e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
     if args.json:
         print_json(detail)
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             out.write(f"  not signalled: {found['count']} process(es) that had left the group at cancel time, "
                       f"pids {' '.join(map(str, found['pids']))}\n")
     dispatch = detail.dispatch
-    if dispatch is None:
+    if dispatch is msgspec.UNSET:
         out.write("dispatch   none\n")
     else:
         out.write(

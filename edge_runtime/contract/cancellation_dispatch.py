@@ -9,23 +9,34 @@ in Python), never ``null``. This module owns no connection, clock, timer or proc
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
-from typing import Any, ClassVar, Union
+from typing import ClassVar, Union
 
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import (
-    MAX_SAFE_INTEGER,
+# The shared limits and the wire helpers are re-exported: the spec names them in this module.
+from edge_runtime.contract.validation import (  # noqa: F401
+    ATTEMPT_ID_MAX_LENGTH,
+    EVENT_ID_MAX_LENGTH,
+    LEASE_TOKEN_MAX_LENGTH,
+    MAX_VERSION,
+    RUN_ID_MAX_LENGTH,
+    AttemptId,
+    EventId,
+    LeaseToken,
+    RunId,
     SafeInt,
+    Version,
+    Command,
     bounded_int_type,
-    first_problem,
-    identifier_matcher,
-    identifier_problem,
+    command_decoder,
+    encode,
+    fields_problem,
     identifier_type,
-    int_problem,
+    is_digest,
+    lease_token_problem,
+    token_digester,
 )
 
 # --------------------------------------------------------------------------- limits
@@ -33,32 +44,13 @@ from edge_runtime.contract.validation import (
 LEASE_TOKEN_DOMAIN = b"qinglong.cancellation-dispatch-lease.v1\x00"
 MAX_LEASE_DURATION_MS = 300_000
 MAX_RETRY_DELAY_MS = 86_400_000
-MAX_VERSION = 2_147_483_647
-
-RUN_ID_MAX_LENGTH = 36
-ATTEMPT_ID_MAX_LENGTH = 36
-EVENT_ID_MAX_LENGTH = 36
 OWNER_MAX_LENGTH = 128
-LEASE_TOKEN_MAX_LENGTH = 128
 
-RunId = identifier_type(RUN_ID_MAX_LENGTH)
-AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
-EventId = identifier_type(EVENT_ID_MAX_LENGTH)
 Owner = identifier_type(OWNER_MAX_LENGTH)
-LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
 LeaseDurationMs = bounded_int_type(1, MAX_LEASE_DURATION_MS)
 RetryDelayMs = bounded_int_type(1, MAX_RETRY_DELAY_MS)
 ExpectedVersion = bounded_int_type(1, MAX_VERSION)
-Version = bounded_int_type(0, MAX_VERSION)
 
-_DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
-_match_digest = _DIGEST_PATTERN.fullmatch
-
-# Hot-path identifier checks (one C call each); the *_problem helpers word a rejection.
-_match_id36 = identifier_matcher(36)  # run_id, attempt_id, event_id
-_match_id128 = identifier_matcher(128)  # owner, lease_token
-assert RUN_ID_MAX_LENGTH == ATTEMPT_ID_MAX_LENGTH == EVENT_ID_MAX_LENGTH == 36
-assert OWNER_MAX_LENGTH == LEASE_TOKEN_MAX_LENGTH == 128
 
 # --------------------------------------------------------------------------- errors
 
@@ -103,25 +95,10 @@ class RepositoryError(CancellationDispatchError):
 # --------------------------------------------------------------------------- token digest
 
 
-def lease_token_problem(token: object) -> str | None:
-    """Why ``token`` is not a valid lease token, or None."""
-    return identifier_problem("lease_token", token, LEASE_TOKEN_MAX_LENGTH)
-
-
-def digest_lease_token(token: str) -> str:
-    """SHA-256 of the domain string and the UTF-8 token, as 64 lowercase hex characters.
-
-    Raises:
-        InvalidCommandError: the token is not a valid lease token.
-    """
-    if type(token) is not str or _match_id128(token) is None:
-        raise InvalidCommandError(lease_token_problem(token) or "lease_token is invalid")
-    return hashlib.sha256(LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
-
-
-def is_lease_token_digest(value: object) -> bool:
-    """Whether ``value`` has the shape of a token digest (64 lowercase hex characters)."""
-    return type(value) is str and _match_digest(value) is not None
+#: ``digest_lease_token(token)``: the domain-separated digest stored instead of the token (spec §2).
+digest_lease_token = token_digester(LEASE_TOKEN_DOMAIN, InvalidCommandError)
+#: Whether a value has the shape of a token digest (64 lowercase hex characters).
+is_lease_token_digest = is_digest
 
 
 # --------------------------------------------------------------------------- enums
@@ -187,6 +164,10 @@ def dedupe_key_for(attempt_id: str, dispatch_count: int) -> str:
 # --------------------------------------------------------------------------- commands
 
 
+class _Command(Command):
+    error = InvalidCommandError
+
+
 def _reject(problem: str | None, path: str | None = None) -> None:
     if problem is not None:
         error = InvalidCommandError(problem)
@@ -194,7 +175,7 @@ def _reject(problem: str | None, path: str | None = None) -> None:
         raise error
 
 
-class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ClaimCommand(_Command):
     """Claim the cancellation dispatch of a Run's Attempt for ``lease_duration_ms``.
 
     ``requested_at_ms`` is the Run's existing ``cancel_requested_at_ms``; the caller never
@@ -208,41 +189,8 @@ class ClaimCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
     lease_token: LeaseToken
     lease_duration_ms: LeaseDurationMs
 
-    def __post_init__(self) -> None:
-        # Fast path: one cheap test per field; the detailed checks below only word a rejection.
-        run_id, attempt_id, requested, owner, token, duration = (
-            self.run_id, self.attempt_id, self.requested_at_ms, self.owner, self.lease_token, self.lease_duration_ms
-        )
-        if (
-            type(run_id) is str and _match_id36(run_id) is not None
-            and type(attempt_id) is str and _match_id36(attempt_id) is not None
-            and type(requested) is int and 0 <= requested <= MAX_SAFE_INTEGER
-            and type(owner) is str and _match_id128(owner) is not None
-            and type(token) is str and _match_id128(token) is not None
-            and type(duration) is int and 1 <= duration <= MAX_LEASE_DURATION_MS
-        ):
-            return
-        _reject(
-            first_problem(
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                identifier_problem("attempt_id", self.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-                int_problem("requested_at_ms", self.requested_at_ms, 0, MAX_SAFE_INTEGER),
-                identifier_problem("owner", self.owner, OWNER_MAX_LENGTH),
-                lease_token_problem(self.lease_token),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_LEASE_DURATION_MS),
-            )
-        )
 
-    def __repr__(self) -> str:
-        # The raw token is a write capability: keep it out of reprs, logs and tracebacks.
-        return (
-            f"ClaimCommand(run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, "
-            f"requested_at_ms={self.requested_at_ms!r}, owner={self.owner!r}, "
-            f"lease_token=<redacted>, lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RecordResultCommand(_Command):
     """Record what the controller did under the lease fenced by owner, token and version.
 
     ``retry_delay_ms`` is present exactly when ``result`` is retryable.
@@ -258,47 +206,17 @@ class RecordResultCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
-        run_id, attempt_id, owner, token, version, event_id = (
-            self.run_id, self.attempt_id, self.owner, self.lease_token, self.expected_version, self.event_id
-        )
-        # Fast path as in ClaimCommand; the detailed checks only run to word a rejection.
-        if not (
-            type(run_id) is str and _match_id36(run_id) is not None
-            and type(attempt_id) is str and _match_id36(attempt_id) is not None
-            and type(owner) is str and _match_id128(owner) is not None
-            and type(token) is str and _match_id128(token) is not None
-            and type(version) is int and 1 <= version <= MAX_VERSION
-            and type(event_id) is str and _match_id36(event_id) is not None
-        ):
-            _reject(
-                first_problem(
-                    identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH),
-                    identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH),
-                    identifier_problem("owner", owner, OWNER_MAX_LENGTH),
-                    lease_token_problem(token),
-                    int_problem("expected_version", version, 1, MAX_VERSION),
-                    identifier_problem("event_id", event_id, EVENT_ID_MAX_LENGTH),
-                )
-            )
-        if not isinstance(self.result, DispatchResult):
-            # Python callers may pass the plain string; the frozen struct keeps the enum member.
-            try:
-                msgspec.structs.force_setattr(self, "result", DispatchResult(self.result))
-            except ValueError:
-                raise InvalidCommandError(f"result must be one of {[r.value for r in DispatchResult]}") from None
-        if self.result in RETRYABLE_RESULTS:
-            if self.retry_delay_ms is msgspec.UNSET:
-                _reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
-            _reject(int_problem("retry_delay_ms", self.retry_delay_ms, 1, MAX_RETRY_DELAY_MS), "$.retryDelayMs")
-        elif self.retry_delay_ms is not msgspec.UNSET:
-            _reject(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}", "$.retryDelayMs")
-
-    def __repr__(self) -> str:
-        return (
-            f"RecordResultCommand(run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, "
-            f"owner={self.owner!r}, lease_token=<redacted>, expected_version={self.expected_version!r}, "
-            f"result={self.result!r}, event_id={self.event_id!r}, retry_delay_ms={self.retry_delay_ms!r})"
-        )
+        problem = fields_problem(self)
+        # retry_delay_ms is the last field: its own limit is worded after the cross-field rule.
+        if problem is not None and not problem.startswith("retry_delay_ms"):
+            _reject(problem)
+        if self.result not in RETRYABLE_RESULTS:
+            if self.retry_delay_ms is not msgspec.UNSET:
+                _reject(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}",
+                        "$.retryDelayMs")
+        elif self.retry_delay_ms is msgspec.UNSET:
+            _reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
+        _reject(problem, "$.retryDelayMs")
 
 
 # --------------------------------------------------------------------------- record
@@ -325,34 +243,16 @@ class DispatchRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
 def dispatch_record_problem(record: DispatchRecord) -> str | None:
     """The first contract invariant ``record`` breaks, or None when it satisfies all of them.
 
-    Runs on every record read and written, so each test is a cheap inline check; a message is
-    only built for a record that fails one.
+    The field limits come from the record's declared types (:func:`fields_problem`); the
+    shape rules below are the cross-field invariants of spec §2.
     """
     UNSET = msgspec.UNSET
-    run_id, attempt_id, status = record.run_id, record.attempt_id, record.status
-    version, count, created, updated = record.version, record.dispatch_count, record.created_at_ms, record.updated_at_ms
-    next_at, expires, last_at = record.next_attempt_at_ms, record.lease_expires_at_ms, record.last_dispatched_at_ms
-    owner, digest, last = record.lease_owner, record.lease_token_digest, record.last_result
-
-    if type(run_id) is not str or _match_id36(run_id) is None:
-        return identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
-    if type(attempt_id) is not str or _match_id36(attempt_id) is None:
-        return identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH)
-    # Unrolled on purpose: this runs several times per operation.
-    if type(version) is not int or not 0 <= version <= MAX_VERSION:
-        return int_problem("version", version, 0, MAX_VERSION)
-    if type(count) is not int or not 0 <= count <= MAX_VERSION:
-        return int_problem("dispatch_count", count, 0, MAX_VERSION)
-    if type(created) is not int or not 0 <= created <= MAX_SAFE_INTEGER:
-        return int_problem("created_at_ms", created, 0, MAX_SAFE_INTEGER)
-    if type(updated) is not int or not 0 <= updated <= MAX_SAFE_INTEGER:
-        return int_problem("updated_at_ms", updated, 0, MAX_SAFE_INTEGER)
-    if next_at is not UNSET and (type(next_at) is not int or not 0 <= next_at <= MAX_SAFE_INTEGER):
-        return int_problem("next_attempt_at_ms", next_at, 0, MAX_SAFE_INTEGER)
-    if expires is not UNSET and (type(expires) is not int or not 0 <= expires <= MAX_SAFE_INTEGER):
-        return int_problem("lease_expires_at_ms", expires, 0, MAX_SAFE_INTEGER)
-    if last_at is not UNSET and (type(last_at) is not int or not 0 <= last_at <= MAX_SAFE_INTEGER):
-        return int_problem("last_dispatched_at_ms", last_at, 0, MAX_SAFE_INTEGER)
+    problem = fields_problem(record, enums=False)
+    if problem is not None:
+        return problem
+    status, version, count = record.status, record.version, record.dispatch_count
+    next_at, expires, last = record.next_attempt_at_ms, record.lease_expires_at_ms, record.last_result
+    owner, digest = record.lease_owner, record.lease_token_digest
     if not isinstance(status, DispatchStatus):
         return f"status {status!r} is not a dispatch status"
     if last is not UNSET and not isinstance(last, DispatchResult):
@@ -361,9 +261,7 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
     if status is DispatchStatus.LEASED:
         if owner is UNSET or digest is UNSET or expires is UNSET:
             return "a leased dispatch must have lease_owner, lease_token_digest and lease_expires_at_ms"
-        if type(owner) is not str or _match_id128(owner) is None:
-            return identifier_problem("lease_owner", owner, OWNER_MAX_LENGTH)
-        if type(digest) is not str or _match_digest(digest) is None:
+        if not is_digest(digest):
             return "lease_token_digest must be 64 lowercase hex characters"
     elif owner is not UNSET or digest is not UNSET or expires is not UNSET:
         return f"a {status.value} dispatch must not carry lease fields"
@@ -381,7 +279,7 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
         return f"a {status.value} dispatch must have dispatch_count >= 1"
     if version < count:
         return "version must be >= dispatch_count"
-    if updated < created:
+    if record.updated_at_ms < record.created_at_ms:
         return "updated_at_ms must be >= created_at_ms"
 
     if status is DispatchStatus.RETRY_WAIT or (status is DispatchStatus.LEASED and last is not UNSET):
@@ -451,42 +349,5 @@ class RecordResultOutcome(msgspec.Struct, rename="camel", forbid_unknown_fields=
 # --------------------------------------------------------------------------- wire
 
 
-_claim_decoder = msgspec.json.Decoder(ClaimCommand)
-_record_result_decoder = msgspec.json.Decoder(RecordResultCommand)
-_encoder = msgspec.json.Encoder()
-
-
-def _decode(decoder: msgspec.json.Decoder, data: bytes) -> Any:
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidCommandError(f"a command must be JSON bytes, got {type(data).__name__}")
-    try:
-        return decoder.decode(data)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise InvalidCommandError(str(exc)) from None
-    except InvalidCommandError as exc:
-        # A cross-field rule of __post_init__ (msgspec's own constraints already passed).
-        if exc.path is None:
-            raise
-        error = InvalidCommandError(f"{exc.message} - at `{exc.path}`")
-        error.path = exc.path
-        raise error from None
-
-
-def decode_claim_command(data: bytes) -> ClaimCommand:
-    """Decode an exact-shape JSON claim command.
-
-    Raises:
-        InvalidCommandError: malformed JSON, unknown or missing fields, nulls, wrong types or
-            out-of-range values; the message names the offending ``$.path`` where msgspec knows it.
-    """
-    return _decode(_claim_decoder, data)
-
-
-def decode_record_result_command(data: bytes) -> RecordResultCommand:
-    """Decode an exact-shape JSON record-result command (see :func:`decode_claim_command`)."""
-    return _decode(_record_result_decoder, data)
-
-
-def encode(obj: Any) -> bytes:
-    """Encode a contract object as camelCase JSON; absent optional fields are omitted."""
-    return _encoder.encode(obj)
+decode_claim_command = command_decoder(ClaimCommand, InvalidCommandError)
+decode_record_result_command = command_decoder(RecordResultCommand, InvalidCommandError)

@@ -17,22 +17,13 @@ stopped, and nothing here reports "not running".
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar, Union
+from typing import ClassVar, Union
 
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, first_problem, identifier_problem, int_problem
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, command_decoder, fields_problem, int_problem
 from edge_runtime.contract.worker_lease import (
-    ATTEMPT_ID_MAX_LENGTH,
-    EVENT_ID_MAX_LENGTH,
-    LEASE_TOKEN_MAX_LENGTH,
-    MAX_RUN_LEASE_DURATION_MS,
-    MAX_VERSION,
-    OFFER_ID_MAX_LENGTH,
-    RUN_ID_MAX_LENGTH,
-    SESSION_ID_MAX_LENGTH,
-    WORKER_ID_MAX_LENGTH,
     AttemptId,
     EventId,
     Generation,
@@ -45,13 +36,9 @@ from edge_runtime.contract.worker_lease import (
     Slots,
     Version,
     WorkerId,
-    decode_with,
+    InvalidWorkerLeaseCommandError,
     digest_problem,
-    identifier_ok,
-    int_ok,
-    is_token_digest,
-    lease_token_problem,
-    reject,
+    LeaseCommand,
 )
 
 
@@ -92,40 +79,10 @@ def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
     return f"run-lease:{attempt_id}:{lease_generation}:{step}"
 
 
-def _session_fence_problem(cmd: object) -> str | None:
-    return first_problem(
-        identifier_problem("worker_id", cmd.worker_id, WORKER_ID_MAX_LENGTH),
-        identifier_problem("session_id", cmd.session_id, SESSION_ID_MAX_LENGTH),
-        int_problem("session_generation", cmd.session_generation, 1, MAX_VERSION),
-        identifier_problem("attempt_id", cmd.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-    )
-
-
-def _session_fence_ok(cmd: Any) -> bool:
-    # Hot path (every lease command): one cheap pass; the detailed messages only on failure.
-    return (
-        identifier_ok(cmd.worker_id, WORKER_ID_MAX_LENGTH)
-        and identifier_ok(cmd.session_id, SESSION_ID_MAX_LENGTH)
-        and int_ok(cmd.session_generation, 1, MAX_VERSION)
-        and identifier_ok(cmd.attempt_id, ATTEMPT_ID_MAX_LENGTH)
-        and identifier_ok(cmd.lease_token, LEASE_TOKEN_MAX_LENGTH)
-    )
-
-
-def _enum_member(cmd: object, name: str, kind: type[enum.StrEnum]) -> None:
-    value = getattr(cmd, name)
-    if not isinstance(value, kind):
-        # Python callers may pass the plain string; the frozen struct keeps the enum member.
-        try:
-            msgspec.structs.force_setattr(cmd, name, kind(value))
-        except ValueError:
-            reject(f"{name} must be one of {[m.value for m in kind]}")
-
-
 # --------------------------------------------------------------------------- commands
 
 
-class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ClaimRunCommand(LeaseCommand):
     """Claim the Run Lease of a ``claimed`` Attempt for the caller's current session.
 
     ``offer_id`` is the stable id of the offer being accepted; with the token digest and the
@@ -142,139 +99,39 @@ class ClaimRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     lease_duration_ms: RunLeaseDurationMs
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        if (
-            _session_fence_ok(self)
-            and identifier_ok(self.run_id, RUN_ID_MAX_LENGTH)
-            and identifier_ok(self.offer_id, OFFER_ID_MAX_LENGTH)
-            and int_ok(self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS)
-            and identifier_ok(self.event_id, EVENT_ID_MAX_LENGTH)
-        ):
-            return
-        reject(
-            first_problem(
-                _session_fence_problem(self),
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                identifier_problem("offer_id", self.offer_id, OFFER_ID_MAX_LENGTH),
-                lease_token_problem(self.lease_token),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
-                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
-            )
-        )
 
-    def __repr__(self) -> str:
-        # The raw token is an execution capability: keep it out of reprs, logs and tracebacks.
-        return (
-            f"ClaimRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, run_id={self.run_id!r}, "
-            f"attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, lease_token=<redacted>, "
-            f"lease_duration_ms={self.lease_duration_ms!r}, event_id={self.event_id!r})"
-        )
+class _HeldGrantCommand(LeaseCommand):
+    """The fence of a grant the caller holds: its session, the Attempt, the raw token and the
+    lease version it last saw. The commands below add their own fields after these."""
+
+    worker_id: WorkerId
+    session_id: SessionId
+    session_generation: Generation
+    attempt_id: AttemptId
+    lease_token: LeaseToken
+    expected_version: LeaseVersion
 
 
-class RenewRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RenewRunLeaseCommand(_HeldGrantCommand):
     """Extend a held grant; CAS on the lease version and on the Attempt's projection."""
 
-    worker_id: WorkerId
-    session_id: SessionId
-    session_generation: Generation
-    attempt_id: AttemptId
-    lease_token: LeaseToken
-    expected_version: LeaseVersion
     lease_duration_ms: RunLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        if (
-            _session_fence_ok(self)
-            and int_ok(self.expected_version, 1, MAX_VERSION)
-            and int_ok(self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS)
-        ):
-            return
-        reject(
-            first_problem(
-                _session_fence_problem(self),
-                lease_token_problem(self.lease_token),
-                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
-            )
-        )
 
-    def __repr__(self) -> str:
-        return (
-            f"RenewRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, "
-            f"lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class ReleaseRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class ReleaseRunLeaseCommand(_HeldGrantCommand):
     """Give back a grant whose Attempt is still ``claimed`` (before the start barrier)."""
 
-    worker_id: WorkerId
-    session_id: SessionId
-    session_generation: Generation
-    attempt_id: AttemptId
-    lease_token: LeaseToken
-    expected_version: LeaseVersion
     reason: ReleaseReason
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        if not (
-            _session_fence_ok(self)
-            and int_ok(self.expected_version, 1, MAX_VERSION)
-            and identifier_ok(self.event_id, EVENT_ID_MAX_LENGTH)
-        ):
-            reject(
-                first_problem(
-                    _session_fence_problem(self),
-                    lease_token_problem(self.lease_token),
-                    int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                    identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
-                )
-            )
-        _enum_member(self, "reason", ReleaseReason)
 
-    def __repr__(self) -> str:
-        return (
-            f"ReleaseRunLeaseCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, reason={self.reason!r}, "
-            f"event_id={self.event_id!r})"
-        )
-
-
-class BeginStartCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class BeginStartCommand(_HeldGrantCommand):
     """Cross the start barrier: the Attempt goes ``claimed`` -> ``starting`` under a live grant."""
 
-    worker_id: WorkerId
-    session_id: SessionId
-    session_generation: Generation
-    attempt_id: AttemptId
-    lease_token: LeaseToken
-    expected_version: LeaseVersion
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                _session_fence_problem(self),
-                lease_token_problem(self.lease_token),
-                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
-            )
-        )
 
-    def __repr__(self) -> str:
-        return (
-            f"BeginStartCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, attempt_id={self.attempt_id!r}, "
-            f"lease_token=<redacted>, expected_version={self.expected_version!r}, event_id={self.event_id!r})"
-        )
-
-
-class StartRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class StartRunCommand(LeaseCommand):
     """Take a queued Run in one fenced step: create its next Attempt (``attempt_id``), claim its
     Run Lease and cross the start barrier, all in one transaction (Local Profile composition of
     ``claim_run`` and ``begin_start``).
@@ -293,28 +150,8 @@ class StartRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True
     lease_token: LeaseToken
     lease_duration_ms: RunLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                _session_fence_problem(self),
-                int_problem("session_version", self.session_version, 0, MAX_VERSION),
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                identifier_problem("offer_id", self.offer_id, OFFER_ID_MAX_LENGTH),
-                lease_token_problem(self.lease_token),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_RUN_LEASE_DURATION_MS),
-            )
-        )
 
-    def __repr__(self) -> str:
-        return (
-            f"StartRunCommand(worker_id={self.worker_id!r}, session_id={self.session_id!r}, "
-            f"session_generation={self.session_generation!r}, session_version={self.session_version!r}, "
-            f"run_id={self.run_id!r}, attempt_id={self.attempt_id!r}, offer_id={self.offer_id!r}, "
-            f"lease_token=<redacted>, lease_duration_ms={self.lease_duration_ms!r})"
-        )
-
-
-class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class CompleteRunLeaseCommand(LeaseCommand):
     """Close a grant because its Attempt ended.
 
     Fenced by the grant itself (worker id, the session generation it was granted to, lease
@@ -333,18 +170,8 @@ class CompleteRunLeaseCommand(msgspec.Struct, rename="camel", forbid_unknown_fie
     token_digest: str
     event_id: EventId
 
-    def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                identifier_problem("worker_id", self.worker_id, WORKER_ID_MAX_LENGTH),
-                int_problem("session_generation", self.session_generation, 1, MAX_VERSION),
-                identifier_problem("attempt_id", self.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-                int_problem("lease_generation", self.lease_generation, 1, MAX_VERSION),
-                int_problem("expected_version", self.expected_version, 1, MAX_VERSION),
-                digest_problem("token_digest", self.token_digest),
-                identifier_problem("event_id", self.event_id, EVENT_ID_MAX_LENGTH),
-            )
-        )
+    def rule_problem(self) -> str | None:
+        return digest_problem("token_digest", self.token_digest)
 
 
 # --------------------------------------------------------------------------- record
@@ -384,49 +211,16 @@ class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
 _OPTIONAL_TIMES = ("renewed_at_ms", "started_at_ms", "released_at_ms", "completed_at_ms")
 
 
-def lease_record_problem(record: RunLeaseRecord, *, check_identities: bool = True) -> str | None:
-    """The first contract invariant ``record`` breaks, or None.
-
-    ``check_identities=False`` skips the five identifier texts, for a record about to be written
-    whose identifiers were all copied from a checked record or a validated command.
-    """
+def lease_record_problem(record: RunLeaseRecord) -> str | None:
+    """The first contract invariant ``record`` breaks, or None: the declared field limits, then
+    the cross-field rules below."""
     UNSET = msgspec.UNSET
-    fast = (
-        (
-            not check_identities
-            or identifier_ok(record.attempt_id, ATTEMPT_ID_MAX_LENGTH)
-            and identifier_ok(record.run_id, RUN_ID_MAX_LENGTH)
-            and identifier_ok(record.worker_id, WORKER_ID_MAX_LENGTH)
-            and identifier_ok(record.session_id, SESSION_ID_MAX_LENGTH)
-            and identifier_ok(record.offer_id, OFFER_ID_MAX_LENGTH)
-        )
-        and int_ok(record.session_generation, 1, MAX_VERSION)
-        and int_ok(record.lease_generation, 1, MAX_VERSION)
-        and int_ok(record.version, 1, MAX_VERSION)
-        and int_ok(record.expires_at_ms, 0, MAX_SAFE_INTEGER)
-        and int_ok(record.acquired_at_ms, 0, MAX_SAFE_INTEGER)
-        and int_ok(record.updated_at_ms, 0, MAX_SAFE_INTEGER)
-        and is_token_digest(record.token_digest)
-    )
-    problem = None if fast else first_problem(
-        identifier_problem("attempt_id", record.attempt_id, ATTEMPT_ID_MAX_LENGTH),
-        identifier_problem("run_id", record.run_id, RUN_ID_MAX_LENGTH),
-        identifier_problem("worker_id", record.worker_id, WORKER_ID_MAX_LENGTH),
-        identifier_problem("session_id", record.session_id, SESSION_ID_MAX_LENGTH),
-        identifier_problem("offer_id", record.offer_id, OFFER_ID_MAX_LENGTH),
-        int_problem("session_generation", record.session_generation, 1, MAX_VERSION),
-        int_problem("lease_generation", record.lease_generation, 1, MAX_VERSION),
-        int_problem("version", record.version, 1, MAX_VERSION),
-        int_problem("expires_at_ms", record.expires_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("acquired_at_ms", record.acquired_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("updated_at_ms", record.updated_at_ms, 0, MAX_SAFE_INTEGER),
-        digest_problem("token_digest", record.token_digest),
-    )
+    problem = fields_problem(record, enums=False) or digest_problem("token_digest", record.token_digest)
     if problem is not None:
         return problem
     for name in _OPTIONAL_TIMES:
         value = getattr(record, name)
-        if value is not UNSET and not int_ok(value, record.acquired_at_ms, MAX_SAFE_INTEGER):
+        if value is not UNSET and value < record.acquired_at_ms:
             return int_problem(name, value, record.acquired_at_ms, MAX_SAFE_INTEGER)
     status = record.status
     if not isinstance(status, LeaseStatus):
@@ -518,39 +312,8 @@ class LeaseTransitionOutcome(msgspec.Struct, rename="camel", forbid_unknown_fiel
 
 # --------------------------------------------------------------------------- wire
 
-_claim_decoder = msgspec.json.Decoder(ClaimRunCommand)
-_renew_decoder = msgspec.json.Decoder(RenewRunLeaseCommand)
-_release_decoder = msgspec.json.Decoder(ReleaseRunLeaseCommand)
-_begin_start_decoder = msgspec.json.Decoder(BeginStartCommand)
-_complete_decoder = msgspec.json.Decoder(CompleteRunLeaseCommand)
-
-
-def decode_claim_run_command(data: bytes) -> ClaimRunCommand:
-    """Decode an exact-shape JSON claim.
-
-    Raises:
-        InvalidWorkerLeaseCommandError: malformed JSON, unknown, missing or null fields, wrong
-            types or out-of-range values (the message names the ``$.path``).
-    """
-    return decode_with(_claim_decoder, data)
-
-
-def decode_renew_command(data: bytes) -> RenewRunLeaseCommand:
-    """Decode an exact-shape JSON renew (see :func:`decode_claim_run_command`)."""
-    return decode_with(_renew_decoder, data)
-
-
-def decode_release_command(data: bytes) -> ReleaseRunLeaseCommand:
-    """Decode an exact-shape JSON release (see :func:`decode_claim_run_command`)."""
-    return decode_with(_release_decoder, data)
-
-
-def decode_begin_start_command(data: bytes) -> BeginStartCommand:
-    """Decode an exact-shape JSON start barrier (see :func:`decode_claim_run_command`)."""
-    return decode_with(_begin_start_decoder, data)
-
-
-def decode_complete_command(data: bytes) -> CompleteRunLeaseCommand:
-    """Decode an exact-shape JSON completion (see :func:`decode_claim_run_command`)."""
-    return decode_with(_complete_decoder, data)
-
+decode_claim_run_command = command_decoder(ClaimRunCommand, InvalidWorkerLeaseCommandError)
+decode_renew_command = command_decoder(RenewRunLeaseCommand, InvalidWorkerLeaseCommandError)
+decode_release_command = command_decoder(ReleaseRunLeaseCommand, InvalidWorkerLeaseCommandError)
+decode_begin_start_command = command_decoder(BeginStartCommand, InvalidWorkerLeaseCommandError)
+decode_complete_command = command_decoder(CompleteRunLeaseCommand, InvalidWorkerLeaseCommandError)

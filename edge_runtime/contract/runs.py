@@ -11,14 +11,16 @@ import enum
 
 import msgspec
 
-from edge_runtime.contract.cancellation_dispatch import (
-    ATTEMPT_ID_MAX_LENGTH,
-    RUN_ID_MAX_LENGTH,
-    DispatchRecord,
-)
+from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, identifier_type, int_problem
+from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
+    RunId,
+    Command,
+    SafeInt,
+    bounded_int_type,
+    identifier_type,
+)
 
 # --------------------------------------------------------------------------- vocabularies
 
@@ -72,6 +74,21 @@ RUN_STATUS_AFTER_ATTEMPT = {
     AttemptStatus.LOST: RunStatus.FAILED,
 }
 
+#: Event types of the Run/Attempt operations (docs/runs.md). A Run's end is ``run.<status>``.
+EVENT_RUN_CREATED = "run.created"
+EVENT_CANCEL_REQUESTED = "run.cancel_requested"
+EVENT_ATTEMPT_CREATED = "run.attempt_created"
+EVENT_RUN_STARTED = "run.started"
+EVENT_RUN_REQUEUED = "run.requeued"
+EVENT_KILL_SENT = "run.kill_sent"
+EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+
+
+def run_ended_event(status: RunStatus) -> str:
+    """The event type of a Run's end in ``status``."""
+    return f"run.{status.value}"
+
+
 # --------------------------------------------------------------------------- limits
 
 MAX_ARGV_ITEMS = 256
@@ -79,8 +96,9 @@ MAX_ARG_LENGTH = 4096
 MAX_NAME_LENGTH = 128
 MAX_REASON_LENGTH = 256
 
-RunId = identifier_type(RUN_ID_MAX_LENGTH)
-AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
+Name = identifier_type(MAX_NAME_LENGTH)
+TimeoutMs = bounded_int_type(MIN_DURATION_MS, MAX_DURATION_MS)
+Reason = identifier_type(MAX_REASON_LENGTH)
 
 # --------------------------------------------------------------------------- errors
 
@@ -116,9 +134,8 @@ class RunRepositoryError(RunError):
 # --------------------------------------------------------------------------- commands
 
 
-def _reject(problem: str | None) -> None:
-    if problem is not None:
-        raise InvalidRunCommandError(problem)
+class _Command(Command):
+    error = InvalidRunCommandError
 
 
 def argv_problem(argv: object) -> str | None:
@@ -139,41 +156,21 @@ def argv_problem(argv: object) -> str | None:
     return None
 
 
-def text_problem(name: str, value: object, max_length: int) -> str | None:
-    """Like an identifier, but for short human text (names, reasons)."""
-    return identifier_problem(name, value, max_length)
-
-
-class SubmitRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class SubmitRunCommand(_Command):
     """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
 
     argv: list[str]
-    name: str | msgspec.UnsetType = msgspec.UNSET
+    name: Name | msgspec.UnsetType = msgspec.UNSET
     #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
-    timeout_ms: int | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
 
-    def __post_init__(self) -> None:
-        _reject(
-            first_problem(
-                argv_problem(self.argv),
-                None if self.name is msgspec.UNSET else text_problem("name", self.name, MAX_NAME_LENGTH),
-                None if self.timeout_ms is msgspec.UNSET
-                else int_problem("timeout_ms", self.timeout_ms, MIN_DURATION_MS, MAX_DURATION_MS),
-            )
-        )
+    def rule_problem(self) -> str | None:
+        return argv_problem(self.argv)
 
 
-class CancelRunCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class CancelRunCommand(_Command):
     run_id: RunId
-    reason: str | msgspec.UnsetType = msgspec.UNSET
-
-    def __post_init__(self) -> None:
-        _reject(
-            first_problem(
-                identifier_problem("run_id", self.run_id, RUN_ID_MAX_LENGTH),
-                None if self.reason is msgspec.UNSET else text_problem("reason", self.reason, MAX_REASON_LENGTH),
-            )
-        )
+    reason: Reason | msgspec.UnsetType = msgspec.UNSET
 
 
 # --------------------------------------------------------------------------- records
@@ -239,24 +236,12 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
-class RunDetail(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
-    """A Run with its Attempts and its cancellation dispatch (``null`` when none exists)."""
+class RunDetail(RunRecord, kw_only=True):
+    """A Run (every field of :class:`RunRecord`) with its Attempts and its cancellation dispatch."""
 
-    id: str
-    execution_owner: str
-    status: RunStatus
-    version: int
-    name: str | msgspec.UnsetType = msgspec.UNSET
-    command: list[str] | msgspec.UnsetType = msgspec.UNSET
-    cancel_requested_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
-    cancel_reason: str | msgspec.UnsetType = msgspec.UNSET
-    created_at_ms: SafeInt
-    finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
-    schedule_id: str | msgspec.UnsetType = msgspec.UNSET
-    scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
-    timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     attempts: list[AttemptRecord]
-    dispatch: DispatchRecord | None
+    #: Absent (not null) when the Run never had a cancellation dispatch.
+    dispatch: DispatchRecord | msgspec.UnsetType = msgspec.UNSET
 
 
 class CancellationCandidate(msgspec.Struct, frozen=True, gc=False):

@@ -15,7 +15,7 @@ import msgspec
 from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import MAX_NAME_LENGTH, argv_problem, text_problem
+from edge_runtime.contract.runs import MAX_NAME_LENGTH, argv_problem
 from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, int_problem
 
 SCHEDULE_ID_MAX_LENGTH = 36
@@ -70,7 +70,7 @@ class AddScheduleCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=T
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
         problem = first_problem(
             argv_problem(self.argv),
-            None if self.name is msgspec.UNSET else text_problem("name", self.name, MAX_NAME_LENGTH),
+            None if self.name is msgspec.UNSET else identifier_problem("name", self.name, MAX_NAME_LENGTH),
             None if isinstance(self.overlap, Overlap) else "overlap must be skip, queue or replace",
             None if self.timeout_ms is msgspec.UNSET else timeout_problem(self.timeout_ms),
         )

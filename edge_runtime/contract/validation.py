@@ -1,15 +1,21 @@
-"""Value rules shared by every contract module.
+"""Value rules shared by every contract module, and its JSON wire helpers.
 
-msgspec ``Meta`` constraints only run while decoding, so each command and record re-checks its
-fields in ``__post_init__`` with these helpers: a Struct built in Python is held to the same rules
-as one decoded from JSON. The helpers raise ``ValueError`` subclasses of nothing; each contract
-module converts the message into its own error type.
+Each field limit is declared once, as msgspec ``Meta`` on the field's type (``identifier_type``,
+``bounded_int_type``). msgspec enforces it while decoding; a Struct built in Python is held to the
+same rules by :func:`fields_problem`, which derives its checks from those same annotations (and
+words the rejection). Hand checks in ``__post_init__`` are left for cross-field rules only. The
+helpers return a message; each contract module raises it as its own error type.
 """
 
 from __future__ import annotations
 
+import enum
+import hashlib
 import re
-from typing import Annotated, Any
+import types
+import typing
+from collections.abc import Callable
+from typing import Annotated, Any, ClassVar
 
 import msgspec
 
@@ -33,14 +39,18 @@ def bounded_int_type(minimum: int, maximum: int) -> Any:
 
 SafeInt = bounded_int_type(0, MAX_SAFE_INTEGER)
 
+# Limits and identifier types every contract shares (declared here once).
+MAX_VERSION = 2_147_483_647
+RUN_ID_MAX_LENGTH = 36
+ATTEMPT_ID_MAX_LENGTH = 36
+EVENT_ID_MAX_LENGTH = 36
+LEASE_TOKEN_MAX_LENGTH = 128
 
-def identifier_matcher(max_length: int) -> Any:
-    """A compiled ``fullmatch`` that accepts exactly the ``str`` values :func:`identifier_problem` accepts.
-
-    For hot paths: ``type(value) is str and match(value) is not None`` is one C-level call instead
-    of a Python function; callers still use :func:`identifier_problem` to word a rejection.
-    """
-    return re.compile(rf"[^\x00-\x1f\x7f]{{1,{max_length}}}").fullmatch
+RunId = identifier_type(RUN_ID_MAX_LENGTH)
+AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
+EventId = identifier_type(EVENT_ID_MAX_LENGTH)
+LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
+Version = bounded_int_type(0, MAX_VERSION)
 
 
 def identifier_problem(name: str, value: object, max_length: int) -> str | None:
@@ -54,6 +64,33 @@ def identifier_problem(name: str, value: object, max_length: int) -> str | None:
     if _CONTROL_CHARACTERS.search(value):
         return f"{name} must not contain control characters"
     return None
+
+
+def lease_token_problem(token: object) -> str | None:
+    """Why ``token`` is not a valid bearer lease token, or None. Never echoes the token."""
+    return identifier_problem("lease_token", token, LEASE_TOKEN_MAX_LENGTH)
+
+
+_match_digest = re.compile(r"[0-9a-f]{64}").fullmatch
+
+
+def is_digest(value: object) -> bool:
+    """Whether ``value`` has the shape of a SHA-256 digest (64 lowercase hex characters)."""
+    return type(value) is str and _match_digest(value) is not None
+
+
+def token_digester(domain: bytes, error: type[Exception]) -> Callable[[str], str]:
+    """``digest(token)``: SHA-256 of ``domain`` and the UTF-8 token, as 64 lowercase hex. The
+    domain separates the lease kinds: one kind's digest never equals another's. A token that is
+    not a valid lease token raises ``error`` (whose message never echoes the token)."""
+
+    def digest(token: str) -> str:
+        problem = lease_token_problem(token)
+        if problem is not None:
+            raise error(problem)
+        return hashlib.sha256(domain + token.encode("utf-8")).hexdigest()
+
+    return digest
 
 
 def int_problem(name: str, value: object, minimum: int, maximum: int) -> str | None:
@@ -74,3 +111,124 @@ def first_problem(*problems: str | None) -> str | None:
         if problem is not None:
             return problem
     return None
+
+
+# --------------------------------------------------------------------------- checks derived from Meta
+
+#: A derived field check: ``check(struct, value)`` -> a problem or None.
+_Check = Callable[[Any, Any], "str | None"]
+_CHECKS: dict[type, tuple[tuple[str, _Check], ...]] = {}
+
+
+def _check_of(name: str, hint: Any) -> _Check | None:
+    """How to check one field, from its annotation; None when only its type is declared."""
+    origin = typing.get_origin(hint)
+    if origin is Annotated:
+        base, *extras = typing.get_args(hint)
+        meta = next((m for m in extras if isinstance(m, msgspec.Meta)), None)
+        if meta is not None and base is str and meta.pattern == IDENTIFIER_PATTERN:
+            limit = meta.max_length
+            return lambda obj, v: identifier_problem(name, v, limit)
+        if meta is not None and base is int and meta.ge is not None and meta.le is not None:
+            low, high = meta.ge, meta.le
+            return lambda obj, v: int_problem(name, v, low, high)
+        return None
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(hint)
+        inner = [a for a in args if a not in (msgspec.UnsetType, type(None))]
+        check = _check_of(name, inner[0]) if len(inner) == 1 else None
+        if check is None:
+            return None
+        unset_ok, none_ok = msgspec.UnsetType in args, type(None) in args
+        return lambda obj, v: None if (v is msgspec.UNSET and unset_ok) or (v is None and none_ok) else check(obj, v)
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        kind = hint
+
+        def check_enum(obj: Any, value: Any) -> str | None:
+            if isinstance(value, kind):
+                return None
+            try:  # Python callers may pass the plain value; the frozen struct keeps the member
+                msgspec.structs.force_setattr(obj, name, kind(value))
+            except ValueError:
+                return f"{name} must be one of {[m.value for m in kind]}"
+            return None
+
+        return check_enum
+    return None
+
+
+def fields_problem(obj: msgspec.Struct, *, enums: bool = True) -> str | None:
+    """Why a field of ``obj`` breaks its declared limit (identifier, integer range, enum), or None.
+
+    Checks fields in declaration order; an enum field given as its plain value is converted
+    (commands built in Python). ``enums=False`` leaves enum fields to the caller (a record,
+    which must hold the members themselves).
+    """
+    checks = _CHECKS.get(type(obj))
+    if checks is None:
+        found = ((f.name, _check_of(f.name, f.type)) for f in msgspec.structs.fields(type(obj)))
+        checks = _CHECKS[type(obj)] = tuple((name, check) for name, check in found if check is not None)
+    for name, check in checks:
+        if not enums and check.__name__ == "check_enum":
+            continue
+        problem = check(obj, getattr(obj, name))
+        if problem is not None:
+            return problem
+    return None
+
+
+class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+    """Base of the exact-shape commands: built in Python or decoded from JSON, a command is held
+    to its declared field limits and to its cross-field rules (:meth:`rule_problem`), and raises
+    its family's ``error``. Its repr never shows a bearer token (a write capability)."""
+
+    error: ClassVar[type[Exception]] = ValueError
+
+    def __post_init__(self) -> None:
+        problem = fields_problem(self) or self.rule_problem()
+        if problem is not None:
+            raise self.error(problem)
+
+    def rule_problem(self) -> str | None:
+        """The cross-field rule this command breaks, or None (none by default)."""
+        return None
+
+    def __repr__(self) -> str:
+        shown = (f"{name}=<redacted>" if name == "lease_token" else f"{name}={getattr(self, name)!r}"
+                 for name in self.__struct_fields__)
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+
+# --------------------------------------------------------------------------- wire
+
+_encoder = msgspec.json.Encoder()
+
+
+def encode(obj: Any) -> bytes:
+    """Encode a contract object as camelCase JSON; absent optional fields are omitted."""
+    return _encoder.encode(obj)
+
+
+def command_decoder(cls: type, error: type[Exception]) -> Callable[[bytes], Any]:
+    """The exact-shape JSON decoder of command ``cls``: every failure becomes ``error``, whose
+    message names the ``$.path`` where msgspec knows it (also for a cross-field rule)."""
+    decoder = msgspec.json.Decoder(cls)
+
+    def decode(data: bytes) -> Any:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise error(f"a command must be JSON bytes, got {type(data).__name__}")
+        try:
+            return decoder.decode(data)
+        except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
+            raise error(str(exc)) from None
+        except error as exc:
+            path = getattr(exc, "path", None)
+            if path is None:
+                raise
+            worded = error(f"{exc.message} - at `{path}`")
+            worded.path = path
+            raise worded from None
+
+    decode.__module__ = cls.__module__
+    decode.__annotations__ = {"data": bytes, "return": cls}
+    return decode

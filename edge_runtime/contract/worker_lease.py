@@ -16,17 +16,32 @@ This module owns no connection, clock, timer or process.
 from __future__ import annotations
 
 import hashlib
-import re
 from typing import Any
 
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.validation import (
+# The shared limits and the wire helpers are re-exported for the two authorities' modules.
+from edge_runtime.contract.validation import (  # noqa: F401
+    ATTEMPT_ID_MAX_LENGTH,
+    EVENT_ID_MAX_LENGTH,
+    LEASE_TOKEN_MAX_LENGTH,
     MAX_SAFE_INTEGER,
+    MAX_VERSION,
+    RUN_ID_MAX_LENGTH,
+    AttemptId,
+    EventId,
+    LeaseToken,
+    RunId,
+    Version,
+    Command,
     bounded_int_type,
+    encode,
     identifier_problem,
     identifier_type,
+    is_digest,
+    lease_token_problem,
+    token_digester,
 )
 
 # --------------------------------------------------------------------------- limits
@@ -34,7 +49,6 @@ from edge_runtime.contract.validation import (
 #: Domain separation: a Run Lease digest can never equal a CancellationDispatch lease digest.
 RUN_LEASE_TOKEN_DOMAIN = b"qinglong.run-lease.v1\x00"
 
-MAX_VERSION = 2_147_483_647
 #: A router runs a handful of commands at once; the cap bounds a bogus registration.
 MAX_CONCURRENT_RUNS = 64
 MAX_SESSION_LEASE_DURATION_MS = 300_000
@@ -47,45 +61,19 @@ MAX_CAPABILITY_STRING_LENGTH = 256
 
 WORKER_ID_MAX_LENGTH = 128
 SESSION_ID_MAX_LENGTH = 64
-RUN_ID_MAX_LENGTH = 36
-ATTEMPT_ID_MAX_LENGTH = 36
-EVENT_ID_MAX_LENGTH = 36
 OFFER_ID_MAX_LENGTH = 64
-LEASE_TOKEN_MAX_LENGTH = 128
 
 WorkerId = identifier_type(WORKER_ID_MAX_LENGTH)
 SessionId = identifier_type(SESSION_ID_MAX_LENGTH)
-RunId = identifier_type(RUN_ID_MAX_LENGTH)
-AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
-EventId = identifier_type(EVENT_ID_MAX_LENGTH)
 OfferId = identifier_type(OFFER_ID_MAX_LENGTH)
-LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
 Generation = bounded_int_type(1, MAX_VERSION)
-Version = bounded_int_type(0, MAX_VERSION)
 LeaseVersion = bounded_int_type(1, MAX_VERSION)
 Capacity = bounded_int_type(1, MAX_CONCURRENT_RUNS)
 Slots = bounded_int_type(0, MAX_CONCURRENT_RUNS)
 SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
 RunLeaseDurationMs = bounded_int_type(1, MAX_RUN_LEASE_DURATION_MS)
 
-_DIGEST_PATTERN = re.compile(r"[0-9a-f]{64}")
-_IDENTIFIER_PATTERNS: dict[int, re.Pattern[str]] = {}
 
-
-def identifier_ok(value: object, max_length: int) -> bool:
-    """Fast yes/no form of ``identifier_problem`` for the hot paths (one C regex match).
-
-    Callers use it as a pre-check and fall back to ``identifier_problem`` for the message.
-    """
-    pattern = _IDENTIFIER_PATTERNS.get(max_length)
-    if pattern is None:
-        pattern = _IDENTIFIER_PATTERNS[max_length] = re.compile(f"[^\\x00-\\x1f\\x7f]{{1,{max_length}}}")
-    return type(value) is str and pattern.fullmatch(value) is not None
-
-
-def int_ok(value: object, minimum: int, maximum: int) -> bool:
-    """Fast yes/no form of ``int_problem`` (bools are not integers here either)."""
-    return type(value) is int and minimum <= value <= maximum
 
 # --------------------------------------------------------------------------- errors
 
@@ -148,6 +136,12 @@ class WorkerLeaseRepositoryError(WorkerLeaseError):
     code = "WORKER_LEASE_REPOSITORY_FAILED"
 
 
+class LeaseCommand(Command):
+    """Base of the Worker Session and Run Lease commands."""
+
+    error = InvalidWorkerLeaseCommandError
+
+
 def reject(problem: str | None) -> None:
     """Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem."""
     if problem is not None:
@@ -157,24 +151,11 @@ def reject(problem: str | None) -> None:
 # --------------------------------------------------------------------------- token digest
 
 
-def lease_token_problem(token: object) -> str | None:
-    """Why ``token`` is not a valid Run Lease bearer token, or None. Never echoes the token."""
-    return identifier_problem("lease_token", token, LEASE_TOKEN_MAX_LENGTH)
-
-
-def digest_run_lease_token(token: str) -> str:
-    """SHA-256 of :data:`RUN_LEASE_TOKEN_DOMAIN` and the UTF-8 token, as 64 lowercase hex.
-
-    Raises:
-        InvalidWorkerLeaseCommandError: the token is not a valid lease token.
-    """
-    reject(lease_token_problem(token))
-    return hashlib.sha256(RUN_LEASE_TOKEN_DOMAIN + token.encode("utf-8")).hexdigest()
-
-
-def is_token_digest(value: object) -> bool:
-    """Whether ``value`` has the shape of a token or hash digest (64 lowercase hex characters)."""
-    return type(value) is str and _DIGEST_PATTERN.fullmatch(value) is not None
+#: ``digest_run_lease_token(token)``: the digest of a Run Lease bearer token (never equal to a
+#: CancellationDispatch token's: another domain).
+digest_run_lease_token = token_digester(RUN_LEASE_TOKEN_DOMAIN, InvalidWorkerLeaseCommandError)
+#: Whether a value has the shape of a token or hash digest (64 lowercase hex characters).
+is_token_digest = is_digest
 
 
 def digest_problem(name: str, value: object) -> str | None:
@@ -259,28 +240,3 @@ def capabilities_hash(capabilities: dict[str, Any]) -> str:
         InvalidWorkerLeaseCommandError: not a valid capabilities object.
     """
     return hashlib.sha256(canonical_capabilities(capabilities)).hexdigest()
-
-
-# --------------------------------------------------------------------------- wire
-
-_encoder = msgspec.json.Encoder()
-
-
-def decode_with(decoder: msgspec.json.Decoder, data: bytes) -> Any:
-    """Decode exact-shape JSON, turning every decode failure into the contract's error.
-
-    Raises:
-        InvalidWorkerLeaseCommandError: malformed JSON, unknown or missing fields, nulls, wrong
-            types or out-of-range values; the message names the ``$.path`` where msgspec knows it.
-    """
-    if not isinstance(data, (bytes, bytearray, memoryview)):
-        raise InvalidWorkerLeaseCommandError(f"a command must be JSON bytes, got {type(data).__name__}")
-    try:
-        return decoder.decode(data)
-    except msgspec.DecodeError as exc:  # ValidationError is a DecodeError
-        raise InvalidWorkerLeaseCommandError(str(exc)) from None
-
-
-def encode(obj: Any) -> bytes:
-    """Encode a contract object as camelCase JSON; absent optional fields are omitted."""
-    return _encoder.encode(obj)

@@ -15,13 +15,8 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, first_problem, identifier_problem, int_problem
+from edge_runtime.contract.validation import SafeInt, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
-    MAX_CONCURRENT_RUNS,
-    MAX_SESSION_LEASE_DURATION_MS,
-    MAX_VERSION,
-    SESSION_ID_MAX_LENGTH,
-    WORKER_ID_MAX_LENGTH,
     Capacity,
     Generation,
     SessionId,
@@ -31,12 +26,9 @@ from edge_runtime.contract.worker_lease import (
     WorkerId,
     capabilities_hash,
     capabilities_problem,
-    decode_with,
+    InvalidWorkerLeaseCommandError,
     digest_problem,
-    identifier_ok,
-    int_ok,
-    is_token_digest,
-    reject,
+    LeaseCommand,
 )
 
 
@@ -46,19 +38,10 @@ class SessionStatus(enum.StrEnum):
     OFFLINE = "offline"
 
 
-def _fence_problem(cmd: Any) -> str | None:
-    return first_problem(
-        identifier_problem("worker_id", cmd.worker_id, WORKER_ID_MAX_LENGTH),
-        identifier_problem("session_id", cmd.session_id, SESSION_ID_MAX_LENGTH),
-        int_problem("generation", cmd.generation, 1, MAX_VERSION),
-        int_problem("expected_version", cmd.expected_version, 0, MAX_VERSION),
-    )
-
-
 # --------------------------------------------------------------------------- commands
 
 
-class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class RegisterWorkerCommand(LeaseCommand):
     """Register (or replay the registration of) one worker session.
 
     A new session starts with ``available_slots = max_concurrent_runs``; a worker that already
@@ -72,23 +55,15 @@ class RegisterWorkerCommand(msgspec.Struct, rename="camel", forbid_unknown_field
     max_concurrent_runs: Capacity
     lease_duration_ms: SessionLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                identifier_problem("worker_id", self.worker_id, WORKER_ID_MAX_LENGTH),
-                identifier_problem("session_id", self.session_id, SESSION_ID_MAX_LENGTH),
-                capabilities_problem(self.capabilities),
-                int_problem("max_concurrent_runs", self.max_concurrent_runs, 1, MAX_CONCURRENT_RUNS),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_SESSION_LEASE_DURATION_MS),
-            )
-        )
-
     @property
     def capabilities_hash(self) -> str:
         return capabilities_hash(self.capabilities)
 
+    def rule_problem(self) -> str | None:
+        return capabilities_problem(self.capabilities)
 
-class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+
+class HeartbeatCommand(LeaseCommand):
     """Extend the session lease and report the free slots. A draining session's slots stay 0."""
 
     worker_id: WorkerId
@@ -98,17 +73,8 @@ class HeartbeatCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=Tru
     available_slots: Slots
     lease_duration_ms: SessionLeaseDurationMs
 
-    def __post_init__(self) -> None:
-        reject(
-            first_problem(
-                _fence_problem(self),
-                int_problem("available_slots", self.available_slots, 0, MAX_CONCURRENT_RUNS),
-                int_problem("lease_duration_ms", self.lease_duration_ms, 1, MAX_SESSION_LEASE_DURATION_MS),
-            )
-        )
 
-
-class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class DrainCommand(LeaseCommand):
     """Stop taking new Runs; leases already held may still be renewed, started and completed."""
 
     worker_id: WorkerId
@@ -116,20 +82,14 @@ class DrainCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, f
     generation: Generation
     expected_version: Version
 
-    def __post_init__(self) -> None:
-        reject(_fence_problem(self))
 
-
-class OfflineCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class OfflineCommand(LeaseCommand):
     """End the session's authority now. Says nothing about whether its processes stopped."""
 
     worker_id: WorkerId
     session_id: SessionId
     generation: Generation
     expected_version: Version
-
-    def __post_init__(self) -> None:
-        reject(_fence_problem(self))
 
 
 # --------------------------------------------------------------------------- record
@@ -168,32 +128,7 @@ def session_record_problem(record: WorkerSessionRecord, *, check_capabilities: b
     just checked that very canonical text (the Local adapter caches that check per text: it
     costs more than every other invariant together and the text rarely changes).
     """
-    fast = (
-        identifier_ok(record.worker_id, WORKER_ID_MAX_LENGTH)
-        and identifier_ok(record.session_id, SESSION_ID_MAX_LENGTH)
-        and int_ok(record.generation, 1, MAX_VERSION)
-        and int_ok(record.version, 0, MAX_VERSION)
-        and int_ok(record.max_concurrent_runs, 1, MAX_CONCURRENT_RUNS)
-        and int_ok(record.available_slots, 0, MAX_CONCURRENT_RUNS)
-        and int_ok(record.heartbeat_at_ms, 0, MAX_SAFE_INTEGER)
-        and int_ok(record.lease_expires_at_ms, 0, MAX_SAFE_INTEGER)
-        and int_ok(record.created_at_ms, 0, MAX_SAFE_INTEGER)
-        and int_ok(record.updated_at_ms, 0, MAX_SAFE_INTEGER)
-        and is_token_digest(record.capabilities_hash)
-    )
-    problem = None if fast else first_problem(
-        identifier_problem("worker_id", record.worker_id, WORKER_ID_MAX_LENGTH),
-        identifier_problem("session_id", record.session_id, SESSION_ID_MAX_LENGTH),
-        int_problem("generation", record.generation, 1, MAX_VERSION),
-        int_problem("version", record.version, 0, MAX_VERSION),
-        int_problem("max_concurrent_runs", record.max_concurrent_runs, 1, MAX_CONCURRENT_RUNS),
-        int_problem("available_slots", record.available_slots, 0, MAX_CONCURRENT_RUNS),
-        int_problem("heartbeat_at_ms", record.heartbeat_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("lease_expires_at_ms", record.lease_expires_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("created_at_ms", record.created_at_ms, 0, MAX_SAFE_INTEGER),
-        int_problem("updated_at_ms", record.updated_at_ms, 0, MAX_SAFE_INTEGER),
-        digest_problem("capabilities_hash", record.capabilities_hash),
-    )
+    problem = fields_problem(record, enums=False) or digest_problem("capabilities_hash", record.capabilities_hash)
     if problem is not None:
         return problem
     if not isinstance(record.status, SessionStatus):
@@ -251,32 +186,7 @@ RegisterOutcome = Union[RegisteredOutcome, ReplayedOutcome]
 
 # --------------------------------------------------------------------------- wire
 
-_register_decoder = msgspec.json.Decoder(RegisterWorkerCommand)
-_heartbeat_decoder = msgspec.json.Decoder(HeartbeatCommand)
-_drain_decoder = msgspec.json.Decoder(DrainCommand)
-_offline_decoder = msgspec.json.Decoder(OfflineCommand)
-
-
-def decode_register_command(data: bytes) -> RegisterWorkerCommand:
-    """Decode an exact-shape JSON registration.
-
-    Raises:
-        InvalidWorkerLeaseCommandError: malformed JSON, unknown, missing or null fields, wrong
-            types or out-of-range values (the message names the ``$.path``).
-    """
-    return decode_with(_register_decoder, data)
-
-
-def decode_heartbeat_command(data: bytes) -> HeartbeatCommand:
-    """Decode an exact-shape JSON heartbeat (see :func:`decode_register_command`)."""
-    return decode_with(_heartbeat_decoder, data)
-
-
-def decode_drain_command(data: bytes) -> DrainCommand:
-    """Decode an exact-shape JSON drain (see :func:`decode_register_command`)."""
-    return decode_with(_drain_decoder, data)
-
-
-def decode_offline_command(data: bytes) -> OfflineCommand:
-    """Decode an exact-shape JSON offline (see :func:`decode_register_command`)."""
-    return decode_with(_offline_decoder, data)
+decode_register_command = command_decoder(RegisterWorkerCommand, InvalidWorkerLeaseCommandError)
+decode_heartbeat_command = command_decoder(HeartbeatCommand, InvalidWorkerLeaseCommandError)
+decode_drain_command = command_decoder(DrainCommand, InvalidWorkerLeaseCommandError)
+decode_offline_command = command_decoder(OfflineCommand, InvalidWorkerLeaseCommandError)

@@ -27,7 +27,6 @@ from edge_runtime.contract.cancellation_dispatch import (
     RETRYABLE_RESULTS,
     RUN_ID_MAX_LENGTH,
     BlockedOutcome,
-    CancellationDispatchError,
     ClaimCommand,
     ClaimedOutcome,
     ClaimOutcome,
@@ -50,18 +49,12 @@ from edge_runtime.contract.cancellation_dispatch import (
     dispatch_record_problem,
     is_lease_token_digest,
 )
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
-from edge_runtime.local.clock import InvalidClockValueError
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict, append_run_event, read_run_version
+from edge_runtime.local.errors import StorageErrors
+from edge_runtime.local.run_events import append_run_event, read_run_version
 
-#: Run statuses whose cancellation may still be dispatched (spec §4).
-ACTIVE_RUN_STATUSES = frozenset(
-    {"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"}
-)
-#: Attempt statuses that may still own a live process.
-ACTIVE_ATTEMPT_STATUSES = frozenset({"claimed", "starting", "running"})
 
 DIGEST_PREFIX = "sha256:"
 _UNSET = msgspec.UNSET
@@ -163,35 +156,15 @@ def _row_values(record: DispatchRecord) -> tuple[Any, ...]:
     )
 
 
-class _RepositoryErrors:
-    """Map storage failures to :class:`RepositoryError`; contract errors pass through unchanged.
-
-    A plain class rather than ``@contextmanager``: it wraps every operation, and a generator-based
-    manager costs several times more per use.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
-        if exc_type is None or issubclass(exc_type, CancellationDispatchError):
-            return
-        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
-            raise RepositoryError(f"database busy: {exc}", retryable=True) from exc
-        if issubclass(exc_type, apsw.Error):
-            raise RepositoryError(f"database operation failed: {exc}") from exc
-        if issubclass(exc_type, (InvalidClockValueError, LocalStorageError, RunVersionConflict)):
-            raise RepositoryError(str(exc)) from exc
+#: Storage failures become :class:`RepositoryError`; contract errors pass through.
+repository_errors = StorageErrors(RepositoryError)
 
 
-_REPOSITORY_ERRORS = _RepositoryErrors()
-
-
-def repository_errors() -> _RepositoryErrors:
-    """The context manager that maps storage failures to :class:`RepositoryError`."""
-    return _REPOSITORY_ERRORS
+def _next_version(current: DispatchRecord) -> int:
+    """The version of the dispatch's next change; a row at the maximum version takes none."""
+    if current.version >= MAX_VERSION:
+        raise RepositoryError(f"dispatch of run {current.run_id!r} has reached the maximum version")
+    return current.version + 1
 
 
 class LocalCancellationDispatchRepository:
@@ -268,13 +241,11 @@ class LocalCancellationDispatchRepository:
 
             outcome = self._claim_decision(current, now)
             if outcome is None:
-                if current.version >= MAX_VERSION:
-                    raise RepositoryError(f"dispatch of run {cmd.run_id!r} has reached the maximum version")
                 claimed = _checked(
                     msgspec.structs.replace(
                         current,
                         status=DispatchStatus.LEASED,
-                        version=current.version + 1,
+                        version=_next_version(current),
                         dispatch_count=current.dispatch_count + 1,
                         next_attempt_at_ms=_UNSET,
                         lease_owner=cmd.owner,
@@ -338,7 +309,7 @@ class LocalCancellationDispatchRepository:
                 msgspec.structs.replace(
                     current,
                     status=status,
-                    version=current.version + 1,
+                    version=_next_version(current),
                     next_attempt_at_ms=now + cmd.retry_delay_ms if retryable else _UNSET,
                     lease_owner=_UNSET,
                     lease_token_digest=_UNSET,
@@ -419,13 +390,11 @@ class LocalCancellationDispatchRepository:
                     f"dispatch of run {run_id!r} is {current.status.value} at version {current.version}; "
                     f"rearm needs blocked at version {expected_version}"
                 )
-            if current.version >= MAX_VERSION:
-                raise RepositoryError(f"dispatch of run {run_id!r} has reached the maximum version")
             rearmed = _checked(
                 msgspec.structs.replace(
                     current,
                     status=DispatchStatus.RETRY_WAIT,
-                    version=current.version + 1,
+                    version=_next_version(current),
                     next_attempt_at_ms=now,
                     updated_at_ms=now,
                 )

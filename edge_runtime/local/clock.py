@@ -8,23 +8,11 @@ against backward jumps elsewhere).
 from __future__ import annotations
 
 import time
-from typing import Protocol, runtime_checkable
-
+from edge_runtime.contract.ports import Clock
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
+from edge_runtime.local.errors import InvalidClockValueError
 
-
-@runtime_checkable
-class Clock(Protocol):
-    def now_ms(self) -> int:
-        """Milliseconds since the Unix epoch, a non-negative safe integer."""
-        ...
-
-
-class InvalidClockValueError(ValueError):
-    """A clock returned something that is not a non-negative safe integer of milliseconds.
-
-    Repositories turn it into their own non-retryable repository error.
-    """
+__all__ = ["Clock", "InvalidClockValueError", "ManualClock", "SystemClock", "read_now_ms"]
 
 
 class SystemClock:

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import apsw
+
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 
@@ -46,3 +50,57 @@ class ScrubRollbackRefusedError(ScrubRefusedError):
     after the scrub, or the backup is missing or changed); the database was left as it was."""
 
     code = "LOCAL_SCRUB_ROLLBACK_REFUSED"
+
+
+class WakeSocketError(LocalStorageError):
+    """The wake socket could not be bound (another service holds it, or the directory is unusable)."""
+
+    code = "SERVICE_WAKE_SOCKET_FAILED"
+
+
+class InvalidClockValueError(LocalStorageError):
+    """A clock returned something that is not a non-negative safe integer of milliseconds."""
+
+    code = "LOCAL_CLOCK_INVALID"
+
+
+class RunVersionConflict(LocalStorageError):
+    """The Run is missing or changed between the read and the compare-and-set.
+
+    Only a bug or a foreign writer can cause it inside one write transaction.
+    """
+
+    code = "LOCAL_RUN_VERSION_CONFLICT"
+
+
+class StorageErrors:
+    """The one storage-error mapper: turns what the database layer raises into ``target`` (a
+    repository's own error class); every other error (the contract's refusals) passes unchanged.
+
+    A busy or locked database is retryable; any other SQLite error, or a :class:`LocalStorageError`
+    (a bad clock value, a version conflict, a closed database), is not. A plain class rather
+    than ``@contextmanager``: it wraps every operation, and a generator costs several times more.
+    Calling it returns itself, so ``with errors():`` reads like the other context managers.
+    """
+
+    __slots__ = ("_target",)
+
+    def __init__(self, target: type[EdgeRuntimeError]) -> None:
+        self._target = target
+
+    def __call__(self) -> "StorageErrors":
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        if exc_type is None or issubclass(exc_type, self._target):
+            return False
+        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
+            raise self._target(f"database busy: {exc}", retryable=True) from exc
+        if issubclass(exc_type, apsw.Error):
+            raise self._target(f"database operation failed: {exc}") from exc
+        if issubclass(exc_type, LocalStorageError):
+            raise self._target(str(exc)) from exc
+        return False

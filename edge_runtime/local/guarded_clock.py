@@ -35,6 +35,7 @@ their own write transaction, so the clock itself never writes: the service loop 
 
 from __future__ import annotations
 
+import enum
 import threading
 import time
 from collections.abc import Callable
@@ -68,16 +69,46 @@ DEFAULT_PERSIST_INTERVAL_MS = 30_000
 #: How soon a detected jump is persisted (and a failed persist of one retried).
 _PENDING_RETRY_MS = 1_000
 
-#: Columns ending in ``_at_ms`` that hold a *future* time (an expiry, a due time, a deadline).
-#: They are not observations of the clock, so they never raise the floor: a floor taken from a
-#: retry due in 24 hours would push the clock a day ahead.
-_FUTURE_TIME_MARKERS = ("expires", "deadline", "next_", "due_")
+#: Every stored time, classified. Observed times (when something happened) raise the floor a
+#: restarted runtime may hand out. Future times (an expiry, a due time, a deadline) never do: a
+#: floor taken from a retry due in 24 hours would push the clock a day ahead. A migration that
+#: adds an ``*_at_ms`` column lists it here (tests/unit/test_clock_columns.py fails until it does).
+OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("runs", "cancel_requested_at_ms"), ("runs", "created_at_ms"), ("runs", "updated_at_ms"),
+    ("runs", "finished_at_ms"),
+    ("run_attempts", "created_at_ms"), ("run_attempts", "updated_at_ms"), ("run_attempts", "finished_at_ms"),
+    ("run_attempts", "started_at_ms"), ("run_attempts", "term_sent_at_ms"), ("run_attempts", "killed_at_ms"),
+    ("run_events", "created_at_ms"),
+    ("run_cancellation_dispatches", "last_dispatched_at_ms"), ("run_cancellation_dispatches", "created_at_ms"),
+    ("run_cancellation_dispatches", "updated_at_ms"),
+    ("worker_sessions", "heartbeat_at_ms"), ("worker_sessions", "created_at_ms"),
+    ("worker_sessions", "updated_at_ms"),
+    ("run_dispatch_leases", "acquired_at_ms"), ("run_dispatch_leases", "renewed_at_ms"),
+    ("run_dispatch_leases", "started_at_ms"), ("run_dispatch_leases", "released_at_ms"),
+    ("run_dispatch_leases", "completed_at_ms"), ("run_dispatch_leases", "updated_at_ms"),
+    ("schema_migrations", "applied_at_ms"),
+    ("clock_watermark", "updated_at_ms"), ("device_events", "created_at_ms"),
+    # A waiting fire time is a slot that already came (overlap kept it for later): observed.
+    ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
+    ("schedules", "updated_at_ms"),
+)
+FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
+    ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
+    ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
+    ("schedules", "next_fire_at_ms"),
+)
+
+
+class JumpDirection(enum.StrEnum):
+    BACKWARD = "backward"
+    FORWARD = "forward"
 
 
 class ClockJump(msgspec.Struct, frozen=True, kw_only=True):
     """One detected jump of the inner clock."""
 
-    direction: str  # "backward" or "forward"
+    direction: JumpDirection
     jump_ms: int
     wall_ms: int
     guarded_ms: int
@@ -159,17 +190,17 @@ class GuardedClock:
             # reboot-at-1970 case, measured against what was persisted.
             self._check_floor = False
             if self._floor_ms - wall > self._backward_tolerance_ms:
-                jump = self._jump("backward", self._floor_ms - wall, wall, guarded, at_boot=True)
+                jump = self._jump(JumpDirection.BACKWARD, self._floor_ms - wall, wall, guarded, at_boot=True)
         if jump is None and -skew > self._backward_tolerance_ms:
-            jump = self._jump("backward", -skew, wall, guarded, at_boot=False)
+            jump = self._jump(JumpDirection.BACKWARD, -skew, wall, guarded, at_boot=False)
         elif jump is None and skew > self._forward_threshold_ms:
-            jump = self._jump("forward", skew, wall, guarded, at_boot=False)
+            jump = self._jump(JumpDirection.FORWARD, skew, wall, guarded, at_boot=False)
         self._last_returned = guarded
         self._last_wall = wall
         self._last_mono = mono
         return jump, guarded
 
-    def _jump(self, direction: str, size: int, wall: int, guarded: int, *, at_boot: bool) -> ClockJump:
+    def _jump(self, direction: JumpDirection, size: int, wall: int, guarded: int, *, at_boot: bool) -> ClockJump:
         jump = ClockJump(direction=direction, jump_ms=size, wall_ms=wall, guarded_ms=guarded, at_boot=at_boot)
         self._pending.append(jump)
         self.jumps_detected += 1
@@ -267,19 +298,10 @@ class GuardedClock:
 
 
 def _observation_columns(connection: apsw.Connection) -> list[tuple[str, str]]:
-    tables = [
-        row[0]
-        for row in connection.execute(
-            "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    ]
-    columns = []
-    for table in tables:
-        for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,)):
-            name = row[0]
-            if name.endswith("_at_ms") and not any(marker in name for marker in _FUTURE_TIME_MARKERS):
-                columns.append((table, name))
-    return columns
+    """The observed-time columns this database has (an opt-in step may have left a table out)."""
+    present = {(table, row[0]) for table in {t for t, _ in OBSERVED_TIME_COLUMNS}
+               for row in connection.execute("SELECT name FROM pragma_table_info(?)", (table,))}
+    return [column for column in OBSERVED_TIME_COLUMNS if column in present]
 
 
 def observed_floor_ms(db: LocalDatabase) -> int:

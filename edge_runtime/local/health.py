@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
+from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.retention import RetentionPolicy, log_dir_bytes, plan
 from edge_runtime.local.legacy_token_scrub import describe, scrub_status
-from edge_runtime.local.migrations import known_migrations
+from edge_runtime.local.migrations import applied_migrations, known_migrations
+from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
 
 
 class HealthCheck(msgspec.Struct, rename="camel", frozen=True):
@@ -34,7 +38,7 @@ def _integrity(db: LocalDatabase) -> HealthCheck:
 
 
 def _migrations(db: LocalDatabase) -> HealthCheck:
-    applied = {row[0] for row in db.connection.execute("SELECT id FROM schema_migrations").fetchall()}
+    applied = applied_migrations(db.connection)
     known = [m.id for m in known_migrations()]
     missing = [m for m in known if m not in applied]
     if missing:
@@ -53,18 +57,28 @@ def _pragmas(db: LocalDatabase) -> HealthCheck:
     return HealthCheck("durability", ok, f"journal_mode={mode} synchronous={sync} (2=FULL) foreign_keys={fks}")
 
 
-def _dispatch_invariants(db: LocalDatabase) -> HealthCheck:
+#: The stored records ``check`` holds to the contract: (check name, what, columns, table, projection).
+_STORED_RECORDS = (
+    ("dispatch_invariants", "dispatch", DISPATCH_COLUMNS, "run_cancellation_dispatches", record_from_row),
+    ("session_invariants", "worker session", SESSION_COLUMNS, "worker_sessions", session_from_row),
+    ("lease_invariants", "run lease", LEASE_COLUMNS, "run_dispatch_leases", lease_from_row),
+)
+
+
+def _invariants(db: LocalDatabase, name: str, what: str, columns: str, table: str,
+                project: Callable[[tuple[Any, ...]], object]) -> HealthCheck:
+    """Project every stored row through the adapter's own reader, which checks the contract."""
     broken = []
     total = 0
-    for row in db.connection.execute(f"SELECT {DISPATCH_COLUMNS} FROM run_cancellation_dispatches"):
+    for row in db.connection.execute(f"SELECT {columns} FROM {table}"):
         total += 1
         try:
-            record_from_row(row)
-        except RepositoryError as exc:
+            project(row)
+        except (RepositoryError, WorkerLeaseRepositoryError) as exc:
             broken.append(str(exc))
     if broken:
-        return HealthCheck("dispatch_invariants", False, f"{len(broken)} of {total} broken; first: {broken[0]}")
-    return HealthCheck("dispatch_invariants", True, f"{total} dispatch records satisfy the contract")
+        return HealthCheck(name, False, f"{len(broken)} of {total} broken; first: {broken[0]}")
+    return HealthCheck(name, True, f"{total} {what} records satisfy the contract")
 
 
 def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
@@ -106,9 +120,10 @@ def check_health(
         checks.append(HealthCheck("retention", False, f"not checked: {config_problem}"))
     elif policy is not None and not db.pending:
         checks.append(_retention(db, policy, log_dir))
-    if db.pending:  # the stored records may predate the columns the contract reads
-        checks.append(HealthCheck("dispatch_invariants", False, "not checked: migrations pending"))
-    else:
-        checks.append(_dispatch_invariants(db))
+    for name, *stored in _STORED_RECORDS:
+        if db.pending:  # the stored records may predate the columns the contract reads
+            checks.append(HealthCheck(name, False, "not checked: migrations pending"))
+        else:
+            checks.append(_invariants(db, name, *stored))
     checks.append(_legacy_tokens(db))
     return HealthReport(database=db.path, ok=all(c.ok for c in checks), checks=checks)

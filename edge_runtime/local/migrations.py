@@ -84,6 +84,11 @@ def opt_in_migrations(directory: Path | None = None) -> tuple[Migration, ...]:
     return tuple(m for m in _migration_files(directory or migrations_dir()) if is_opt_in(m.id))
 
 
+def applied_migrations(connection: apsw.Connection) -> set[str]:
+    """The ids of the migrations (and opt-in steps) applied to the database."""
+    return set(_applied(connection))
+
+
 def _applied(connection: apsw.Connection) -> dict[str, str]:
     has_table = connection.execute(
         "SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'schema_migrations'"

@@ -13,6 +13,7 @@ import apsw
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.local.errors import RunVersionConflict
 
 _SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
 _CAS_RUN = (
@@ -27,14 +28,6 @@ EVENT_COLUMNS = "id, run_id, sequence, type, dedupe_key, actor_type, actor_id, a
 
 _encode_json = msgspec.json.Encoder().encode
 _decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
-
-
-class RunVersionConflict(Exception):
-    """The Run is missing or changed between the read and the compare-and-set.
-
-    Only a bug or a foreign writer can cause it inside one write transaction; callers map it to
-    their own non-retryable repository error.
-    """
 
 
 def read_run_version(connection: apsw.Connection, run_id: str) -> tuple[int, int] | None:

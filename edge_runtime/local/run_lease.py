@@ -44,6 +44,7 @@ from edge_runtime.contract.worker_lease import (
     WorkerLeaseRepositoryError,
     digest_run_lease_token,
 )
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.worker_lease_rows import (
@@ -55,10 +56,6 @@ from edge_runtime.local.worker_lease_rows import (
 )
 from edge_runtime.local.worker_session import WorkerSessionOperations, bump, expect
 
-#: Run statuses that may still execute (spec §4); the rest are terminal.
-ACTIVE_RUN_STATUSES = frozenset(
-    {"created", "queued", "dispatching", "running", "waiting_approval", "retry_wait", "lost"}
-)
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace

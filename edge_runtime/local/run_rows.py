@@ -7,18 +7,22 @@ malformed stored row fails the same way everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import enum
+from collections.abc import Collection
 from typing import Any
 
-import apsw
 import msgspec
 
-from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord, RunRepositoryError, RunStatus
-from edge_runtime.local.clock import InvalidClockValueError
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict
+from edge_runtime.contract.runs import (
+    ACTIVE_ATTEMPT_STATUSES,
+    ACTIVE_RUN_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    RunRecord,
+    RunRepositoryError,
+    RunStatus,
+)
+from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
 _decode_argv = msgspec.json.Decoder(list[str]).decode
@@ -31,8 +35,15 @@ ATTEMPT_COLUMNS = (
     "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
     "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
 )
-ACTIVE_RUN_SQL = "('created', 'queued', 'dispatching', 'running', 'waiting_approval', 'retry_wait', 'lost')"
-ACTIVE_ATTEMPT_SQL = "('claimed', 'starting', 'running')"
+def sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
+    """An SQL ``IN`` list of the status names in ``members``, derived from the contract (never
+    retyped), in the enum's declaration order: the partial indexes of migration 0003 list them in
+    that order, and SQLite uses a partial index only for a query term written exactly like its own."""
+    return "(" + ", ".join(f"'{status.value}'" for status in kind if status in members) + ")"
+
+
+ACTIVE_RUN_SQL = sql_in(RunStatus, ACTIVE_RUN_STATUSES)
+ACTIVE_ATTEMPT_SQL = sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
 
 def _absent(value: Any) -> Any:
     return _UNSET if value is None else value
@@ -94,18 +105,5 @@ def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
     )
 
 
-@contextmanager
-def run_repository_errors() -> Iterator[None]:
-    """Map storage failures to :class:`RunRepositoryError`; deliberate errors pass through."""
-    try:
-        yield
-    except EdgeRuntimeError as exc:
-        if isinstance(exc, LocalStorageError):
-            raise RunRepositoryError(str(exc)) from exc
-        raise
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise RunRepositoryError(f"database busy: {exc}", retryable=True) from exc
-    except apsw.Error as exc:
-        raise RunRepositoryError(f"database operation failed: {exc}") from exc
-    except (InvalidClockValueError, RunVersionConflict) as exc:
-        raise RunRepositoryError(str(exc)) from exc
+#: Storage failures become :class:`RunRepositoryError`; contract errors pass through.
+run_repository_errors = StorageErrors(RunRepositoryError)

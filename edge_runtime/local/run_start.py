@@ -48,7 +48,7 @@ from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, di
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.run_lease import _SELECT_RUN, RunLeaseOperations
-from edge_runtime.local.run_rows import RUN_COLUMNS, run_from_row
+from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, run_from_row
 from edge_runtime.local.runs import end_unstarted, insert_attempt
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -69,14 +69,14 @@ REASON_ORPHAN_STARTING = (
 
 # Attempts that recorded no process yet, with their grant and whether that grant's session is
 # still its worker's current, non-offline, live session. The IN list repeats the partial index's.
-_ORPHAN_CANDIDATES = """
+_ORPHAN_CANDIDATES = f"""
 SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
        coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
                 AND s.status <> 'offline' AND s.lease_expires_at_ms > ?1, 0)
 FROM run_attempts a
 LEFT JOIN run_dispatch_leases l ON l.attempt_id = a.id
 LEFT JOIN worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status IN ('claimed', 'starting', 'running') AND a.status <> 'running' AND a.pid IS NULL
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = ?2"

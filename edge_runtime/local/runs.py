@@ -18,13 +18,22 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.runs import (
+    EVENT_ATTEMPT_CREATED,
+    EVENT_CANCEL_ESCAPED,
+    EVENT_CANCEL_REQUESTED,
+    EVENT_KILL_SENT,
+    EVENT_RUN_CREATED,
+    EVENT_RUN_REQUEUED,
+    EVENT_RUN_STARTED,
     ACTIVE_RUN_STATUSES,
     RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
+    CancellationCandidate,
     CancelRunCommand,
     InvalidRunCommandError,
+    KillCandidate,
     ProcessIdentity,
     RunDetail,
     RunNotFoundError,
@@ -32,20 +41,22 @@ from edge_runtime.contract.runs import (
     RunStateConflictError,
     RunStatus,
     SubmitRunCommand,
+    run_ended_event,
 )
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event, list_run_events
 from edge_runtime.local.run_rows import (
     ACTIVE_ATTEMPT_SQL,
+    ACTIVE_RUN_SQL,
     ATTEMPT_COLUMNS,
     RUN_COLUMNS,
     attempt_from_row,
     run_from_row,
     run_repository_errors,
 )
-from edge_runtime.local.run_scans import RunScans
 
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
@@ -67,8 +78,8 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
-class LocalRunRepository(RunScans):
-    """Runs, Attempts and the reads the CLI and the device service need (scans: :class:`RunScans`)."""
+class LocalRunRepository:
+    """Runs, Attempts and the reads the CLI and the device service need (docs/runs.md)."""
 
     __slots__ = ("_db",)
 
@@ -110,23 +121,8 @@ class LocalRunRepository(RunScans):
             run = self.get(run_id)
             attempts = self.attempts(run_id)
             dispatch = LocalCancellationDispatchRepository(self._db).find_by_run_id(run_id)
-        return RunDetail(
-            id=run.id,
-            execution_owner=run.execution_owner,
-            status=run.status,
-            version=run.version,
-            name=run.name,
-            command=run.command,
-            cancel_requested_at_ms=run.cancel_requested_at_ms,
-            cancel_reason=run.cancel_reason,
-            created_at_ms=run.created_at_ms,
-            finished_at_ms=run.finished_at_ms,
-            schedule_id=run.schedule_id,
-            scheduled_for_ms=run.scheduled_for_ms,
-            timeout_ms=run.timeout_ms,
-            attempts=attempts,
-            dispatch=dispatch,
-        )
+        return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
+                         dispatch=msgspec.UNSET if dispatch is None else dispatch)
 
     def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
         """Newest first."""
@@ -196,19 +192,9 @@ class LocalRunRepository(RunScans):
             payload: dict[str, Any] = {"requested_at_ms": now}
             if reason is not None:
                 payload["reason"] = reason
-            append_run_event(
-                connection,
-                run_id=cmd.run_id,
-                event_id=_new_id(),
-                event_type="run.cancel_requested",
-                dedupe_key="run.cancel_requested",
-                actor_type="user",
-                actor_id=actor_id,
-                payload=payload,
-                now_ms=now,
-            )
+            _event(connection, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
             if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
-                self._end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
+                end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
                               extra={"reason": "cancelled before an attempt started"})
             return self._run_row(cmd.run_id)
 
@@ -285,18 +271,8 @@ class LocalRunRepository(RunScans):
                 "UPDATE runs SET status = 'running' WHERE id = ? AND status IN ('dispatching', 'queued')",
                 (attempt.run_id,),
             )
-            append_run_event(
-                connection,
-                run_id=attempt.run_id,
-                event_id=_new_id(),
-                event_type="run.started",
-                dedupe_key=f"attempt-running:{attempt_id}",
-                actor_type="worker",
-                actor_id=actor_id,
-                attempt_id=attempt_id,
-                payload={"attempt_id": attempt_id, "pid": identity.pid},
-                now_ms=now,
-            )
+            _event(connection, attempt.run_id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}", actor_id,
+                   {"attempt_id": attempt_id, "pid": identity.pid}, now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def finish_attempt(
@@ -317,9 +293,7 @@ class LocalRunRepository(RunScans):
             raise InvalidRunCommandError(f"{status.value} is not a terminal attempt status")
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            attempt = self._attempt_row(attempt_id)
-            if attempt is None:
-                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            attempt = self._require_attempt(attempt_id)
             if attempt.status in TERMINAL_ATTEMPT_STATUSES:
                 return attempt
             connection.execute(
@@ -337,7 +311,7 @@ class LocalRunRepository(RunScans):
             if reason is not None:
                 extra["reason"] = reason
             if run.status in ACTIVE_RUN_STATUSES:
-                self._end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+                end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
             return self._attempt_row(attempt_id)
 
     def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord:
@@ -351,10 +325,7 @@ class LocalRunRepository(RunScans):
                 "kill_deadline_at_ms = coalesce(kill_deadline_at_ms, ?), updated_at_ms = ? WHERE id = ?",
                 (now, now + grace_ms, now, attempt_id),
             )
-            attempt = self._attempt_row(attempt_id)
-            if attempt is None:
-                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
-            return attempt
+            return self._require_attempt(attempt_id)
 
     def record_killed(self, attempt_id: str, *, actor_id: str, outcome: str = "killed") -> AttemptRecord:
         """Note that SIGKILL went to the group after the grace period, with a ``run.kill_sent`` event.
@@ -364,30 +335,15 @@ class LocalRunRepository(RunScans):
         """
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            attempt = self._attempt_row(attempt_id)
-            if attempt is None:
-                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            attempt = self._require_attempt(attempt_id)
             if attempt.killed_at_ms is not _UNSET:
                 return attempt
             connection.execute(
                 "UPDATE run_attempts SET killed_at_ms = ?, updated_at_ms = ? WHERE id = ?", (now, now, attempt_id)
             )
-            append_run_event(
-                connection,
-                run_id=attempt.run_id,
-                event_id=_new_id(),
-                event_type="run.kill_sent",
-                dedupe_key=f"kill-sent:{attempt_id}",
-                actor_type="worker",
-                actor_id=actor_id,
-                attempt_id=attempt_id,
-                payload={
-                    "attempt_id": attempt_id,
-                    "kill_deadline_at_ms": attempt.kill_deadline_at_ms,
-                    "outcome": outcome,
-                },
-                now_ms=now,
-            )
+            _event(connection, attempt.run_id, EVENT_KILL_SENT, f"kill-sent:{attempt_id}", actor_id,
+                   {"attempt_id": attempt_id, "kill_deadline_at_ms": attempt.kill_deadline_at_ms, "outcome": outcome},
+                   now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
@@ -396,20 +352,113 @@ class LocalRunRepository(RunScans):
         dedupe_key = f"cancel-escaped:{attempt_id}"
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            attempt = self._attempt_row(attempt_id)
-            if attempt is None:
-                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            attempt = self._require_attempt(attempt_id)
             if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
                                   (attempt.run_id, dedupe_key)).fetchone():
                 return
-            append_run_event(
-                connection, run_id=attempt.run_id, event_id=_new_id(), event_type="run.cancel_escaped",
-                dedupe_key=dedupe_key, actor_type="worker", actor_id=actor_id, attempt_id=attempt_id,
-                payload={"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]},
-                now_ms=now,
-            )
+            _event(connection, attempt.run_id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
+                   {"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   attempt_id=attempt_id)
+
+    # ----------------------------------------------------------------- the service's scans
+    # Read-only queries over partial indexes (migration 0003), so an idle service costs almost
+    # nothing. They read the store's time for "due" and decide nothing: the claim or transition
+    # that follows re-checks under ``BEGIN IMMEDIATE``.
+
+    def queued_run_ids(self, limit: int) -> list[str]:
+        """Oldest queued Runs without a cancel request, to start."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                "AND execution_owner = 'runtime' ORDER BY created_at_ms, rowid LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [row[0] for row in rows]
+
+
+    def active_attempts(self) -> list[AttemptRecord]:
+        """Every Attempt that may still own a process (for watching and restart recovery)."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} ORDER BY created_at_ms"
+            ).fetchall()
+            return [attempt_from_row(row) for row in rows]
+
+    def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]:
+        """Cancel-requested active Runs whose active Attempt has no dispatch yet, or a due one.
+
+        Due means: pending/retry_wait with ``next_attempt_at_ms <= now``, or a lease that expired.
+        A read; the claim decides for real under the write lock.
+        """
+        now = read_now_ms(self._db.clock)
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"""
+                SELECT r.id, a.id, r.cancel_requested_at_ms
+                FROM runs r
+                JOIN run_attempts a ON a.run_id = r.id AND a.status IN {ACTIVE_ATTEMPT_SQL}
+                LEFT JOIN run_cancellation_dispatches d ON d.run_id = r.id
+                WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
+                  AND r.execution_owner = 'runtime'
+                  AND (d.run_id IS NULL
+                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait') AND d.next_attempt_at_ms <= ?1)
+                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= ?1))
+                ORDER BY r.cancel_requested_at_ms
+                LIMIT ?2
+                """,
+                (now, limit),
+            ).fetchall()
+            return [CancellationCandidate(*row) for row in rows]
+
+    def kill_candidates(self) -> list[KillCandidate]:
+        """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
+        now = read_now_ms(self._db.clock)
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
+                f"AND killed_at_ms IS NULL AND status IN {ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ?",
+                (now,),
+            ).fetchall()
+        candidates = []
+        for row in rows:
+            attempt = attempt_from_row(row)
+            identity = attempt.identity
+            if identity is not None:
+                candidates.append(KillCandidate(attempt.id, attempt.run_id, identity, attempt.kill_deadline_at_ms))
+        return candidates
+
+    def next_due_at_ms(self) -> int | None:
+        """The earliest future time at which cancellation or kill work becomes due, or None.
+
+        Lets the service sleep exactly until then instead of polling.
+        """
+        with run_repository_errors():
+            row = self._db.connection.execute(
+                f"""
+                SELECT min(t) FROM (
+                    SELECT min(d.next_attempt_at_ms) AS t FROM run_cancellation_dispatches d
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
+                      WHERE d.status IN ('pending', 'retry_wait')
+                    UNION ALL
+                    SELECT min(d.lease_expires_at_ms) FROM run_cancellation_dispatches d
+                      JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
+                      WHERE d.status = 'leased'
+                    UNION ALL
+                    SELECT min(kill_deadline_at_ms) FROM run_attempts
+                      WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
+                        AND status IN {ACTIVE_ATTEMPT_SQL}
+                )
+                """
+            ).fetchone()
+            return row[0]
 
     # ----------------------------------------------------------------- helpers
+
+    def _require_attempt(self, attempt_id: str) -> AttemptRecord:
+        attempt = self._attempt_row(attempt_id)
+        if attempt is None:
+            raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+        return attempt
 
     def _attempt_row(self, attempt_id: str) -> AttemptRecord | None:
         row = self._db.connection.execute(
@@ -417,20 +466,18 @@ class LocalRunRepository(RunScans):
         ).fetchone()
         return None if row is None else attempt_from_row(row)
 
-    @staticmethod
-    def _end_run(
-        connection: apsw.Connection,
-        run_id: str,
-        status: RunStatus,
-        now: int,
-        actor_id: str,
-        *,
-        attempt_id: str | None,
-        extra: dict[str, Any],
-    ) -> None:
-        end_run(connection, run_id, status, now, actor_id, attempt_id=attempt_id, extra=extra)
 
 REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
+
+
+def _event(
+    connection: apsw.Connection, run_id: str, event_type: str, dedupe_key: str, actor_id: str,
+    payload: dict[str, Any], now: int, *, attempt_id: str | None = None,
+) -> None:
+    """Append one event of the Run: by the worker when it concerns an Attempt, else by the user."""
+    append_run_event(connection, run_id=run_id, event_id=_new_id(), event_type=event_type, dedupe_key=dedupe_key,
+                     actor_type="user" if attempt_id is None else "worker", actor_id=actor_id,
+                     attempt_id=attempt_id, payload=payload, now_ms=now)
 
 
 def end_unstarted(
@@ -468,18 +515,8 @@ def end_unstarted(
         end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
     connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
-    append_run_event(
-        connection,
-        run_id=run.id,
-        event_id=_new_id(),
-        event_type="run.requeued",
-        dedupe_key=f"requeued:{attempt_id}",
-        actor_type="worker",
-        actor_id=actor_id,
-        attempt_id=attempt_id,
-        payload={"attempt_id": attempt_id, "reason": reason},
-        now_ms=now,
-    )
+    _event(connection, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
+           {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
 
 
@@ -495,18 +532,8 @@ def end_run(
 ) -> None:
     """Move a Run to a terminal ``status`` with its one ``run.<status>`` event."""
     connection.execute("UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id))
-    append_run_event(
-        connection,
-        run_id=run_id,
-        event_id=_new_id(),
-        event_type=f"run.{status.value}",
-        dedupe_key="run.finished",
-        actor_type="worker" if attempt_id is not None else "user",
-        actor_id=actor_id,
-        attempt_id=attempt_id,
-        payload={"status": status.value, **extra},
-        now_ms=now,
-    )
+    _event(connection, run_id, run_ended_event(status), "run.finished", actor_id,
+           {"status": status.value, **extra}, now, attempt_id=attempt_id)
 
 
 def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *, now: int, actor_id: str) -> int:
@@ -522,18 +549,8 @@ def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *,
         "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
         (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
     )
-    append_run_event(
-        connection,
-        run_id=run_id,
-        event_id=_new_id(),
-        event_type="run.attempt_created",
-        dedupe_key=f"attempt-created:{attempt_id}",
-        actor_type="worker",
-        actor_id=actor_id,
-        attempt_id=attempt_id,
-        payload={"attempt_id": attempt_id, "attempt": number},
-        now_ms=now,
-    )
+    _event(connection, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
+           {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
     return number
 
 
@@ -569,8 +586,8 @@ def insert_run(
         connection,
         run_id=run_id,
         event_id=_new_id(),
-        event_type="run.created",
-        dedupe_key="run.created",
+        event_type=EVENT_RUN_CREATED,
+        dedupe_key=EVENT_RUN_CREATED,
         actor_type=actor_type,
         actor_id=actor_id,
         payload=payload,

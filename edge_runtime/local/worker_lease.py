@@ -15,7 +15,6 @@ from edge_runtime.contract.run_lease import RunLeaseRecord
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import ATTEMPT_ID_MAX_LENGTH, WORKER_ID_MAX_LENGTH, reject
 from edge_runtime.contract.worker_session import WorkerSessionRecord
-from edge_runtime.local.run_lease import ACTIVE_RUN_STATUSES
 from edge_runtime.local.run_start import RunStartOperations
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -25,7 +24,7 @@ from edge_runtime.local.worker_lease_rows import (
     repository_errors,
 )
 
-__all__ = ["ACTIVE_RUN_STATUSES", "LocalWorkerLeaseRepository"]
+__all__ = ["LocalWorkerLeaseRepository"]
 
 
 class LocalWorkerLeaseRepository(RunStartOperations):

@@ -17,16 +17,13 @@ import msgspec
 
 from edge_runtime.contract.run_lease import LeaseStatus, ReleaseReason, RunLeaseRecord, lease_record_problem
 from edge_runtime.contract.worker_lease import (
-    WorkerLeaseError,
     WorkerLeaseFenceRejectedError,
     WorkerLeaseRepositoryError,
     canonical_capabilities_unchecked,
     capabilities_problem,
 )
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
-from edge_runtime.local.clock import InvalidClockValueError
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_events import RunVersionConflict
+from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
 # Plain dict lookups: calling an Enum class to convert a value costs more than the lookup.
@@ -141,12 +138,19 @@ def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expe
         record.created_at_ms,
         record.updated_at_ms,
     )
+    _write_row(connection, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
+               f"session of worker {record.worker_id!r}")
+
+
+def _write_row(connection: apsw.Connection, insert: str, update: str, key: str, values: tuple[Any, ...],
+               expected_version: int | None, what: str) -> None:
+    """Insert a row (``expected_version`` None) or update it only at ``expected_version`` (CAS)."""
     if expected_version is None:
-        connection.execute(_INSERT_SESSION, (record.worker_id, *values))
+        connection.execute(insert, (key, *values))
         return
-    connection.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+    connection.execute(update, (*values, key, expected_version))
     if connection.changes() != 1:
-        raise WorkerLeaseRepositoryError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
+        raise WorkerLeaseRepositoryError(f"{what} changed concurrently (CAS missed)")
 
 
 # --------------------------------------------------------------------------- leases
@@ -239,7 +243,7 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     The identifiers of every record written here come from a checked record or a validated
     command, so only the state invariants are re-checked (the table's CHECKs back them too).
     """
-    problem = lease_record_problem(record, check_identities=False)
+    problem = lease_record_problem(record)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
     values = (
@@ -261,12 +265,8 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
         _null_if_absent(record.completed_at_ms),
         record.updated_at_ms,
     )
-    if expected_version is None:
-        connection.execute(_INSERT_LEASE, (record.attempt_id, *values))
-        return
-    connection.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
-    if connection.changes() != 1:
-        raise WorkerLeaseRepositoryError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+    _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
+               f"lease of attempt {record.attempt_id!r}")
 
 
 # --------------------------------------------------------------------------- Attempt projection
@@ -335,33 +335,5 @@ def move_projection(
 # --------------------------------------------------------------------------- errors
 
 
-class _RepositoryErrors:
-    """Map storage failures to :class:`WorkerLeaseRepositoryError`; contract errors pass through.
-
-    A plain class rather than ``@contextmanager``: it wraps every operation, and a stateless
-    ``__exit__`` costs a fraction of a generator-based context manager.
-    """
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
-        if exc_type is None or issubclass(exc_type, WorkerLeaseError):
-            return False
-        if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
-            raise WorkerLeaseRepositoryError(f"database busy: {exc}", retryable=True) from exc
-        if issubclass(exc_type, apsw.Error):
-            raise WorkerLeaseRepositoryError(f"database operation failed: {exc}") from exc
-        if issubclass(exc_type, (InvalidClockValueError, LocalStorageError, RunVersionConflict)):
-            raise WorkerLeaseRepositoryError(str(exc)) from exc
-        return False
-
-
-_REPOSITORY_ERRORS = _RepositoryErrors()
-
-
-def repository_errors() -> _RepositoryErrors:
-    """The context manager that maps storage failures (see :class:`_RepositoryErrors`)."""
-    return _REPOSITORY_ERRORS
+#: Storage failures become :class:`WorkerLeaseRepositoryError`; contract errors pass through.
+repository_errors = StorageErrors(WorkerLeaseRepositoryError)

@@ -1,8 +1,9 @@
 """The device service: runs Attempts as local processes, dispatches cancellations, recovers.
 
-Dependency direction: contract <- local <- service <- cli. This package owns processes, signals,
-the event loop and restart recovery; it contains no SQL and changes durable state only through
-the repositories in ``edge_runtime.local``. It never holds a database transaction across a spawn,
+Dependency direction: contract <- local, contract <- service, and cli (the composition root)
+builds both. This package owns processes, signals, the event loop and restart recovery; it contains
+no SQL, imports no adapter and changes durable state only through the ports of
+``edge_runtime.contract.ports``. It never holds a database transaction across a spawn,
 a signal or a wait.
 
 Modules, one job each:
@@ -14,7 +15,6 @@ Modules, one job each:
 - ``attempts`` / ``running``: starting, watching and ending Attempts; the in-memory record.
 - ``worker``: this service's worker session and the Run Leases it holds.
 - ``watch``: noticing that a child or re-adopted process has exited (pidfd or slow poll).
-- ``wake``: the Unix datagram socket the CLI pokes after committing.
 - ``dispatcher``: claims due cancellation dispatches and records what the controller did.
 - ``recovery``: what a new worker session does with the Attempts of earlier ones.
 - ``loop`` / ``service``: the single-threaded event loop and its lifecycle.

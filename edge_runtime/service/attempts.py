@@ -37,10 +37,10 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.ports import RunStore
 from edge_runtime.contract.run_lease import NoCapacityOutcome
 from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
-from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
 from edge_runtime.service.executor import reap, spawn, task_environment
@@ -53,7 +53,7 @@ from edge_runtime.service.log_capture import (
     open_child_output,
 )
 from edge_runtime.service.loop import EventLoop
-from edge_runtime.service.running import REASON_ADOPTED_EXIT, RunningAttempt, describe_exit, exit_code_of
+from edge_runtime.service.running import REASON_ADOPTED_EXIT, DeferredEnd, RunningAttempt, describe_exit, exit_code_of
 from edge_runtime.service.process_identity import read_stat
 from edge_runtime.service.watch import open_pidfd
 from edge_runtime.service.worker import RunGrant, WorkerSession
@@ -79,7 +79,7 @@ class AttemptSupervisor:
     def __init__(
         self,
         *,
-        runs: LocalRunRepository,
+        runs: RunStore,
         worker: WorkerSession,
         controller: LocalProcessController,
         loop: EventLoop,
@@ -290,7 +290,7 @@ class AttemptSupervisor:
     def adopt_deferred(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> None:
         """Keep a cancelled Attempt whose leader is gone open until its SIGKILL step."""
         running = RunningAttempt(attempt.id, attempt.run_id, attempt.identity, own_child=False, grant=None)
-        running.deferred = (status, None, reason)
+        running.deferred = DeferredEnd(status, None, reason)
         if attempt.log_path is not _UNSET:
             running.fifo_path = Path(attempt.log_path).with_suffix(".fifo")
         self.running[attempt.id] = running
@@ -459,7 +459,7 @@ class AttemptSupervisor:
         else:
             end = AttemptStatus.SUCCEEDED if status == 0 else AttemptStatus.FAILED
         if cancel_requested and self._kill_pending(running):
-            running.deferred = (end, code, reason)
+            running.deferred = DeferredEnd(end, code, reason)
             self._journal.info("attempt.awaiting_kill", run=running.run_id, attempt=running.attempt_id,
                                pid=running.identity.pid)
             return

@@ -31,9 +31,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import CancellationCandidate, KillCandidate, ProcessIdentity
-from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
-from edge_runtime.local.clock import Clock, read_now_ms
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.contract.ports import CancellationDispatchStore, RunStore
 from edge_runtime.service.controller import KillOutcome, LocalProcessController
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.worker import new_event_id
@@ -54,18 +52,18 @@ class CancellationDispatcher:
     """Delivers due cancellations and enforces due SIGKILL deadlines. One per service."""
 
     __slots__ = (
-        "_dispatches", "_runs", "_controller", "_owner", "_clock", "_journal", "_grace_ms", "_lease_ms",
+        "_dispatches", "_runs", "_controller", "_owner", "_now_ms", "_journal", "_grace_ms", "_lease_ms",
         "_retry_base_ms", "_retry_max_ms", "_kill_retry",
     )
 
     def __init__(
         self,
         *,
-        dispatches: LocalCancellationDispatchRepository,
-        runs: LocalRunRepository,
+        dispatches: CancellationDispatchStore,
+        runs: RunStore,
         controller: LocalProcessController,
         owner: Callable[[], str],
-        clock: Clock,
+        now_ms: Callable[[], int],
         journal: Journal,
         grace_ms: int,
         lease_ms: int,
@@ -76,7 +74,7 @@ class CancellationDispatcher:
         self._runs = runs
         self._controller = controller
         self._owner = owner
-        self._clock = clock
+        self._now_ms = now_ms
         self._journal = journal
         self._grace_ms = grace_ms
         self._lease_ms = lease_ms
@@ -174,7 +172,7 @@ class CancellationDispatcher:
     def enforce_kills(self) -> list[str]:
         """SIGKILL every group whose grace period is over; the attempt ids that were handled."""
         handled: list[str] = []
-        now = read_now_ms(self._clock)
+        now = self._now_ms()
         for candidate in self._runs.kill_candidates():
             retry = self._kill_retry.get(candidate.attempt_id)
             if retry is not None and retry[1] > now:
@@ -209,7 +207,4 @@ class CancellationDispatcher:
     def next_kill_retry_at_ms(self) -> int | None:
         """When an in-memory SIGKILL retry is due (durable deadlines come from the repository)."""
         return min((at for _, at in self._kill_retry.values()), default=None)
-
-    def forget(self, attempt_id: str) -> None:
-        self._kill_retry.pop(attempt_id, None)
 

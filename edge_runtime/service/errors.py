@@ -36,9 +36,3 @@ class ProcfsUnavailableError(ServiceError):
     """``/proc`` cannot be read, so no process identity can be recorded or checked."""
 
     code = "SERVICE_PROCFS_UNAVAILABLE"
-
-
-class WakeSocketError(ServiceError):
-    """The wake socket could not be bound (another service holds it, or the directory is unusable)."""
-
-    code = "SERVICE_WAKE_SOCKET_FAILED"

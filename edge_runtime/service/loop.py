@@ -38,9 +38,6 @@ class SignalFlags:
             return True
         return False
 
-    def peek(self, signum: int) -> bool:
-        return signum in self._pending
-
 
 class EventLoop:
     """A selector plus the signal wake-up channel. Not thread-safe; one per service."""

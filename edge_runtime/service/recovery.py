@@ -28,6 +28,7 @@ transaction; nothing here holds one across /proc reads.
 
 from __future__ import annotations
 
+import enum
 from pathlib import Path
 
 import msgspec
@@ -35,7 +36,7 @@ import msgspec
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
@@ -51,21 +52,21 @@ REASON_NO_IDENTITY = "the attempt is running but its process identity is missing
 
 def recover(
     *,
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     supervisor: AttemptSupervisor,
     controller: LocalProcessController,
     journal: Journal,
     boot_id: str,
     abandon_after_ms: int,
-) -> dict[str, int]:
+) -> dict[RecoveryOutcome, int]:
     """Adopt or end the Attempts of earlier sessions, then sweep orphans; counts by outcome.
 
     Raises:
         WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session is no longer the
             current one (the sweep is fenced); the caller stops taking work.
     """
-    counts = {"adopted": 0, "lost": 0, "awaiting_kill": 0, "settling": 0, "pending": 0, "requeued": 0, "failed": 0}
+    counts = dict.fromkeys(RecoveryOutcome, 0)
     for lease in worker.earlier_session_leases():
         if lease.attempt_id in supervisor.running:
             continue
@@ -73,7 +74,7 @@ def recover(
             outcome = _recover_one(lease.attempt_id, runs, worker, supervisor, controller, journal, boot_id)
         except EdgeRuntimeError as exc:
             journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
-            outcome = "failed"
+            outcome = RecoveryOutcome.FAILED
         counts[outcome] += 1
     try:
         swept = worker.sweep_orphans(abandon_after_ms)
@@ -84,41 +85,53 @@ def recover(
         swept = []
     for attempt_id, run_status in swept:
         requeued = run_status is RunStatus.QUEUED
-        counts["requeued" if requeued else "lost"] += 1
+        counts[RecoveryOutcome.REQUEUED if requeued else RecoveryOutcome.LOST] += 1
         journal.info("recovery.orphan_ended", attempt=attempt_id, run_status=run_status.value)
     return counts
 
 
+class RecoveryOutcome(enum.StrEnum):
+    """What recovery did with one Attempt of an earlier session (the counts of ``recovery.done``)."""
+
+    ADOPTED = "adopted"  # its process still runs: watched again
+    LOST = "lost"  # ended: no process can be found, or the Attempt had already ended
+    AWAITING_KILL = "awaiting_kill"  # cancelled, its group still alive: the SIGKILL deadline ends it
+    SETTLING = "settling"  # its process is gone: ended once its output is drained
+    PENDING = "pending"  # not started yet: the orphan sweep decides
+    REQUEUED = "requeued"  # an orphan that certainly started no process: back in the queue
+    FAILED = "failed"  # recovery of it failed (logged); tried again on the next pass
+
+
 def _recover_one(
     attempt_id: str,
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     supervisor: AttemptSupervisor,
     controller: LocalProcessController,
     journal: Journal,
     boot_id: str,
-) -> str:
+) -> RecoveryOutcome:
     attempt = runs.get_attempt(attempt_id)
     if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING):
         worker.complete(attempt_id)  # the Attempt already ended; close the grant it left open
-        return "lost"
+        return RecoveryOutcome.LOST
     if attempt.status is not AttemptStatus.RUNNING:
-        return "pending"  # the orphan sweep decides, once its owner can no longer be starting it
+        return RecoveryOutcome.PENDING  # the orphan sweep decides, once its owner can no longer be starting it
     identity = attempt.identity
     if identity is None:
         return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_NO_IDENTITY)
     if identity.boot_id != boot_id:
         return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_REBOOTED)
     if controller.leader_alive(identity) and supervisor.adopt(attempt):
-        return "adopted"
+        return RecoveryOutcome.ADOPTED
     run = runs.get(attempt.run_id)
     cancelled = run.cancel_requested_at_ms is not _UNSET
     if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
         supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
-        return "awaiting_kill"
+        return RecoveryOutcome.AWAITING_KILL
     _mark_output_gap(attempt, REASON_GONE, journal)
     supervisor.adopt_gone(attempt, REASON_GONE)
-    return "settling"
+    return RecoveryOutcome.SETTLING
 
 
 def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> None:
@@ -137,13 +150,13 @@ def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> N
 
 
 def _end(
-    runs: LocalRunRepository,
+    runs: RunStore,
     worker: WorkerSession,
     journal: Journal,
     attempt: AttemptRecord,
     status: AttemptStatus,
     reason: str,
-) -> str:
+) -> RecoveryOutcome:
     if attempt.log_path is not _UNSET:
         # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
         fifo = Path(attempt.log_path).with_suffix(".fifo")
@@ -156,4 +169,4 @@ def _end(
     runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
     worker.complete(attempt.id)
     journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
-    return "lost"
+    return RecoveryOutcome.LOST

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
+from typing import NamedTuple
 
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity
 from edge_runtime.service.worker import RunGrant
@@ -29,6 +30,14 @@ def describe_exit(status: int) -> str | None:
         return f"terminated by signal {-status}"
 
 
+class DeferredEnd(NamedTuple):
+    """An Attempt's end, known but not yet recorded (see ``RunningAttempt.deferred``)."""
+
+    status: AttemptStatus
+    exit_code: int | None
+    reason: str | None
+
+
 class RunningAttempt:
     """What the service holds in memory for one Attempt whose process it watches."""
 
@@ -45,7 +54,8 @@ class RunningAttempt:
         self.pidfd: int | None = None
         self.grant = grant
         #: (status, exit code, reason) decided at the leader's exit, applied after the SIGKILL step.
-        self.deferred: tuple[AttemptStatus, int | None, str | None] | None = None
+        #: How the Attempt ended, held until its SIGKILL step is done (then recorded).
+        self.deferred: DeferredEnd | None = None
         #: Set when the process had to be killed because its identity could not be recorded.
         self.failure: str | None = None
         #: The Attempt's FIFO, unlinked when the Attempt ends.

@@ -1,6 +1,9 @@
 """``edge-runtime serve``: the device service's lifecycle and its event loop.
 
-Start: open (and migrate) the database, bind the wake socket, register a new worker session
+The service sees storage only through the ports of ``edge_runtime.contract.ports``; the composition
+root (``cli/serve.py``) picks the adapter and hands an opener of its ``Store`` in.
+
+Start: open the store (Local: open and migrate the database), bind its wake-up, register a new worker session
 (generation + 1), recover the Attempts of earlier sessions, report capacity. Then loop:
 
 1. act on signals (flags set by the handlers): SIGTERM/SIGINT stop, SIGCHLD reaps;
@@ -39,13 +42,9 @@ from pathlib import Path
 from typing import Protocol
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.ports import RunStore, Store
 from edge_runtime.contract.retention import Retention
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
-from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
-from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
-from edge_runtime.local.database import LocalDatabase, open_database
-from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
-from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.controller import LocalProcessController
@@ -57,7 +56,6 @@ from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
 from edge_runtime.service.trusted_paths import require_trusted_directory
-from edge_runtime.service.wake import WakeSocket
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import WorkerSession
 
@@ -107,25 +105,24 @@ class DeviceService:
 
     def __init__(
         self,
-        db_path: str,
+        open_store: Callable[[], Store],
         config: ServiceConfig,
         *,
+        log_dir: Path,
         journal: Journal | None = None,
         controller: LocalProcessController | None = None,
-        clock: Clock | None = None,
-        retention: Callable[[LocalDatabase], Retention] | None = None,
-        tick_hooks: Sequence[Callable[[LocalDatabase, Journal], TickHook]] = (),
+        retention: Callable[[Store], Retention] | None = None,
+        tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
     ) -> None:
-        self.db_path = db_path
-        #: Built by the composition root (cli/serve.py) once the database is open; see TickHook.
+        #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
         self._hook_factories = tuple(tick_hooks)
         self._hooks: list[TickHook] = []
         self.config = config
+        self.log_dir = log_dir
         self.journal = journal or Journal()
         self.controller = controller or LocalProcessController()
-        # Routers boot at 1970 and jump on NTP sync: never hand out a time below what was stored.
-        self.clock = clock or GuardedClock(SystemClock(), on_jump=self._on_clock_jump)
-        self._clock_db: LocalDatabase | None = None
+        self._open_store = open_store
+        self._store: Store | None = None
         #: Consecutive ticks that failed; drives the backoff and thins out repeated error lines.
         self._tick_failures = 0
         self._boot_id = ""
@@ -143,40 +140,40 @@ class DeviceService:
         """
         boot_id = read_boot_id()
         seal_inherited_descriptors()
-        log_dir = self.config.resolved_log_dir(self.db_path)
+        log_dir = self.log_dir
         try:
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
         # Root writes task output by fixed names there and opens the database's -wal/-shm beside it.
         require_trusted_directory(log_dir, "log directory")
-        require_trusted_directory(Path(os.path.abspath(self.db_path)).parent, "database's directory")
-        with open_database(self.db_path, clock=self.clock) as db:
-            if isinstance(self.clock, GuardedClock):
-                restore_floor(self.clock, db)
-                self._clock_db = db
-            self._retention = self._make_retention(db) if self._make_retention is not None else None
-            self._hooks = [make(db, self.journal) for make in self._hook_factories]
+        store = self._store = self._open_store()
+        try:
+            self._retention = self._make_retention(store) if self._make_retention is not None else None
+            self._hooks = [make(store, self.journal) for make in self._hook_factories]
             loop = EventLoop()
             try:
-                return self._serve(db, loop, boot_id, log_dir)
+                return self._serve(store, loop, boot_id, log_dir)
             finally:
                 loop.close()
                 # A jump detected in the last tick (one that may have cost the session) is kept.
-                self._persist_clock(final=True)
+                self._keep_time(final=True)
+        finally:
+            self._store = None
+            store.close()
 
-    def _serve(self, db: LocalDatabase, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
+    def _serve(self, store: Store, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
         config, journal = self.config, self.journal
         loop.install_signals((*_STOP_SIGNALS, signal.SIGCHLD))
-        wake = WakeSocket(self.db_path)
+        wake = store.open_wake()
         supervisor: AttemptSupervisor | None = None
         try:
             loop.register(wake, wake.drain)
             for reason in wake.refused:
-                journal.warning("wake.directory_refused", detail=reason, using=str(wake.path.parent))
-            runs = LocalRunRepository(db)
+                journal.warning("wake.directory_refused", detail=reason, using=wake.where)
+            runs = store.runs
             worker = WorkerSession(
-                db,
+                store.leases,
                 worker_id=config.worker_id,
                 slots=config.slots,
                 session_lease_ms=config.session_lease_ms,
@@ -184,7 +181,7 @@ class DeviceService:
             )
             session = worker.register()
             journal.info(
-                "service.started", db=self.db_path, worker=config.worker_id, generation=session.generation,
+                "service.started", db=store.where, worker=config.worker_id, generation=session.generation,
                 slots=config.slots, grace_ms=config.grace_ms, pid=os.getpid(), pidfd=pidfds_supported(),
             )
             supervisor = AttemptSupervisor(
@@ -193,8 +190,8 @@ class DeviceService:
                 log_linger_ms=config.log_linger_ms,
             )
             dispatcher = CancellationDispatcher(
-                dispatches=LocalCancellationDispatchRepository(db), runs=runs, controller=self.controller,
-                owner=lambda: worker.owner, clock=self.clock, journal=journal, grace_ms=config.grace_ms,
+                dispatches=store.dispatches, runs=runs, controller=self.controller,
+                owner=lambda: worker.owner, now_ms=store.now_ms, journal=journal, grace_ms=config.grace_ms,
                 lease_ms=config.dispatch_lease_ms, retry_base_ms=config.retry_base_ms,
                 retry_max_ms=config.retry_max_ms,
             )
@@ -220,7 +217,7 @@ class DeviceService:
     def _loop(
         self,
         loop: EventLoop,
-        runs: LocalRunRepository,
+        runs: RunStore,
         worker: WorkerSession,
         supervisor: AttemptSupervisor,
         dispatcher: CancellationDispatcher,
@@ -256,8 +253,8 @@ class DeviceService:
             callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, wake_at))
 
     def _recover(
-        self, runs: LocalRunRepository, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False
-    ) -> dict[str, int]:
+        self, runs: RunStore, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False
+    ) -> dict:
         """Adopt or end what earlier sessions left and sweep orphans (see ``recovery``)."""
         try:
             counts = recover(runs=runs, worker=worker, supervisor=supervisor, controller=self.controller,
@@ -307,18 +304,11 @@ class DeviceService:
         except EdgeRuntimeError as exc:
             self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
 
-    def _on_clock_jump(self, jump: ClockJump) -> None:
-        self.journal.warning("clock.jump_detected", direction=jump.direction, jump_ms=jump.jump_ms,
-                             wall_ms=jump.wall_ms, guarded_ms=jump.guarded_ms, at_boot=jump.at_boot)
-
-    def _persist_clock(self, *, final: bool = False) -> None:
-        """The guarded clock's watermark and jump events: one short transaction per interval."""
-        if isinstance(self.clock, GuardedClock) and self._clock_db is not None:
+    def _keep_time(self, *, final: bool = False) -> None:
+        """Let the store keep its time monotonic (Local: the guarded clock's watermark)."""
+        if self._store is not None:
             try:
-                if final:
-                    self.clock.flush(self._clock_db)
-                else:
-                    self.clock.maybe_persist(self._clock_db)
+                self._store.keep_time(final=final)
             except EdgeRuntimeError as exc:
                 self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
 
@@ -329,7 +319,7 @@ class DeviceService:
 
     def _tick(self, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher) -> bool:
         worked = False
-        self._persist_clock()
+        self._keep_time()
         try:
             for hook in self._hooks:  # first: a fired Run starts and a timeout's cancel is sent in this tick
                 worked |= hook.tick()
@@ -343,7 +333,7 @@ class DeviceService:
             # refused (found by the kill -9 campaign). One heartbeat serves both that and the
             # periodic one.
             available = self._available_slots(supervisor)
-            now = read_now_ms(self.clock)
+            now = self._store.now_ms()
             if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms():
                 worker.heartbeat(available)
             worked |= supervisor.start_queued() > 0
@@ -366,7 +356,7 @@ class DeviceService:
 
     def _sleep_s(
         self,
-        runs: LocalRunRepository,
+        runs: RunStore,
         worker: WorkerSession,
         supervisor: AttemptSupervisor,
         dispatcher: CancellationDispatcher,
@@ -383,7 +373,7 @@ class DeviceService:
         if retry_s is not None:
             fallback_ms = min(fallback_ms, retry_s * 1000)
         try:
-            now = read_now_ms(self.clock)
+            now = self._store.now_ms()
             dues = [
                 runs.next_due_at_ms(),
                 worker.next_heartbeat_at_ms(),

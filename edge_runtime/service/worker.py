@@ -1,6 +1,6 @@
 """This service's worker session and the Run Leases it holds (the Worker/Run Lease authority).
 
-A thin layer over :class:`LocalWorkerLeaseRepository` that keeps what only this process may know:
+A thin layer over the ``WorkerLeaseStore`` port that keeps what only this process may know:
 the session id, the session record's version (the heartbeat fence) and the raw bearer token of
 each grant, which lives only in memory (``RunGrant``) and never in a log, an event or a repr.
 
@@ -29,6 +29,7 @@ from edge_runtime.contract.run_lease import (
     RunLeaseRecord,
     StartRunCommand,
 )
+from edge_runtime.contract.ports import WorkerLeaseStore
 from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_session import (
     HeartbeatCommand,
@@ -36,8 +37,6 @@ from edge_runtime.contract.worker_session import (
     RegisterWorkerCommand,
     WorkerSessionRecord,
 )
-from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
 
 def new_event_id() -> str:
@@ -78,9 +77,9 @@ class WorkerSession:
     __slots__ = ("_repo", "worker_id", "session_id", "_session", "_slots", "_session_lease_ms", "_run_lease_ms")
 
     def __init__(
-        self, db: LocalDatabase, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int
+        self, leases: WorkerLeaseStore, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int
     ) -> None:
-        self._repo = LocalWorkerLeaseRepository(db)
+        self._repo = leases
         self.worker_id = worker_id
         self.session_id = str(uuid.uuid4())
         self._session: WorkerSessionRecord | None = None
@@ -217,16 +216,17 @@ class WorkerSession:
         session = self.session
         return _Fence(self.worker_id, self.session_id, session.generation)
 
+    def _held(self, grant: RunGrant) -> dict[str, object]:
+        """The fence of a grant this session holds (see ``_HeldGrantCommand``)."""
+        return {"worker_id": self.worker_id, "session_id": self.session_id, "session_generation": self.generation,
+                "attempt_id": grant.lease.attempt_id, "lease_token": grant.token,
+                "expected_version": grant.lease.version}
+
     def begin_start(self, grant: RunGrant) -> None:
         """The start barrier: the Attempt goes ``claimed`` -> ``starting``."""
         outcome = self._repo.begin_start(
             BeginStartCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 event_id=new_event_id(),
             )
         )
@@ -235,12 +235,7 @@ class WorkerSession:
     def release(self, grant: RunGrant, reason: ReleaseReason) -> None:
         outcome = self._repo.release(
             ReleaseRunLeaseCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 reason=reason,
                 event_id=new_event_id(),
             )
@@ -250,12 +245,7 @@ class WorkerSession:
     def renew(self, grant: RunGrant) -> None:
         grant.lease = self._repo.renew(
             RenewRunLeaseCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                attempt_id=grant.lease.attempt_id,
-                lease_token=grant.token,
-                expected_version=grant.lease.version,
+                **self._held(grant),
                 lease_duration_ms=self._run_lease_ms,
             )
         )

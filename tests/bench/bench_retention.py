@@ -22,6 +22,7 @@ from edge_runtime.local.database import open_database
 from edge_runtime.local.retention import LocalRetention, RetentionPolicy
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.config import ServiceConfig
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -54,7 +55,7 @@ def _simulate(workdir: Path, days: float, retain: bool, samples: int) -> tuple[l
     with open_database(db_path, clock=clock) as db:
         db.connection.execute("PRAGMA synchronous = OFF")
         runs = LocalRunRepository(db)
-        worker = WorkerSession(db, worker_id="bench", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
+        worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="bench", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
         worker.register()
         retention = LocalRetention(db, policy, log_dir) if retain else None
         total = int(days * RUNS_PER_DAY)

@@ -30,7 +30,7 @@ from edge_runtime.contract.runs import SubmitRunCommand, TERMINAL_RUN_STATUSES
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
-from edge_runtime.service.wake import poke
+from edge_runtime.local.wake import poke
 
 _TARGET = """
 import signal, sys, time

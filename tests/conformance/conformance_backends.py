@@ -40,6 +40,8 @@ class _SetUp:
     name: str
     dispatch: Any
     leases: Any
+    #: The run store (``RunStore`` and the CLI's operations); None where the adapter has none yet.
+    runs: Any = None
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         raise NotImplementedError
@@ -110,12 +112,14 @@ class LocalBackend(_SetUp):
         from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
         from edge_runtime.local.clock import ManualClock
         from edge_runtime.local.database import open_database
+        from edge_runtime.local.runs import LocalRunRepository
         from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
         self.clock = ManualClock(START_MS)
         self.db = open_database(path, clock=self.clock)
         self.dispatch = LocalCancellationDispatchRepository(self.db)
         self.leases = LocalWorkerLeaseRepository(self.db)
+        self.runs = LocalRunRepository(self.db)
 
     def now(self) -> int:
         return self.clock.now_ms()

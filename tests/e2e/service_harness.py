@@ -25,7 +25,7 @@ from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.process_identity import read_stat
-from edge_runtime.service.wake import poke
+from edge_runtime.local.wake import poke
 
 WAIT_S = 15.0  # generous: these waits end as soon as the condition holds
 

@@ -20,7 +20,7 @@ from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.process_identity import group_members
-from edge_runtime.service.wake import poke
+from edge_runtime.local.wake import poke
 from fault_workloads import stored_problems
 
 HERE = Path(__file__).resolve().parent

@@ -39,6 +39,7 @@ from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 from vfs_shim import RecordingVFS
@@ -264,7 +265,7 @@ def worker_lease_workload(ctx: WorkloadContext) -> None:
 
 
 def _register(ctx: WorkloadContext) -> WorkerSession:
-    worker = WorkerSession(ctx.db, worker_id="fault-worker", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
+    worker = WorkerSession(LocalWorkerLeaseRepository(ctx.db), worker_id="fault-worker", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
     worker.register()
     ctx.ack()
     return worker

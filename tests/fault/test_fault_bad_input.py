@@ -65,7 +65,7 @@ def _discover_decoders() -> list[tuple[str, Callable[[bytes], Any], type, type[E
                 name.startswith("decode_")
                 and callable(value)
                 and getattr(value, "__module__", "") == module.__name__
-                and len(inspect.signature(value).parameters) == 1  # a decoder, not a helper like decode_with
+                and len(inspect.signature(value).parameters) == 1  # a decoder, not a helper
             ):
                 target = typing.get_type_hints(value).get("return")
                 found.append((f"{info.name}.{name}", value, target, DECODER_ERRORS.get(module.__name__)))

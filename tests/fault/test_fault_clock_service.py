@@ -20,7 +20,7 @@ from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
 from edge_runtime.local.database import open_database
 from edge_runtime.local.guarded_clock import list_clock_jumps, observed_floor_ms
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.service.wake import poke
+from edge_runtime.local.wake import poke
 from fault_service import ServiceCampaign, lines
 from fault_workloads import stored_problems
 

@@ -15,6 +15,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import open_database
 from edge_runtime.local.retention import LocalRetention, RetentionPolicy
 from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 from vfs_shim import RecordingVFS
 
@@ -40,7 +41,7 @@ def test_a_power_cut_during_a_prune_leaves_only_whole_runs(tmp_path: Path, rng: 
     clock = ManualClock(1_700_000_000_000)
     with open_database(live / "edge-runtime.db", clock=clock) as db:
         runs = LocalRunRepository(db)
-        worker = WorkerSession(db, worker_id="w", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
+        worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
         worker.register()
         order = [finished_run(runs, worker, clock=clock)[0] for _ in range(70)]
         running, _ = start_run(runs, worker)

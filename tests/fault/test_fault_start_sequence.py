@@ -19,7 +19,7 @@ from fault_service import _COMMANDS, ServiceCampaign, lines
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.service.wake import poke
+from edge_runtime.local.wake import poke
 
 pytestmark = pytest.mark.fault
 

@@ -29,6 +29,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import WriteTransaction, open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.process_identity import ProcessIdentity
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 SLOTS = 2
@@ -80,7 +81,7 @@ class StartSequenceMachine(RuleBasedStateMachine):
     # ----------------------------------------------------------------- helpers
 
     def _takeover(self) -> None:
-        worker = WorkerSession(self.db, worker_id="w", slots=SLOTS, session_lease_ms=SESSION_MS,
+        worker = WorkerSession(LocalWorkerLeaseRepository(self.db), worker_id="w", slots=SLOTS, session_lease_ms=SESSION_MS,
                                run_lease_ms=RUN_LEASE_MS)
         worker.register()
         self.services.append(worker)

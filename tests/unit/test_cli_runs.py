@@ -51,7 +51,7 @@ def test_submit_prints_only_the_run_id_and_show_json_has_the_documented_shape(ca
     assert shown["status"] == "queued"
     assert shown["command"] == ["sh", "-c", "echo hi"]
     assert shown["attempts"] == []
-    assert shown["dispatch"] is None
+    assert "dispatch" not in shown  # absent, not null
     assert "cancelRequestedAtMs" not in shown  # absent, not null
 
 
@@ -193,3 +193,20 @@ def test_cli_writes_never_take_a_time_below_the_persisted_clock_watermark(capsys
     shown = json.loads(out)
     assert shown["createdAtMs"] >= future_ms
     assert shown["cancelRequestedAtMs"] >= shown["createdAtMs"]
+
+
+def test_check_holds_stored_sessions_and_leases_to_the_contract(capsys, db_path: Path) -> None:
+    """`check` reads worker sessions and run leases through the adapter's checked projection too."""
+    import apsw
+
+    assert _cli(capsys, db_path, "submit", "--", "true")[0] == 0
+    connection = apsw.Connection(str(db_path))
+    connection.execute(
+        "INSERT INTO worker_sessions (worker_id, session_id, generation, status, version, capabilities, "
+        "capabilities_hash, max_concurrent_runs, available_slots, heartbeat_at_ms, lease_expires_at_ms, "
+        "created_at_ms, updated_at_ms) VALUES ('w', 's', 1, 'online', 0, '{}', ?, 1, 1, 1, 2, 1, 1)", ("0" * 64,))
+    connection.close()
+    code, out, _ = _cli(capsys, db_path, "check")
+    assert code != 0
+    assert "FAIL session_invariants: 1 of 1 broken; first: stored session of worker 'w' breaks an invariant" in out
+    assert "ok   lease_invariants: 0 run lease records satisfy the contract" in out

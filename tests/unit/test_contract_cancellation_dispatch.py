@@ -48,7 +48,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER, identifier_matcher, identifier_problem
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER, identifier_problem
 
 UNSET = msgspec.UNSET
 
@@ -583,20 +583,13 @@ def test_the_contract_imports_no_database_code() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-# --------------------------------------------------------------------------- fast paths agree with the worded checks
+# --------------------------------------------------------------------------- the checks derived from the declared limits
 
 _IDENTIFIER_TEXT = st.one_of(
     st.text(max_size=140),
     st.text(alphabet=st.sampled_from("ab\x00\x1f\x7f\x80\u2603\n"), max_size=40),
     st.text(alphabet="x", min_size=30, max_size=130),
 )
-
-
-@settings(max_examples=300, deadline=None)
-@given(value=_IDENTIFIER_TEXT, max_length=st.sampled_from([36, 128]))
-def test_identifier_matcher_accepts_exactly_what_identifier_problem_accepts(value: str, max_length: int) -> None:
-    fast = identifier_matcher(max_length)(value) is not None
-    assert fast == (identifier_problem("x", value, max_length) is None)
 
 
 @settings(max_examples=200, deadline=None)

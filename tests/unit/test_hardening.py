@@ -23,6 +23,7 @@ from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.trusted_paths import directory_problem, unpack_directory_problem
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 BUNDLE = "/tmp/_MEIabc123"
@@ -112,7 +113,7 @@ def test_a_symlink_cannot_lead_around_the_rule(tmp_path: Path) -> None:
 def test_past_the_cap_the_output_is_read_at_a_slow_pace(db: LocalDatabase, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     runs = LocalRunRepository(db)
-    worker = WorkerSession(db, worker_id="w", slots=1, session_lease_ms=30_000, run_lease_ms=60_000)
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=1, session_lease_ms=30_000, run_lease_ms=60_000)
     worker.register()
     loop = EventLoop()
     supervisor = AttemptSupervisor(runs=runs, worker=worker, controller=LocalProcessController(), loop=loop,

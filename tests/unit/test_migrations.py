@@ -7,7 +7,6 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -216,11 +215,11 @@ def test_misnamed_or_duplicate_migration_files_are_refused(tmp_path: Path) -> No
 
 _OPENER = textwrap.dedent(
     """
-    import sys, time
+    import sys
     from edge_runtime.local.database import open_database
-    path, start = sys.argv[1], float(sys.argv[2])
-    while time.time() < start:
-        pass
+    path = sys.argv[1]
+    print("ready", flush=True)  # imported: wait at the barrier until both children are here
+    sys.stdin.readline()
     db = open_database(path)
     db.close()
     print("opened")
@@ -231,14 +230,37 @@ _OPENER = textwrap.dedent(
 @pytest.mark.parametrize("round_", range(4))
 def test_two_processes_opening_a_fresh_file_concurrently_both_succeed(tmp_path: Path, round_: int) -> None:
     db_path = tmp_path / f"fresh-{round_}.db"
-    start = time.time() + 1.0  # time for both interpreters to import before the common instant
     procs = [
-        subprocess.Popen([sys.executable, "-c", _OPENER, str(db_path), repr(start)],
+        subprocess.Popen([sys.executable, "-c", _OPENER, str(db_path)], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
     ]
+    # A pipe barrier, not a wall-clock instant: both have imported before either opens the file.
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    for proc in procs:  # release both before waiting for either
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
     results = [proc.communicate(timeout=60) for proc in procs]
     for proc, (out, err) in zip(procs, results):
         assert proc.returncode == 0, err
         assert out.strip() == "opened"
     assert set(_applied(db_path)) == {m.id for m in known_migrations()}
+
+
+@pytest.mark.parametrize("status", ["dispatched", "blocked", "retry_wait"])
+def test_a_terminal_dispatch_row_without_its_result_is_refused(db, status: str) -> None:
+    """0005: the 0001 CHECKs let a NULL last_result through; the triggers do not."""
+    sql = db.connection
+    sql.execute("INSERT INTO runs (id, status, version, event_sequence, created_at_ms) VALUES ('r', 'running', 0, 0, 1)")
+    sql.execute("INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms) "
+                "VALUES ('a', 'r', 1, 'running', 'local_process', 1)")
+    next_at = 5 if status == "retry_wait" else None
+    insert = ("INSERT INTO run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
+              "next_attempt_at_ms, last_result, created_at_ms, updated_at_ms) VALUES ('r', 'a', ?, 1, 1, ?, ?, 1, 1)")
+    with pytest.raises(apsw.ConstraintError, match="needs its last_result"):
+        sql.execute(insert, (status, next_at, None))
+    result = "termination_requested" if status == "dispatched" else "unsupported"
+    sql.execute(insert, (status, next_at, result))
+    with pytest.raises(apsw.ConstraintError, match="needs its last_result"):
+        sql.execute("UPDATE run_cancellation_dispatches SET last_result = NULL WHERE run_id = 'r'")

@@ -23,6 +23,7 @@ from edge_runtime.local.retention import (
 )
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.config import ServiceConfig
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,7 +40,7 @@ def runs(db: LocalDatabase) -> LocalRunRepository:
 
 @pytest.fixture
 def worker(db: LocalDatabase) -> WorkerSession:
-    worker = WorkerSession(db, worker_id="w", slots=4, session_lease_ms=120_000, run_lease_ms=60_000)
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=4, session_lease_ms=120_000, run_lease_ms=60_000)
     worker.register()
     return worker
 
@@ -99,7 +100,7 @@ def test_runs_finished_longer_ago_than_retain_days_go_whatever_the_count(
 ) -> None:
     old, _ = finished_run(runs, worker, clock=clock)
     clock.advance(8 * DAY_MS)
-    worker = WorkerSession(db, worker_id="w2", slots=4, session_lease_ms=120_000, run_lease_ms=60_000)
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w2", slots=4, session_lease_ms=120_000, run_lease_ms=60_000)
     worker.register()  # the first session's lease lapsed over the week
     new, _ = finished_run(runs, worker, clock=clock)
     retention = LocalRetention(db, policy(runs=100, days=7), None)
@@ -230,7 +231,7 @@ def test_a_new_file_is_incremental_and_an_existing_one_is_converted(db_path: Pat
     with open_database(db_path, clock=clock) as db:
         assert db.connection.execute("PRAGMA auto_vacuum").fetchone()[0] == 2
         runs = LocalRunRepository(db)
-        worker = WorkerSession(db, worker_id="w", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
+        worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=2, session_lease_ms=120_000, run_lease_ms=60_000)
         worker.register()
         ids = [finished_run(runs, worker, clock=clock)[0] for _ in range(40)]
         db.connection.execute("PRAGMA auto_vacuum = NONE")

@@ -28,7 +28,7 @@ SESSION_LEASE_MS = 120_000
 
 
 def session(db: LocalDatabase, worker_id: str = "w", slots: int = 2) -> WorkerSession:
-    worker = WorkerSession(db, worker_id=worker_id, slots=slots, session_lease_ms=SESSION_LEASE_MS,
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id=worker_id, slots=slots, session_lease_ms=SESSION_LEASE_MS,
                            run_lease_ms=RUN_LEASE_MS)
     worker.register()
     return worker

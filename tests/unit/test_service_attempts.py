@@ -19,13 +19,14 @@ from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 
 class Rig:
     def __init__(self, db: LocalDatabase, tmp_path: Path, slots: int) -> None:
         self.runs = LocalRunRepository(db)
-        self.worker = WorkerSession(db, worker_id="w", slots=slots, session_lease_ms=30_000, run_lease_ms=60_000)
+        self.worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=slots, session_lease_ms=30_000, run_lease_ms=60_000)
         self.worker.register()
         self.loop = EventLoop()
         self.log = io.StringIO()

@@ -16,6 +16,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import KillOutcome
 from edge_runtime.service.dispatcher import CancellationDispatcher, retry_delay_ms
 from edge_runtime.service.journal import Journal
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 GRACE_MS = 10_000
@@ -54,7 +55,7 @@ def test_retry_delay_doubles_and_is_capped() -> None:
 
 def _running_run(db: LocalDatabase) -> tuple[str, str]:
     runs = LocalRunRepository(db)
-    worker = WorkerSession(db, worker_id="w", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
     worker.register()
     run = runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
     attempt = runs.create_attempt(run.id, actor_id=worker.owner)
@@ -68,7 +69,7 @@ def _running_run(db: LocalDatabase) -> tuple[str, str]:
 def _dispatcher(db: LocalDatabase, clock: ManualClock, controller: FakeController, log: io.StringIO):
     return CancellationDispatcher(
         dispatches=LocalCancellationDispatchRepository(db), runs=LocalRunRepository(db), controller=controller,
-        owner=lambda: "w#1", clock=clock, journal=Journal(log), grace_ms=GRACE_MS, lease_ms=30_000,
+        owner=lambda: "w#1", now_ms=clock.now_ms, journal=Journal(log), grace_ms=GRACE_MS, lease_ms=30_000,
         retry_base_ms=BASE_MS, retry_max_ms=60_000,
     )
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 
-from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.service.config import load_config
 from edge_runtime.service.journal import Journal
@@ -49,7 +48,9 @@ def test_backoff_doubles_from_the_minimum_and_is_capped() -> None:
 
 def test_repeated_tick_failures_log_at_powers_of_two_then_recovery_once(tmp_path) -> None:
     stream = io.StringIO()
-    service = DeviceService(str(tmp_path / "db"), load_config(env={}), journal=Journal(stream), clock=ManualClock(1))
+    service = DeviceService(_Idle, load_config(env={}), log_dir=tmp_path / "logs", journal=Journal(stream))
+    service._store = _Idle()  # the store as the running service holds it: its time and keep_time
+    service._store.now_ms = lambda: 1
     dispatcher = _FailingDispatcher()
     idle = _Idle()
     idle.session = type("Session", (), {"available_slots": 2, "max_concurrent_runs": 2})()

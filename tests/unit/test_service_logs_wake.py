@@ -14,7 +14,7 @@ from edge_runtime.service.log_capture import (
     open_child_output,
     truncation_marker,
 )
-from edge_runtime.service.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dirs
+from edge_runtime.local.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dirs
 
 
 def _capture(tmp_path: Path, cap: int) -> tuple[LogCapture, int]:

@@ -25,13 +25,14 @@ from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
 from edge_runtime.local.run_start import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
 from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, recover
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 RUN_LEASE_MS = 60_000
 
 
 def _session(db: LocalDatabase) -> WorkerSession:
-    worker = WorkerSession(db, worker_id="w", slots=4, session_lease_ms=30_000, run_lease_ms=RUN_LEASE_MS)
+    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=4, session_lease_ms=30_000, run_lease_ms=RUN_LEASE_MS)
     worker.register()
     return worker
 

@@ -30,6 +30,7 @@ from edge_runtime.service.errors import ProcfsUnavailableError
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
 SLOTS = 2
@@ -39,7 +40,7 @@ ERRORS = {"busy": apsw.BusyError, "io": apsw.IOError, "full": apsw.FullError}
 class Rig:
     def __init__(self, db: LocalDatabase, tmp_path: Path) -> None:
         self.runs = LocalRunRepository(db)
-        self.worker = WorkerSession(db, worker_id="w", slots=SLOTS, session_lease_ms=30_000, run_lease_ms=60_000)
+        self.worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=SLOTS, session_lease_ms=30_000, run_lease_ms=60_000)
         self.worker.register()
         self.loop = EventLoop()
         self.log = io.StringIO()

@@ -29,7 +29,7 @@ import socket
 import stat
 from pathlib import Path
 
-from edge_runtime.service.errors import WakeSocketError
+from edge_runtime.local.errors import WakeSocketError
 
 #: ``sizeof(sun_path)`` on Linux, minus the terminating NUL.
 MAX_SOCKET_PATH_BYTES = 107
@@ -124,6 +124,10 @@ class WakeSocket:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
             raise WakeSocketError(f"cannot bind the wake socket {self.path}: {detail}") from None
         self._socket: socket.socket | None = sock
+
+    @property
+    def where(self) -> str:
+        return str(self.path.parent)
 
     def fileno(self) -> int:
         if self._socket is None:

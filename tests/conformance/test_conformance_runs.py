@@ -1,6 +1,12 @@
-"""LocalRunRepository: submit, cancel, the Attempt lifecycle and the service's scans."""
+"""Runs and Attempts conformance (docs/runs.md): every body runs against each adapter's run store.
+
+The PostgreSQL run store comes with issue 12; until then its parameter skips these bodies.
+Ported from tests/unit/test_local_runs.py; state is arranged only through the backend's set-up API.
+"""
 
 from __future__ import annotations
+
+from typing import Any
 
 import msgspec
 import pytest
@@ -15,35 +21,34 @@ from edge_runtime.contract.runs import (
     RunStatus,
     SubmitRunCommand,
 )
-from edge_runtime.local.clock import ManualClock
-from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.runs import LocalRunRepository
 
 IDENTITY = ProcessIdentity(pid=4242, pgid=4242, start_ticks=777, boot_id="boot-a")
 
 
 @pytest.fixture
-def runs(db: LocalDatabase) -> LocalRunRepository:
-    return LocalRunRepository(db)
+def runs(backend: Any) -> Any:
+    if backend.runs is None:
+        pytest.skip(f"the {backend.name} adapter has no run store yet (the PostgreSQL one comes with issue 12)")
+    return backend.runs
 
 
-def _start(db: LocalDatabase, runs: LocalRunRepository, run_id: str) -> str:
+def _start(backend: Any, runs: Any, run_id: str) -> str:
     """Create an Attempt and move it through the start barrier (owned by the lease authority)."""
     attempt = runs.create_attempt(run_id, actor_id="w1")
-    db.connection.execute("UPDATE run_attempts SET status = 'starting' WHERE id = ?", (attempt.id,))
+    backend.set_attempt_status(attempt.id, "starting")
     runs.record_running(attempt.id, IDENTITY, log_path="/tmp/a.log", actor_id="w1")
     return attempt.id
 
 
-def _types(runs: LocalRunRepository, run_id: str) -> list[str]:
+def _types(runs: Any, run_id: str) -> list[str]:
     return [event.type for event in runs.events(run_id)]
 
 
-def test_submit_stores_a_queued_runtime_run_with_one_event(runs, clock: ManualClock) -> None:
+def test_submit_stores_a_queued_runtime_run_with_one_event(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["echo", "hi"], name="greet"))
     assert run.status is RunStatus.QUEUED
     assert run.execution_owner == "runtime"
-    assert (run.command, run.name, run.created_at_ms) == (["echo", "hi"], "greet", clock.now_ms())
+    assert (run.command, run.name, run.created_at_ms) == (["echo", "hi"], "greet", backend.now())
     assert (run.version, run.event_sequence) == (1, 1)
     events = runs.events(run.id)
     assert [(e.type, e.sequence, e.payload) for e in events] == [("run.created", 1, {"status": "queued", "argc": 2})]
@@ -51,18 +56,7 @@ def test_submit_stores_a_queued_runtime_run_with_one_event(runs, clock: ManualCl
     assert "hi" not in msgspec.json.encode(events).decode()
 
 
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [([], "the command must be a non-empty list of arguments"), ([""], "the program (first argument) must not be empty"),
-     (["a"] * 257, "the command has 257 arguments; at most 256 are allowed")],
-)
-def test_submit_refuses_bad_commands_before_writing(argv, message) -> None:
-    with pytest.raises(InvalidRunCommandError) as error:
-        SubmitRunCommand(argv=argv)
-    assert str(error.value) == message
-
-
-def test_create_attempt_takes_a_queued_run_once(runs) -> None:
+def test_create_attempt_takes_a_queued_run_once(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
     attempt = runs.create_attempt(run.id, actor_id="w1")
     assert (attempt.status, attempt.attempt, attempt.run_id) == (AttemptStatus.CLAIMED, 1, run.id)
@@ -71,25 +65,25 @@ def test_create_attempt_takes_a_queued_run_once(runs) -> None:
     assert runs.queued_run_ids(10) == []
 
 
-def test_cancel_of_a_queued_run_ends_it_at_once_and_is_refused_afterwards(runs, clock) -> None:
+def test_cancel_of_a_queued_run_ends_it_at_once_and_is_refused_afterwards(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
-    clock.advance(5)
+    backend.advance(5)
     cancelled = runs.request_cancel(CancelRunCommand(run_id=run.id, reason="not needed"))
     assert cancelled.status is RunStatus.CANCELLED
-    assert cancelled.cancel_requested_at_ms == clock.now_ms()
+    assert cancelled.cancel_requested_at_ms == backend.now()
     assert _types(runs, run.id) == ["run.created", "run.cancel_requested", "run.cancelled"]
     assert runs.create_attempt(run.id, actor_id="w1") is None
     with pytest.raises(RunStateConflictError, match="already ended as cancelled"):
         runs.request_cancel(CancelRunCommand(run_id=run.id))
 
 
-def test_cancel_of_a_running_run_is_durable_idempotent_and_becomes_a_candidate(db, runs, clock) -> None:
+def test_cancel_of_a_running_run_is_durable_idempotent_and_becomes_a_candidate(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["sleep", "9"]))
-    attempt_id = _start(db, runs, run.id)
+    attempt_id = _start(backend, runs, run.id)
     assert runs.get(run.id).status is RunStatus.RUNNING
     assert runs.cancellation_candidates() == []
     first = runs.request_cancel(CancelRunCommand(run_id=run.id))
-    clock.advance(100)
+    backend.advance(100)
     again = runs.request_cancel(CancelRunCommand(run_id=run.id, reason="twice"))
     assert again.cancel_requested_at_ms == first.cancel_requested_at_ms
     assert again.status is RunStatus.RUNNING
@@ -99,7 +93,7 @@ def test_cancel_of_a_running_run_is_durable_idempotent_and_becomes_a_candidate(d
         run.id, attempt_id, first.cancel_requested_at_ms)
 
 
-def test_unknown_and_malformed_run_ids(runs) -> None:
+def test_unknown_and_malformed_run_ids(backend, runs) -> None:
     with pytest.raises(RunNotFoundError):
         runs.get("00000000-0000-0000-0000-000000000000")
     with pytest.raises(RunNotFoundError):
@@ -108,7 +102,7 @@ def test_unknown_and_malformed_run_ids(runs) -> None:
         runs.get("x" * 37)
 
 
-def test_record_running_needs_the_start_barrier_and_stores_the_identity(runs) -> None:
+def test_record_running_needs_the_start_barrier_and_stores_the_identity(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
     attempt = runs.create_attempt(run.id, actor_id="w1")
     with pytest.raises(RunStateConflictError, match="not starting"):
@@ -116,9 +110,9 @@ def test_record_running_needs_the_start_barrier_and_stores_the_identity(runs) ->
     assert runs.get_attempt(attempt.id).identity is None
 
 
-def test_finish_attempt_ends_the_run_once(db, runs) -> None:
+def test_finish_attempt_ends_the_run_once(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["false"]))
-    attempt_id = _start(db, runs, run.id)
+    attempt_id = _start(backend, runs, run.id)
     assert runs.get_attempt(attempt_id).identity == IDENTITY
     ended = runs.finish_attempt(attempt_id, AttemptStatus.FAILED, actor_id="w1", exit_code=1)
     assert (ended.status, ended.exit_code) == (AttemptStatus.FAILED, 1)
@@ -128,28 +122,28 @@ def test_finish_attempt_ends_the_run_once(db, runs) -> None:
     assert _types(runs, run.id)[-1] == "run.failed"
 
 
-def test_a_lost_attempt_ends_its_run_failed_or_cancelled(db, runs) -> None:
+def test_a_lost_attempt_ends_its_run_failed_or_cancelled(backend, runs) -> None:
     plain = runs.submit(SubmitRunCommand(argv=["true"]))
-    runs.finish_attempt(_start(db, runs, plain.id), AttemptStatus.LOST, actor_id="w1", reason="gone")
+    runs.finish_attempt(_start(backend, runs, plain.id), AttemptStatus.LOST, actor_id="w1", reason="gone")
     assert runs.get(plain.id).status is RunStatus.FAILED
     cancelled = runs.submit(SubmitRunCommand(argv=["true"]))
-    attempt_id = _start(db, runs, cancelled.id)
+    attempt_id = _start(backend, runs, cancelled.id)
     runs.request_cancel(CancelRunCommand(run_id=cancelled.id))
     runs.finish_attempt(attempt_id, AttemptStatus.LOST, actor_id="w1", reason="gone")
     assert runs.get(cancelled.id).status is RunStatus.CANCELLED
 
 
-def test_kill_deadline_is_durable_first_one_stands_and_kill_is_recorded_once(db, runs, clock) -> None:
+def test_kill_deadline_is_durable_first_one_stands_and_kill_is_recorded_once(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["sleep", "9"]))
-    attempt_id = _start(db, runs, run.id)
-    start = clock.now_ms()
+    attempt_id = _start(backend, runs, run.id)
+    start = backend.now()
     runs.record_termination_requested(attempt_id, grace_ms=1_000)
-    clock.advance(500)
+    backend.advance(500)
     later = runs.record_termination_requested(attempt_id, grace_ms=1_000)
     assert later.kill_deadline_at_ms == start + 1_000
     assert runs.next_due_at_ms() == start + 1_000
     assert runs.kill_candidates() == []
-    clock.advance(500)
+    backend.advance(500)
     [candidate] = runs.kill_candidates()
     assert (candidate.attempt_id, candidate.identity, candidate.kill_deadline_at_ms) == (attempt_id, IDENTITY, start + 1_000)
     runs.record_killed(attempt_id, actor_id="w1")
@@ -158,7 +152,7 @@ def test_kill_deadline_is_durable_first_one_stands_and_kill_is_recorded_once(db,
     assert _types(runs, run.id).count("run.kill_sent") == 1
 
 
-def test_requeue_unstarted_puts_the_run_back_in_the_queue(runs) -> None:
+def test_requeue_unstarted_puts_the_run_back_in_the_queue(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
     attempt = runs.create_attempt(run.id, actor_id="w1")
     lost = runs.requeue_unstarted(attempt.id, actor_id="w1", reason="no free slot")
@@ -172,23 +166,23 @@ def test_requeue_unstarted_puts_the_run_back_in_the_queue(runs) -> None:
         runs.requeue_unstarted(attempt.id, actor_id="w1", reason="again")
 
 
-def test_requeue_unstarted_of_a_cancel_requested_run_cancels_it(db, runs) -> None:
+def test_requeue_unstarted_of_a_cancel_requested_run_cancels_it(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
     attempt = runs.create_attempt(run.id, actor_id="w1")
-    db.connection.execute("UPDATE runs SET cancel_requested_at_ms = 1 WHERE id = ?", (run.id,))
+    backend.request_cancel(run.id, 1)
     ended = runs.requeue_unstarted(attempt.id, actor_id="w1", reason="no free slot")
     assert (ended.status, ended.end_reason) == (AttemptStatus.CANCELLED, "cancelled before the process was started")
     assert runs.get(run.id).status is RunStatus.CANCELLED
     assert runs.queued_run_ids(5) == []
 
 
-def test_detail_and_list(db, runs, clock) -> None:
+def test_detail_and_list(backend, runs) -> None:
     first = runs.submit(SubmitRunCommand(argv=["true"]))
-    clock.advance(1)
+    backend.advance(1)
     second = runs.submit(SubmitRunCommand(argv=["true"]))
-    _start(db, runs, first.id)
+    _start(backend, runs, first.id)
     assert [r.id for r in runs.list_runs()] == [second.id, first.id]
     assert [r.id for r in runs.list_runs(status=RunStatus.RUNNING)] == [first.id]
     detail = runs.detail(first.id)
     assert [a.status for a in detail.attempts] == [AttemptStatus.RUNNING]
-    assert detail.dispatch is None
+    assert detail.dispatch is msgspec.UNSET

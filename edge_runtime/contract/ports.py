@@ -1,0 +1,136 @@
+"""The ports of the device service: what it needs from storage, time and wake-up.
+
+The service (``edge_runtime.service``) talks only to these Protocols; an adapter implements them
+(``edge_runtime.local`` on SQLite, ``cluster_postgres`` on PostgreSQL) and the composition root
+(``edge_runtime.cli.serve``) picks one and passes it in. Time belongs to the store: every ``*_at_ms``
+a port returns is in the store's time, and the service compares it only with ``Store.now_ms()``
+(the device's guarded clock on Local, database time on PostgreSQL). The wake-up belongs to the store
+too: a datagram socket that the CLI pokes on Local, ``LISTEN/NOTIFY`` on PostgreSQL.
+
+The Run/Attempt operations are described in ``docs/runs.md``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from edge_runtime.contract.cancellation_dispatch import (
+    ClaimCommand,
+    ClaimOutcome,
+    RecordResultCommand,
+    RecordResultOutcome,
+)
+from edge_runtime.contract.run_lease import (
+    BeginStartCommand,
+    ClaimRunCommand,
+    ClaimRunOutcome,
+    CompleteRunLeaseCommand,
+    LeaseTransitionOutcome,
+    ReleaseRunLeaseCommand,
+    RenewRunLeaseCommand,
+    RunLeaseRecord,
+    StartRunCommand,
+    StartRunOutcome,
+)
+from edge_runtime.contract.runs import (
+    AttemptRecord,
+    AttemptStatus,
+    CancellationCandidate,
+    KillCandidate,
+    RunRecord,
+    RunStatus,
+)
+from edge_runtime.contract.worker_session import (
+    HeartbeatCommand,
+    OfflineCommand,
+    RegisterOutcome,
+    RegisterWorkerCommand,
+    WorkerSessionRecord,
+)
+
+
+@runtime_checkable
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch, a non-negative safe integer."""
+        ...
+
+
+class RunStore(Protocol):
+    """Runs and Attempts: the operations the service calls (``docs/runs.md``)."""
+
+    def get(self, run_id: str) -> RunRecord: ...
+    def get_attempt(self, attempt_id: str) -> AttemptRecord | None: ...
+    def queued_run_ids(self, limit: int) -> list[str]: ...
+    def active_attempts(self) -> list[AttemptRecord]: ...
+    def record_running(self, attempt_id: str, identity: Any, *, log_path: str, actor_id: str) -> AttemptRecord: ...
+    def finish_attempt(self, attempt_id: str, status: AttemptStatus, *, actor_id: str, exit_code: int | None = None,
+                       reason: str | None = None) -> AttemptRecord: ...
+    def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]: ...
+    def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord: ...
+    def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None: ...
+    def kill_candidates(self) -> list[KillCandidate]: ...
+    def record_killed(self, attempt_id: str, *, actor_id: str, outcome: str = "killed") -> AttemptRecord: ...
+    def next_due_at_ms(self) -> int | None: ...
+
+
+class CancellationDispatchStore(Protocol):
+    """The durable, fenced, leased CancellationDispatch (spec §6)."""
+
+    def claim(self, cmd: ClaimCommand) -> ClaimOutcome: ...
+    def record_result(self, cmd: RecordResultCommand) -> RecordResultOutcome: ...
+
+
+class WorkerLeaseStore(Protocol):
+    """The two authorities of spec §5: the Worker Session and the Run Lease, and the fenced start."""
+
+    def register(self, cmd: RegisterWorkerCommand) -> RegisterOutcome: ...
+    def heartbeat(self, cmd: HeartbeatCommand) -> WorkerSessionRecord: ...
+    def offline(self, cmd: OfflineCommand) -> WorkerSessionRecord: ...
+    def claim_run(self, cmd: ClaimRunCommand) -> ClaimRunOutcome: ...
+    def start_run(self, cmd: StartRunCommand) -> StartRunOutcome: ...
+    def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus: ...
+    def sweep_orphans(self, cmd: Any, *, abandon_after_ms: int) -> list[tuple[str, RunStatus]]: ...
+    def free_slots(self, worker_id: str, session_generation: int) -> int: ...
+    def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome: ...
+    def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome: ...
+    def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord: ...
+    def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome: ...
+    def find_lease(self, attempt_id: str) -> RunLeaseRecord | None: ...
+    def list_active_leases(self, worker_id: str) -> list[RunLeaseRecord]: ...
+
+
+class WakeSource(Protocol):
+    """What wakes a sleeping service when another process committed work for it."""
+
+    #: Why a preferred place for the wake-up could not be used (logged once at start).
+    refused: list[str]
+    #: Where the wake-up listens (for the log).
+    where: str
+
+    def fileno(self) -> int: ...
+    def drain(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Store(Protocol):
+    """One opened store: its repositories, its time and its wake-up. Closed by the caller."""
+
+    #: What this store is, for the log (a database path; never a credential).
+    where: str
+    runs: RunStore
+    dispatches: CancellationDispatchStore
+    leases: WorkerLeaseStore
+
+    def now_ms(self) -> int:
+        """The store's time, the only time the service compares stored ``*_at_ms`` values with."""
+        ...
+
+    def open_wake(self) -> WakeSource: ...
+
+    def keep_time(self, *, final: bool = False) -> None:
+        """Persist what the store needs to keep its time monotonic (the Local clock watermark);
+        called once per tick, cheap when there is nothing to do."""
+        ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,87 @@
+"""The Local adapter of the service's ``Store`` port: one SQLite file, the guarded device clock and
+the wake socket beside the database. Only the composition root (``cli/serve.py``) builds it."""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+import apsw
+
+from edge_runtime.contract.ports import Clock
+from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
+from edge_runtime.local.clock import SystemClock, read_now_ms
+from edge_runtime.local.database import LocalDatabase, open_database
+from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
+from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.local.wake import WakeSocket
+from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
+
+
+class LocalStore:
+    """The repositories over one opened database, its time and its wake-up."""
+
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "leases")
+
+    def __init__(self, db: LocalDatabase, db_path: str, clock: Clock) -> None:
+        self.db, self.where, self.clock = db, db_path, clock
+        self.runs = LocalRunRepository(db)
+        self.dispatches = LocalCancellationDispatchRepository(db)
+        self.leases = LocalWorkerLeaseRepository(db)
+
+    def now_ms(self) -> int:
+        return read_now_ms(self.clock)
+
+    def open_wake(self) -> WakeSocket:
+        return WakeSocket(self.where)
+
+    def keep_time(self, *, final: bool = False) -> None:
+        """The guarded clock's watermark and jump events: one short transaction per interval."""
+        if isinstance(self.clock, GuardedClock):
+            if final:
+                self.clock.flush(self.db)
+            else:
+                self.clock.maybe_persist(self.db)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def local_store_opener(
+    db_path: str, *, clock: Clock | None = None, on_jump: Callable[[ClockJump], None] | None = None
+) -> Callable[[], LocalStore]:
+    """A function that opens (and migrates) the database at ``db_path`` as a ``LocalStore``.
+
+    Routers boot at 1970 and jump on NTP sync: unless a clock is given, the store's time is the
+    system clock guarded by the watermark stored in the database (never below what was stored).
+    """
+
+    def open_store() -> LocalStore:
+        used = clock or GuardedClock(SystemClock(), on_jump=on_jump)
+        db = open_database(db_path, clock=used)
+        try:
+            if isinstance(used, GuardedClock):
+                restore_floor(used, db)
+        except BaseException:
+            db.close()
+            raise
+        return LocalStore(db, os.fspath(db_path), used)
+
+    return open_store
+
+
+def route_sqlite_log(report: Callable[[int, str], None]) -> bool:
+    """Send SQLite's own notices and warnings (a WAL recovered after a power cut, an automatic
+    index) to ``report(code, message)``. Its errors are not routed: each also surfaces as the
+    failed call's exception, which the service logs (with backoff, so a full disk cannot flood).
+    Must run before the first connection; False when SQLite was already initialised."""
+
+    def handler(code: int, message: str) -> None:
+        if code & 0xFF in (apsw.SQLITE_NOTICE, apsw.SQLITE_WARNING):
+            report(code, message)
+
+    try:
+        apsw.config(apsw.SQLITE_CONFIG_LOG, handler)
+    except apsw.MisuseError:
+        return False
+    return True
