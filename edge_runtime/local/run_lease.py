@@ -47,6 +47,7 @@ from edge_runtime.contract.worker_lease import (
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.run_events import append_run_event
+from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
     move_projection,
@@ -59,8 +60,6 @@ from edge_runtime.local.worker_session import WorkerSessionOperations, bump, exp
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
-_SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms, version, event_sequence FROM runs WHERE id = ?"
-_SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
 
 
 class RunLeaseOperations(WorkerSessionOperations):
@@ -87,14 +86,14 @@ class RunLeaseOperations(WorkerSessionOperations):
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
             session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
-            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
+            run = read_run_fence(connection, cmd.run_id)
             reason = self._run_problem(run)
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
-            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            if attempt is None or attempt[0] != cmd.run_id:
+            attempt = read_attempt_fence(connection, cmd.attempt_id)
+            if attempt is None or attempt.run_id != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt[1] != "claimed":
+            if attempt.status != "claimed":
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
 
             existing = read_lease(connection, cmd.attempt_id)
@@ -148,10 +147,10 @@ class RunLeaseOperations(WorkerSessionOperations):
             return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
 
     @staticmethod
-    def _run_problem(run: tuple[Any, ...] | None) -> NotClaimableReason | None:
+    def _run_problem(run: RunFence | None) -> NotClaimableReason | None:
         if run is None:
             return NotClaimableReason.RUN_MISSING
-        owner, status, cancel_requested_at_ms = run[0], run[1], run[2]
+        owner, status, cancel_requested_at_ms = run.execution_owner, run.status, run.cancel_requested_at_ms
         if owner != "runtime":
             return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
         if status not in ACTIVE_RUN_STATUSES:
@@ -214,7 +213,7 @@ class RunLeaseOperations(WorkerSessionOperations):
             )
             store_lease(connection, lease, current.version)
             move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status="claimed")
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
+            run = read_run_fence(connection, current.run_id)
             event = self._event(run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -241,7 +240,7 @@ class RunLeaseOperations(WorkerSessionOperations):
                 raise WorkerLeaseFenceRejectedError(
                     f"the lease of attempt {cmd.attempt_id!r} has expired; renew it before starting"
                 )
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
+            run = read_run_fence(connection, current.run_id)
             reason = self._run_problem(run)
             if reason is not None:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
@@ -288,9 +287,9 @@ class RunLeaseOperations(WorkerSessionOperations):
             )
             store_lease(connection, lease, current.version)
             move_projection(connection, cmd.attempt_id, current, lease, now_ms=now)
-            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt[1])
+            attempt = read_attempt_fence(connection, cmd.attempt_id)
+            run = read_run_fence(connection, current.run_id)
+            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt.status)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     # ----------------------------------------------------------------- helpers
@@ -321,8 +320,8 @@ class RunLeaseOperations(WorkerSessionOperations):
         )
 
     def _require_claimed(self, lease: RunLeaseRecord, action: str) -> None:
-        attempt = self._db.connection.execute(_SELECT_ATTEMPT, (lease.attempt_id,)).fetchone()
-        status = None if attempt is None else attempt[1]
+        attempt = read_attempt_fence(self._db.connection, lease.attempt_id)
+        status = None if attempt is None else attempt.status
         if status != "claimed" or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
@@ -330,7 +329,7 @@ class RunLeaseOperations(WorkerSessionOperations):
 
     def _event(
         self,
-        run: tuple[Any, ...],
+        run: RunFence | None,
         lease: RunLeaseRecord,
         event_id: str,
         event_type: str,
@@ -358,6 +357,6 @@ class RunLeaseOperations(WorkerSessionOperations):
             attempt_id=lease.attempt_id,
             payload=payload,
             now_ms=now,
-            run_version=None if run is None else (run[3], run[4]),
+            run_version=None if run is None else (run.version, run.event_sequence),
         )
 

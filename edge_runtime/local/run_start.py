@@ -47,8 +47,8 @@ from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.local.run_lease import _SELECT_RUN, RunLeaseOperations
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, run_from_row
+from edge_runtime.local.run_lease import RunLeaseOperations
+from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted, insert_attempt
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -128,9 +128,9 @@ class RunStartOperations(RunLeaseOperations):
                     f"session {cmd.session_id!r} of worker {cmd.worker_id!r} is at version {session.version}, "
                     f"not {cmd.session_version}; it takes no work on a stale fence"
                 )
-            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
+            run = read_run_fence(connection, cmd.run_id)
             reason = self._run_problem(run)
-            if reason is None and run[1] != RunStatus.QUEUED.value:
+            if reason is None and run.status != RunStatus.QUEUED.value:
                 reason = NotClaimableReason.RUN_NOT_QUEUED
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
