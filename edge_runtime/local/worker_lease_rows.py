@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import operator
 from functools import lru_cache
 from typing import Any
 
@@ -54,6 +55,9 @@ def _statements(table: str, names: tuple[str, ...]) -> tuple[str, str, str]:
 
 
 _SELECT_SESSION, _INSERT_SESSION, _UPDATE_SESSION = _statements("worker_sessions", _SESSION_NAMES)
+def _stored_values(fields: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Record fields as their columns hold them: an enum by its value, an absent field as NULL."""
+    return tuple(None if v is _UNSET else v.value if isinstance(v, enum.Enum) else v for v in fields)
 
 
 @lru_cache(maxsize=64)
@@ -122,7 +126,9 @@ def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expe
     if problem is not None:
         # Only reachable through a bug in the repository; refuse to write a broken row.
         raise WorkerLeaseRepositoryError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
-    values = tuple(text if name == "capabilities" else _stored(getattr(record, name)) for name in _SESSION_NAMES[1:])
+    values = _stored_values(tuple(
+        text if name == "capabilities" else getattr(record, name) for name in _SESSION_NAMES[1:]
+    ))
     _write_row(connection, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
                f"session of worker {record.worker_id!r}")
 
@@ -149,6 +155,7 @@ _LEASE_NAMES = (
 _LEASE_OPTIONAL = frozenset({"renewed_at_ms", "started_at_ms", "released_at_ms", "release_reason", "completed_at_ms"})
 LEASE_COLUMNS = ", ".join(_LEASE_NAMES)
 _SELECT_LEASE, _INSERT_LEASE, _UPDATE_LEASE = _statements("run_dispatch_leases", _LEASE_NAMES)
+_lease_fields = operator.attrgetter(*_LEASE_NAMES[1:])
 # Served by the partial index run_dispatch_leases_active (worker_id, session_generation).
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM run_dispatch_leases "
@@ -158,13 +165,6 @@ _SELECT_ACTIVE = (
     f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? AND status = 'leased' "
     "ORDER BY session_generation, attempt_id"
 )
-
-
-def _stored(value: Any) -> Any:
-    """A record field as its column holds it: an enum by its value, an absent field as NULL."""
-    if value is _UNSET:
-        return None
-    return value.value if isinstance(value, enum.Enum) else value
 
 
 def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
@@ -191,9 +191,30 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
     return record
 
 
+# Renew, release, start and complete each read back the row the step before wrote. A row tuple
+# equal to one already checked here (written or read; every column, so nothing can differ) gives
+# the same checked record, so the invariants are not checked again on the way back. A row that
+# breaks one raises and is never remembered. A bounded map, oldest entry dropped first.
+_checked_leases: dict[tuple[Any, ...], RunLeaseRecord] = {}
+
+
+def _remember_lease(row: tuple[Any, ...], record: RunLeaseRecord) -> None:
+    if len(_checked_leases) >= 64:
+        del _checked_leases[next(iter(_checked_leases))]
+    _checked_leases[row] = record
+
+
+def _checked_lease(row: tuple[Any, ...]) -> RunLeaseRecord:
+    record = _checked_leases.get(row)
+    if record is None:
+        record = lease_from_row(row)
+        _remember_lease(row, record)
+    return record
+
+
 def read_lease(connection: apsw.Connection, attempt_id: str) -> RunLeaseRecord | None:
     row = connection.execute(_SELECT_LEASE, (attempt_id,)).fetchone()
-    return None if row is None else lease_from_row(row)
+    return None if row is None else _checked_lease(row)
 
 
 def count_other_active(connection: apsw.Connection, worker_id: str, generation: int, attempt_id: str) -> int:
@@ -202,7 +223,7 @@ def count_other_active(connection: apsw.Connection, worker_id: str, generation: 
 
 
 def read_active_leases(connection: apsw.Connection, worker_id: str) -> list[RunLeaseRecord]:
-    return [lease_from_row(row) for row in connection.execute(_SELECT_ACTIVE, (worker_id,))]
+    return [_checked_lease(row) for row in connection.execute(_SELECT_ACTIVE, (worker_id,))]
 
 
 def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_version: int | None) -> None:
@@ -214,9 +235,10 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     problem = lease_record_problem(record)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
-    values = tuple(_stored(getattr(record, name)) for name in _LEASE_NAMES[1:])
+    values = _stored_values(_lease_fields(record))
     _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
                f"lease of attempt {record.attempt_id!r}")
+    _remember_lease((record.attempt_id, *values), record)
 
 
 # --------------------------------------------------------------------------- Attempt projection
