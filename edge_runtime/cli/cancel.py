@@ -7,7 +7,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, open_existing, print_json, wake_service
+from edge_runtime.cli.common import add_json_flag, add_run_argument, open_existing, print_json, wake_service
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 from edge_runtime.local.runs import LocalRunRepository
 
@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         description="Record a durable cancel request. The service delivers it to the Run's process "
         "group (SIGTERM, then SIGKILL after the grace period), even across restarts.",
     )
-    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    add_run_argument(parser)
     parser.add_argument("--reason", help="why, kept with the Run")
     add_json_flag(parser)
     parser.set_defaults(run=run)

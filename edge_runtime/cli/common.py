@@ -60,6 +60,11 @@ def _open_guarded(path: str, *, create: bool) -> LocalDatabase:
     return db
 
 
+def add_run_argument(parser: argparse.ArgumentParser) -> None:
+    """The positional Run id of the commands about one Run."""
+    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 

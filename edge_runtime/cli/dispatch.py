@@ -7,7 +7,7 @@ import sys
 import uuid
 
 from edge_runtime.cli.common import (
-    add_json_flag, format_ms, open_existing, open_read_only, present, print_json, wake_service,
+    add_json_flag, add_run_argument, format_ms, open_existing, open_read_only, present, print_json, wake_service,
 )
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.runs import LocalRunRepository
@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     actions = parser.add_subparsers(dest="dispatch_action", metavar="ACTION", required=True,
                                     parser_class=type(parser))
     show = actions.add_parser("show", help="show the dispatch record (never the lease token)")
-    show.add_argument("run_id", metavar="RUN")
+    add_run_argument(show)
     add_json_flag(show)
     show.set_defaults(run=run_show)
     rearm = actions.add_parser(
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         description="Move a blocked dispatch back to retry_wait, due now, if and only if it is still "
         "at --expected-version (see `dispatch show`).",
     )
-    rearm.add_argument("run_id", metavar="RUN")
+    add_run_argument(rearm)
     rearm.add_argument("--expected-version", type=int, required=True, metavar="V")
     add_json_flag(rearm)
     rearm.set_defaults(run=run_rearm)

@@ -7,7 +7,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, print_json
+from edge_runtime.cli.common import add_json_flag, add_run_argument, format_ms, open_read_only, print_json
 from edge_runtime.local.runs import LocalRunRepository
 
 _encode = msgspec.json.Encoder().encode
@@ -15,7 +15,7 @@ _encode = msgspec.json.Encoder().encode
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser("events", help=help_text)
-    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    add_run_argument(parser)
     add_json_flag(parser)
     parser.set_defaults(run=run)
 

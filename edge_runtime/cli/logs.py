@@ -10,7 +10,7 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import open_read_only
+from edge_runtime.cli.common import add_run_argument, open_read_only
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import RunStateConflictError
 from edge_runtime.local.runs import LocalRunRepository
@@ -25,7 +25,7 @@ class LogUnreadableError(EdgeRuntimeError):
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser("logs", help=help_text)
-    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    add_run_argument(parser)
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     parser.set_defaults(run=run)
 

@@ -8,7 +8,9 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json, printable
+from edge_runtime.cli.common import (
+    add_json_flag, add_run_argument, format_ms, open_read_only, present, print_json, printable,
+)
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import EVENT_CANCEL_ESCAPED
 from edge_runtime.local.runs import LocalRunRepository
@@ -16,7 +18,7 @@ from edge_runtime.local.runs import LocalRunRepository
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser("show", help=help_text)
-    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    add_run_argument(parser)
     add_json_flag(parser)
     parser.set_defaults(run=run)
 

@@ -13,10 +13,9 @@ from typing import Protocol
 import msgspec
 
 from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
-from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import MAX_NAME_LENGTH, argv_problem
-from edge_runtime.contract.validation import SafeInt, first_problem, identifier_problem, int_problem
+from edge_runtime.contract.runs import Name, TimeoutMs, argv_problem
+from edge_runtime.contract.validation import Command, SafeInt, identifier_problem
 
 SCHEDULE_ID_MAX_LENGTH = 36
 #: Reason of the cancel request a timeout makes (shown by ``show`` and in the events).
@@ -53,29 +52,20 @@ class ScheduleRepositoryError(ScheduleError):
     code = "SCHEDULE_REPOSITORY_FAILED"
 
 
-def timeout_problem(value: object) -> str | None:
-    return int_problem("timeout_ms", value, MIN_DURATION_MS, MAX_DURATION_MS)
-
-
-class AddScheduleCommand(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False):
+class AddScheduleCommand(Command):
     """A new schedule; ``expression`` is parsed (and refused whole) before anything is stored."""
+
+    error = InvalidScheduleCommandError
 
     expression: str
     argv: list[str]
-    name: str | msgspec.UnsetType = msgspec.UNSET
+    name: Name | msgspec.UnsetType = msgspec.UNSET
     overlap: Overlap = Overlap.SKIP
-    timeout_ms: int | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
 
-    def __post_init__(self) -> None:
+    def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
-        problem = first_problem(
-            argv_problem(self.argv),
-            None if self.name is msgspec.UNSET else identifier_problem("name", self.name, MAX_NAME_LENGTH),
-            None if isinstance(self.overlap, Overlap) else "overlap must be skip, queue or replace",
-            None if self.timeout_ms is msgspec.UNSET else timeout_problem(self.timeout_ms),
-        )
-        if problem is not None:
-            raise InvalidScheduleCommandError(problem)
+        return argv_problem(self.argv)
 
 
 def check_schedule_id(schedule_id: object) -> None:

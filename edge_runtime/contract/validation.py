@@ -117,7 +117,7 @@ def first_problem(*problems: str | None) -> str | None:
 
 #: A derived field check: ``check(struct, value)`` -> a problem or None.
 _Check = Callable[[Any, Any], "str | None"]
-_CHECKS: dict[type, tuple[tuple[str, _Check], ...]] = {}
+_CHECKS: dict[tuple[type, bool], tuple[tuple[str, _Check], ...]] = {}
 
 
 def _check_of(name: str, hint: Any) -> _Check | None:
@@ -164,13 +164,13 @@ def fields_problem(obj: msgspec.Struct, *, enums: bool = True) -> str | None:
     (commands built in Python). ``enums=False`` leaves enum fields to the caller (a record,
     which must hold the members themselves).
     """
-    checks = _CHECKS.get(type(obj))
+    key = (type(obj), enums)
+    checks = _CHECKS.get(key)
     if checks is None:
         found = ((f.name, _check_of(f.name, f.type)) for f in msgspec.structs.fields(type(obj)))
-        checks = _CHECKS[type(obj)] = tuple((name, check) for name, check in found if check is not None)
+        checks = _CHECKS[key] = tuple((name, check) for name, check in found
+                                      if check is not None and (enums or check.__name__ != "check_enum"))
     for name, check in checks:
-        if not enums and check.__name__ == "check_enum":
-            continue
         problem = check(obj, getattr(obj, name))
         if problem is not None:
             return problem

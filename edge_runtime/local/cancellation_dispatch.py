@@ -54,6 +54,7 @@ from edge_runtime.contract.validation import first_problem, identifier_problem, 
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.run_events import append_run_event, read_run_version
+from edge_runtime.local.run_rows import read_attempt_fence, read_run_fence
 
 
 DIGEST_PREFIX = "sha256:"
@@ -70,8 +71,6 @@ _UPDATE_DISPATCH = (
     "lease_owner = ?, lease_token = ?, lease_expires_at_ms = ?, last_result = ?, last_dispatched_at_ms = ?, "
     "updated_at_ms = ? WHERE run_id = ? AND version = ?"
 )
-_SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms FROM runs WHERE id = ?"
-_SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
 
 
 #: Stored text -> enum member, without the Python-level ``Enum.__call__`` on every read.
@@ -206,16 +205,16 @@ class LocalCancellationDispatchRepository:
         digest = digest_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
+            run = read_run_fence(connection, cmd.run_id)
             if (
                 run is None
-                or run[0] != "runtime"
-                or run[1] not in ACTIVE_RUN_STATUSES
-                or run[2] != cmd.requested_at_ms
+                or run.execution_owner != "runtime"
+                or run.status not in ACTIVE_RUN_STATUSES
+                or run.cancel_requested_at_ms != cmd.requested_at_ms
             ):
                 return NotEligibleOutcome()
-            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            if attempt is None or attempt[0] != cmd.run_id or attempt[1] not in ACTIVE_ATTEMPT_STATUSES:
+            attempt = read_attempt_fence(connection, cmd.attempt_id)
+            if attempt is None or attempt.run_id != cmd.run_id or attempt.status not in ACTIVE_ATTEMPT_STATUSES:
                 return NotEligibleOutcome()
 
             row = connection.execute(_SELECT_DISPATCH, (cmd.run_id,)).fetchone()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+import apsw
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
@@ -46,7 +47,9 @@ from edge_runtime.contract.worker_lease import (
 )
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
 from edge_runtime.contract.worker_session import SessionStatus
+from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
+from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
     move_projection,
@@ -54,19 +57,80 @@ from edge_runtime.local.worker_lease_rows import (
     repository_errors,
     store_lease,
 )
-from edge_runtime.local.worker_session import WorkerSessionOperations, bump, expect
+from edge_runtime.local.worker_session import WorkerSessions, bump, expect
 
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
-_SELECT_RUN = "SELECT execution_owner, status, cancel_requested_at_ms, version, event_sequence FROM runs WHERE id = ?"
-_SELECT_ATTEMPT = "SELECT run_id, status FROM run_attempts WHERE id = ?"
 
 
-class RunLeaseOperations(WorkerSessionOperations):
-    """Run Lease half of the repository; fences every grant by the current session."""
+def run_problem(run: RunFence | None) -> NotClaimableReason | None:
+    if run is None:
+        return NotClaimableReason.RUN_MISSING
+    owner, status, cancel_requested_at_ms = run.execution_owner, run.status, run.cancel_requested_at_ms
+    if owner != "runtime":
+        return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
+    if status not in ACTIVE_RUN_STATUSES:
+        return NotClaimableReason.RUN_TERMINAL
+    if cancel_requested_at_ms is not None:
+        return NotClaimableReason.CANCEL_REQUESTED
+    return None
 
-    __slots__ = ()
+
+def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
+    # Names versions and statuses only; never a token or digest.
+    if current is None:
+        return f"attempt {attempt_id!r} has no Run Lease"
+    return (
+        f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
+        f"(now {current.status.value} at version {current.version}, session generation "
+        f"{current.session_generation})"
+    )
+
+
+def lease_event(
+    connection: apsw.Connection,
+    run: RunFence | None,
+    lease: RunLeaseRecord,
+    event_id: str,
+    event_type: str,
+    step: str,
+    now: int,
+    **extra: Any,
+) -> RunEvent:
+    # Low-sensitivity payload: identities and counters, never a token or digest.
+    payload = {
+        "attempt_id": lease.attempt_id,
+        "worker_id": lease.worker_id,
+        "session_generation": lease.session_generation,
+        "lease_generation": lease.lease_generation,
+        "lease_version": lease.version,
+        **extra,
+    }
+    return append_run_event(
+        connection,
+        run_id=lease.run_id,
+        event_id=event_id,
+        event_type=event_type,
+        dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step),
+        actor_type="worker",
+        actor_id=lease.worker_id,
+        attempt_id=lease.attempt_id,
+        payload=payload,
+        now_ms=now,
+        run_version=None if run is None else (run.version, run.event_sequence),
+    )
+
+
+class RunLeases:
+    """The Run Lease authority: claim, renew, release, begin_start, complete; every grant is fenced
+    by the worker's current session, which it asks the session authority for."""
+
+    __slots__ = ("_db", "_sessions")
+
+    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
+        self._db = db
+        self._sessions = sessions
 
     # ================================================================= run leases
 
@@ -86,15 +150,15 @@ class RunLeaseOperations(WorkerSessionOperations):
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
-            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
-            reason = self._run_problem(run)
+            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+            run = read_run_fence(connection, cmd.run_id)
+            reason = run_problem(run)
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
-            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            if attempt is None or attempt[0] != cmd.run_id:
+            attempt = read_attempt_fence(connection, cmd.attempt_id)
+            if attempt is None or attempt.run_id != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt[1] != "claimed":
+            if attempt.status != "claimed":
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
 
             existing = read_lease(connection, cmd.attempt_id)
@@ -142,23 +206,10 @@ class RunLeaseOperations(WorkerSessionOperations):
             )
             store_lease(connection, lease, None if existing is None else existing.version)
             move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status="claimed")
-            event = self._event(
+            event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
             )
             return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
-
-    @staticmethod
-    def _run_problem(run: tuple[Any, ...] | None) -> NotClaimableReason | None:
-        if run is None:
-            return NotClaimableReason.RUN_MISSING
-        owner, status, cancel_requested_at_ms = run[0], run[1], run[2]
-        if owner != "runtime":
-            return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
-        if status not in ACTIVE_RUN_STATUSES:
-            return NotClaimableReason.RUN_TERMINAL
-        if cancel_requested_at_ms is not None:
-            return NotClaimableReason.CANCEL_REQUESTED
-        return None
 
     def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord:
         """Extend a held grant by ``lease_duration_ms`` from now.
@@ -174,7 +225,7 @@ class RunLeaseOperations(WorkerSessionOperations):
         expect(cmd, RenewRunLeaseCommand, "renew")
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
-            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             lease = _replace(
                 current,
@@ -201,7 +252,7 @@ class RunLeaseOperations(WorkerSessionOperations):
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._current_session(cmd, now, allowed=tuple(SessionStatus), require_live=False)
+            self._sessions.current(cmd, now, allowed=tuple(SessionStatus), require_live=False)
             current = self._fenced_lease(cmd, digest)
             self._require_claimed(current, "released")
             lease = _replace(
@@ -214,8 +265,8 @@ class RunLeaseOperations(WorkerSessionOperations):
             )
             store_lease(connection, lease, current.version)
             move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status="claimed")
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
+            run = read_run_fence(connection, current.run_id)
+            event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome:
@@ -235,14 +286,14 @@ class RunLeaseOperations(WorkerSessionOperations):
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             if not current.is_live(now):
                 raise WorkerLeaseFenceRejectedError(
                     f"the lease of attempt {cmd.attempt_id!r} has expired; renew it before starting"
                 )
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
-            reason = self._run_problem(run)
+            run = read_run_fence(connection, current.run_id)
+            reason = run_problem(run)
             if reason is not None:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(current, "started")
@@ -251,7 +302,7 @@ class RunLeaseOperations(WorkerSessionOperations):
             move_projection(
                 connection, cmd.attempt_id, current, lease, now_ms=now, set_status="starting", require_status="claimed"
             )
-            event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
+            event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -278,7 +329,7 @@ class RunLeaseOperations(WorkerSessionOperations):
                 or current.version != cmd.expected_version
                 or not hmac.compare_digest(current.token_digest, cmd.token_digest)
             ):
-                raise WorkerLeaseFenceRejectedError(self._lease_mismatch(cmd.attempt_id, current))
+                raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             lease = _replace(
                 current,
                 status=LeaseStatus.COMPLETED,
@@ -288,9 +339,9 @@ class RunLeaseOperations(WorkerSessionOperations):
             )
             store_lease(connection, lease, current.version)
             move_projection(connection, cmd.attempt_id, current, lease, now_ms=now)
-            attempt = connection.execute(_SELECT_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            run = connection.execute(_SELECT_RUN, (current.run_id,)).fetchone()
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt[1])
+            attempt = read_attempt_fence(connection, cmd.attempt_id)
+            run = read_run_fence(connection, current.run_id)
+            event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt.status)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     # ----------------------------------------------------------------- helpers
@@ -306,58 +357,13 @@ class RunLeaseOperations(WorkerSessionOperations):
             or current.version != cmd.expected_version
             or not hmac.compare_digest(current.token_digest, digest)
         ):
-            raise WorkerLeaseFenceRejectedError(self._lease_mismatch(cmd.attempt_id, current))
+            raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
         return current
 
-    @staticmethod
-    def _lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
-        # Names versions and statuses only; never a token or digest.
-        if current is None:
-            return f"attempt {attempt_id!r} has no Run Lease"
-        return (
-            f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
-            f"(now {current.status.value} at version {current.version}, session generation "
-            f"{current.session_generation})"
-        )
-
     def _require_claimed(self, lease: RunLeaseRecord, action: str) -> None:
-        attempt = self._db.connection.execute(_SELECT_ATTEMPT, (lease.attempt_id,)).fetchone()
-        status = None if attempt is None else attempt[1]
+        attempt = read_attempt_fence(self._db.connection, lease.attempt_id)
+        status = None if attempt is None else attempt.status
         if status != "claimed" or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )
-
-    def _event(
-        self,
-        run: tuple[Any, ...],
-        lease: RunLeaseRecord,
-        event_id: str,
-        event_type: str,
-        step: str,
-        now: int,
-        **extra: Any,
-    ) -> RunEvent:
-        # Low-sensitivity payload: identities and counters, never a token or digest.
-        payload = {
-            "attempt_id": lease.attempt_id,
-            "worker_id": lease.worker_id,
-            "session_generation": lease.session_generation,
-            "lease_generation": lease.lease_generation,
-            "lease_version": lease.version,
-            **extra,
-        }
-        return append_run_event(
-            self._db.connection,
-            run_id=lease.run_id,
-            event_id=event_id,
-            event_type=event_type,
-            dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step),
-            actor_type="worker",
-            actor_id=lease.worker_id,
-            attempt_id=lease.attempt_id,
-            payload=payload,
-            now_ms=now,
-            run_version=None if run is None else (run[3], run[4]),
-        )
-

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -27,14 +27,21 @@ from edge_runtime.local.errors import StorageErrors
 _UNSET = msgspec.UNSET
 _decode_argv = msgspec.json.Decoder(list[str]).decode
 
-RUN_COLUMNS = (
-    "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
-    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms"
+_RUN_NAMES = (
+    "id", "execution_owner", "status", "version", "event_sequence", "name", "command", "cancel_requested_at_ms",
+    "cancel_reason", "created_at_ms", "updated_at_ms", "finished_at_ms", "schedule_id", "scheduled_for_ms",
+    "timeout_ms",
 )
-ATTEMPT_COLUMNS = (
-    "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
-    "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
+_ATTEMPT_NAMES = (
+    "id", "run_id", "attempt", "status", "executor_type", "pid", "pgid", "process_start_ticks", "boot_id",
+    "exit_code", "end_reason", "log_path", "started_at_ms", "term_sent_at_ms", "kill_deadline_at_ms",
+    "killed_at_ms", "finished_at_ms", "created_at_ms",
 )
+# The records' fields are named after their columns; a NULL column is an absent field.
+RUN_COLUMNS = ", ".join(_RUN_NAMES)
+ATTEMPT_COLUMNS = ", ".join(_ATTEMPT_NAMES)
+
+
 def sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
     """An SQL ``IN`` list of the status names in ``members``, derived from the contract (never
     retyped), in the enum's declaration order: the partial indexes of migration 0003 list them in
@@ -45,64 +52,62 @@ def sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
 ACTIVE_RUN_SQL = sql_in(RunStatus, ACTIVE_RUN_STATUSES)
 ACTIVE_ATTEMPT_SQL = sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
 
-def _absent(value: Any) -> Any:
-    return _UNSET if value is None else value
+def _fields(names: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
+    return {name: _UNSET if value is None else value for name, value in zip(names, row)}
 
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
-    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
-     schedule_id, scheduled_for, timeout) = row
+    fields = _fields(_RUN_NAMES, row)
     try:
-        return RunRecord(
-            id=run_id,
-            execution_owner=owner,
-            status=RunStatus(status),
-            version=version,
-            event_sequence=sequence,
-            name=_absent(name),
-            command=_UNSET if command is None else _decode_argv(command),
-            cancel_requested_at_ms=_absent(requested),
-            cancel_reason=_absent(reason),
-            created_at_ms=created,
-            updated_at_ms=_absent(updated),
-            finished_at_ms=_absent(finished),
-            schedule_id=_absent(schedule_id),
-            scheduled_for_ms=_absent(scheduled_for),
-            timeout_ms=_absent(timeout),
-        )
+        fields["status"] = RunStatus(fields["status"])
+        if fields["command"] is not _UNSET:
+            fields["command"] = _decode_argv(fields["command"])
+        return RunRecord(**fields)
     except (ValueError, msgspec.DecodeError) as exc:
-        raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
+        raise RunRepositoryError(f"stored run {fields['id']!r} is malformed: {exc}") from None
+
+
+_IDENTITY = ("pid", "pgid", "process_start_ticks", "boot_id")
 
 
 def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
-    (attempt_id, run_id, number, status, executor, pid, pgid, ticks, boot_id, exit_code, reason, log_path,
-     started, term_sent, deadline, killed, finished, created) = row
+    fields = _fields(_ATTEMPT_NAMES, row)
     try:
-        status = AttemptStatus(status)
+        fields["status"] = AttemptStatus(fields["status"])
     except ValueError:
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has unknown status {status!r}") from None
-    if (pid is None) != (pgid is None) or (pid is None) != (ticks is None) or (pid is None) != (boot_id is None):
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has a partial process identity")
-    return AttemptRecord(
-        id=attempt_id,
-        run_id=run_id,
-        attempt=number,
-        status=status,
-        executor_type=executor,
-        pid=_absent(pid),
-        pgid=_absent(pgid),
-        process_start_ticks=_absent(ticks),
-        boot_id=_absent(boot_id),
-        exit_code=_absent(exit_code),
-        end_reason=_absent(reason),
-        log_path=_absent(log_path),
-        started_at_ms=_absent(started),
-        term_sent_at_ms=_absent(term_sent),
-        kill_deadline_at_ms=_absent(deadline),
-        killed_at_ms=_absent(killed),
-        finished_at_ms=_absent(finished),
-        created_at_ms=created,
-    )
+        raise RunRepositoryError(f"stored attempt {fields['id']!r} has unknown status {fields['status']!r}") from None
+    if len({fields[name] is _UNSET for name in _IDENTITY}) != 1:
+        raise RunRepositoryError(f"stored attempt {fields['id']!r} has a partial process identity")
+    return AttemptRecord(**fields)
+
+
+class RunFence(NamedTuple):
+    """The columns of a Run that a lease or dispatch step is fenced on."""
+
+    execution_owner: str
+    status: str
+    cancel_requested_at_ms: int | None
+    version: int
+    event_sequence: int
+
+
+class AttemptFence(NamedTuple):
+    run_id: str
+    status: str
+
+
+_SELECT_RUN_FENCE = f"SELECT {', '.join(RunFence._fields)} FROM runs WHERE id = ?"
+_SELECT_ATTEMPT_FENCE = f"SELECT {', '.join(AttemptFence._fields)} FROM run_attempts WHERE id = ?"
+
+
+def read_run_fence(connection: Any, run_id: str) -> RunFence | None:
+    row = connection.execute(_SELECT_RUN_FENCE, (run_id,)).fetchone()
+    return None if row is None else RunFence._make(row)
+
+
+def read_attempt_fence(connection: Any, attempt_id: str) -> AttemptFence | None:
+    row = connection.execute(_SELECT_ATTEMPT_FENCE, (attempt_id,)).fetchone()
+    return None if row is None else AttemptFence._make(row)
 
 
 #: Storage failures become :class:`RunRepositoryError`; contract errors pass through.

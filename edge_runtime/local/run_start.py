@@ -47,8 +47,9 @@ from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.local.run_lease import _SELECT_RUN, RunLeaseOperations
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, run_from_row
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.run_lease import lease_event, lease_mismatch, run_problem
+from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted, insert_attempt
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -57,7 +58,7 @@ from edge_runtime.local.worker_lease_rows import (
     repository_errors,
     store_lease,
 )
-from edge_runtime.local.worker_session import bump, expect
+from edge_runtime.local.worker_session import WorkerSessions, bump, expect
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
@@ -100,10 +101,15 @@ def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
     return expired and not owner_live
 
 
-class RunStartOperations(RunLeaseOperations):
-    """The composed start and its compensations; see the module docstring."""
+class RunStarts:
+    """The composed start and its compensations, on the Run Lease authority's rows; see the module
+    docstring. Fenced by the worker's current session, which it asks the session authority for."""
 
-    __slots__ = ()
+    __slots__ = ("_db", "_sessions")
+
+    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
+        self._db = db
+        self._sessions = sessions
 
     def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
         """Take a queued Run: its next Attempt, its Run Lease and the start barrier, in one step.
@@ -122,15 +128,15 @@ class RunStartOperations(RunLeaseOperations):
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
+            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
             if session.version != cmd.session_version:
                 raise WorkerLeaseFenceRejectedError(
                     f"session {cmd.session_id!r} of worker {cmd.worker_id!r} is at version {session.version}, "
                     f"not {cmd.session_version}; it takes no work on a stale fence"
                 )
-            run = connection.execute(_SELECT_RUN, (cmd.run_id,)).fetchone()
-            reason = self._run_problem(run)
-            if reason is None and run[1] != RunStatus.QUEUED.value:
+            run = read_run_fence(connection, cmd.run_id)
+            reason = run_problem(run)
+            if reason is None and run.status != RunStatus.QUEUED.value:
                 reason = NotClaimableReason.RUN_NOT_QUEUED
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
@@ -149,13 +155,13 @@ class RunStartOperations(RunLeaseOperations):
             )
             store_lease(connection, claimed, None)
             move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status="claimed")
-            self._event(None, claimed, _new_event_id(), EVENT_LEASE_CLAIMED, "claimed", now,
+            lease_event(self._db.connection, None, claimed, _new_event_id(), EVENT_LEASE_CLAIMED, "claimed", now,
                         offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             store_lease(connection, started, 1)
             move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status="starting",
                             require_status="claimed")
-            event = self._event(None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now)
+            event = lease_event(self._db.connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now)
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
     def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus:
@@ -184,7 +190,7 @@ class RunStartOperations(RunLeaseOperations):
                 or current.version != lease.version
                 or not hmac.compare_digest(current.token_digest, lease.token_digest)
             ):
-                raise WorkerLeaseFenceRejectedError(self._lease_mismatch(lease.attempt_id, current))
+                raise WorkerLeaseFenceRejectedError(lease_mismatch(lease.attempt_id, current))
             return self._settle(current, reason=reason, now=now, actor_id=actor_id, may_have_started=False)
 
     def sweep_orphans(self, cmd: Any, *, abandon_after_ms: int) -> list[tuple[str, RunStatus]]:
@@ -206,7 +212,7 @@ class RunStartOperations(RunLeaseOperations):
             if not _is_orphan(row, now, abandon_after_ms):
                 continue
             with repository_errors(), self._db.write() as now:
-                self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
+                self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
                 fresh = self._db.connection.execute(_ONE_ORPHAN_CANDIDATE, (now, row[0])).fetchone()
                 if fresh is None or not _is_orphan(fresh, now, abandon_after_ms):
                     continue
@@ -234,7 +240,7 @@ class RunStartOperations(RunLeaseOperations):
                                  completed_at_ms=now, updated_at_ms=now)
             store_lease(connection, completed, lease.version)
             move_projection(connection, attempt_id, lease, completed, now_ms=now)
-            self._event(None, completed, _new_event_id(), EVENT_LEASE_COMPLETED, "completed", now)
+            lease_event(self._db.connection, None, completed, _new_event_id(), EVENT_LEASE_COMPLETED, "completed", now)
         row = connection.execute(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE id = (SELECT run_id FROM run_attempts WHERE id = ?)", (attempt_id,)
         ).fetchone()

@@ -27,6 +27,7 @@ import errno
 import os
 import socket
 import stat
+from collections.abc import Iterator
 from pathlib import Path
 
 from edge_runtime.local.errors import WakeSocketError
@@ -90,23 +91,30 @@ def _own_socket(dir_fd: int, name: str) -> bool:
     return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid()
 
 
+def _private_dirs(db_path: str | os.PathLike[str], refused: list[str], *, create: bool) -> Iterator[tuple[Path, int]]:
+    """Each usable wake directory of ``db_path`` with an open fd the caller closes, in order; why
+    each refused one was refused is appended to ``refused`` (a missing one is skipped quietly)."""
+    for directory in wake_dirs(db_path):
+        try:
+            dir_fd = _open_private_dir(directory, create=create)
+        except WakeSocketError as exc:
+            refused.append(str(exc))
+            continue
+        if dir_fd is not None:
+            yield directory, dir_fd
+
+
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
     __slots__ = ("path", "refused", "_socket", "_dir_fd", "_name")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
-        refused = []
-        for directory in wake_dirs(db_path):
-            try:
-                dir_fd = _open_private_dir(directory, create=True)
-            except WakeSocketError as exc:
-                refused.append(str(exc))
-                continue
-            if dir_fd is not None:
-                break
-        else:
+        refused: list[str] = []
+        found = next(_private_dirs(db_path, refused, create=True), None)
+        if found is None:
             raise WakeSocketError("; ".join(refused))
+        directory, dir_fd = found
         #: Why the directories before the one used were not (for the service's log).
         self.refused: list[str] = refused
         self._dir_fd: int | None = dir_fd
@@ -172,14 +180,7 @@ def poke(db_path: str | os.PathLike[str]) -> int:
     woken, problems = 0, []
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         sock.setblocking(False)
-        for directory in wake_dirs(db_path):
-            try:
-                dir_fd = _open_private_dir(directory, create=False)
-            except WakeSocketError as exc:
-                problems.append(str(exc))
-                continue
-            if dir_fd is None:
-                continue
+        for directory, dir_fd in _private_dirs(db_path, problems, create=False):
             try:
                 woken += _poke_dir(sock, dir_fd, directory, problems)
             finally:

@@ -8,7 +8,9 @@ here runs inside the caller's write transaction; nothing here reads a clock.
 
 from __future__ import annotations
 
+import enum
 import hashlib
+import operator
 from functools import lru_cache
 from typing import Any
 
@@ -34,17 +36,28 @@ _decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
 
 # --------------------------------------------------------------------------- sessions
 
-SESSION_COLUMNS = (
-    "worker_id, session_id, generation, status, version, capabilities, capabilities_hash, max_concurrent_runs, "
-    "available_slots, heartbeat_at_ms, lease_expires_at_ms, created_at_ms, updated_at_ms"
+_SESSION_NAMES = (
+    "worker_id", "session_id", "generation", "status", "version", "capabilities", "capabilities_hash",
+    "max_concurrent_runs", "available_slots", "heartbeat_at_ms", "lease_expires_at_ms", "created_at_ms",
+    "updated_at_ms",
 )
-_SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM worker_sessions WHERE worker_id = ?"
-_INSERT_SESSION = f"INSERT INTO worker_sessions ({SESSION_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-_UPDATE_SESSION = (
-    "UPDATE worker_sessions SET session_id = ?, generation = ?, status = ?, version = ?, capabilities = ?, "
-    "capabilities_hash = ?, max_concurrent_runs = ?, available_slots = ?, heartbeat_at_ms = ?, "
-    "lease_expires_at_ms = ?, created_at_ms = ?, updated_at_ms = ? WHERE worker_id = ? AND version = ?"
-)
+SESSION_COLUMNS = ", ".join(_SESSION_NAMES)
+
+
+def _statements(table: str, names: tuple[str, ...]) -> tuple[str, str, str]:
+    """SELECT by key, INSERT, and version-CAS UPDATE of ``table``; the key is the first column."""
+    key, columns = names[0], ", ".join(names)
+    return (
+        f"SELECT {columns} FROM {table} WHERE {key} = ?",
+        f"INSERT INTO {table} ({columns}) VALUES ({', '.join('?' * len(names))})",
+        f"UPDATE {table} SET {', '.join(f'{name} = ?' for name in names[1:])} WHERE {key} = ? AND version = ?",
+    )
+
+
+_SELECT_SESSION, _INSERT_SESSION, _UPDATE_SESSION = _statements("worker_sessions", _SESSION_NAMES)
+def _stored_values(fields: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Record fields as their columns hold them: an enum by its value, an absent field as NULL."""
+    return tuple(None if v is _UNSET else v.value if isinstance(v, enum.Enum) else v for v in fields)
 
 
 @lru_cache(maxsize=64)
@@ -80,26 +93,15 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
     Raises:
         WorkerLeaseRepositoryError: the row breaks a contract invariant.
     """
-    worker_id = row[0]
+    fields = dict(zip(_SESSION_NAMES, row))
+    worker_id, text = fields["worker_id"], fields["capabilities"]
     try:
-        record = WorkerSessionRecord(
-            worker_id=worker_id,
-            session_id=row[1],
-            generation=row[2],
-            status=_SESSION_STATUS[row[3]],
-            version=row[4],
-            capabilities=_decode_capabilities(row[5]),
-            capabilities_hash=row[6],
-            max_concurrent_runs=row[7],
-            available_slots=row[8],
-            heartbeat_at_ms=row[9],
-            lease_expires_at_ms=row[10],
-            created_at_ms=row[11],
-            updated_at_ms=row[12],
-        )
+        fields["status"] = _SESSION_STATUS[fields["status"]]
+        fields["capabilities"] = _decode_capabilities(text)
+        record = WorkerSessionRecord(**fields)
     except (KeyError, ValueError, TypeError, msgspec.DecodeError) as exc:
         raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} is malformed: {exc}") from None
-    problem = _session_problem(record, row[5])
+    problem = _session_problem(record, text)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
     return record
@@ -124,20 +126,9 @@ def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expe
     if problem is not None:
         # Only reachable through a bug in the repository; refuse to write a broken row.
         raise WorkerLeaseRepositoryError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
-    values = (
-        record.session_id,
-        record.generation,
-        record.status.value,
-        record.version,
-        text,
-        record.capabilities_hash,
-        record.max_concurrent_runs,
-        record.available_slots,
-        record.heartbeat_at_ms,
-        record.lease_expires_at_ms,
-        record.created_at_ms,
-        record.updated_at_ms,
-    )
+    values = _stored_values(tuple(
+        text if name == "capabilities" else getattr(record, name) for name in _SESSION_NAMES[1:]
+    ))
     _write_row(connection, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
                f"session of worker {record.worker_id!r}")
 
@@ -155,19 +146,16 @@ def _write_row(connection: apsw.Connection, insert: str, update: str, key: str, 
 
 # --------------------------------------------------------------------------- leases
 
-LEASE_COLUMNS = (
-    "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
-    "offer_id, status, expires_at_ms, acquired_at_ms, renewed_at_ms, started_at_ms, released_at_ms, "
-    "release_reason, completed_at_ms, updated_at_ms"
+_LEASE_NAMES = (
+    "attempt_id", "run_id", "worker_id", "session_id", "session_generation", "lease_generation", "version",
+    "token_digest", "offer_id", "status", "expires_at_ms", "acquired_at_ms", "renewed_at_ms", "started_at_ms",
+    "released_at_ms", "release_reason", "completed_at_ms", "updated_at_ms",
 )
-_SELECT_LEASE = f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE attempt_id = ?"
-_INSERT_LEASE = f"INSERT INTO run_dispatch_leases ({LEASE_COLUMNS}) VALUES ({', '.join('?' * 18)})"
-_UPDATE_LEASE = (
-    "UPDATE run_dispatch_leases SET run_id = ?, worker_id = ?, session_id = ?, session_generation = ?, "
-    "lease_generation = ?, version = ?, token_digest = ?, offer_id = ?, status = ?, expires_at_ms = ?, "
-    "acquired_at_ms = ?, renewed_at_ms = ?, started_at_ms = ?, released_at_ms = ?, release_reason = ?, "
-    "completed_at_ms = ?, updated_at_ms = ? WHERE attempt_id = ? AND version = ?"
-)
+#: The columns a record leaves absent (stored NULL) until the grant reaches that step.
+_LEASE_OPTIONAL = frozenset({"renewed_at_ms", "started_at_ms", "released_at_ms", "release_reason", "completed_at_ms"})
+LEASE_COLUMNS = ", ".join(_LEASE_NAMES)
+_SELECT_LEASE, _INSERT_LEASE, _UPDATE_LEASE = _statements("run_dispatch_leases", _LEASE_NAMES)
+_lease_fields = operator.attrgetter(*_LEASE_NAMES[1:])
 # Served by the partial index run_dispatch_leases_active (worker_id, session_generation).
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM run_dispatch_leases "
@@ -179,42 +167,22 @@ _SELECT_ACTIVE = (
 )
 
 
-def _absent_if_null(value: Any) -> Any:
-    return _UNSET if value is None else value
-
-
-def _null_if_absent(value: Any) -> Any:
-    return None if value is _UNSET else value
-
-
 def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
     """Project one stored lease row to a checked record.
 
     Raises:
         WorkerLeaseRepositoryError: the row breaks a contract invariant.
     """
-    attempt_id = row[0]
+    fields = dict(zip(_LEASE_NAMES, row))
+    attempt_id = fields["attempt_id"]
     try:
-        record = RunLeaseRecord(
-            attempt_id=attempt_id,
-            run_id=row[1],
-            worker_id=row[2],
-            session_id=row[3],
-            session_generation=row[4],
-            lease_generation=row[5],
-            version=row[6],
-            token_digest=row[7],
-            offer_id=row[8],
-            status=_LEASE_STATUS[row[9]],
-            expires_at_ms=row[10],
-            acquired_at_ms=row[11],
-            renewed_at_ms=_absent_if_null(row[12]),
-            started_at_ms=_absent_if_null(row[13]),
-            released_at_ms=_absent_if_null(row[14]),
-            release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
-            completed_at_ms=_absent_if_null(row[16]),
-            updated_at_ms=row[17],
-        )
+        for name in _LEASE_OPTIONAL:
+            if fields[name] is None:
+                fields[name] = _UNSET
+        fields["status"] = _LEASE_STATUS[fields["status"]]
+        if fields["release_reason"] is not _UNSET:
+            fields["release_reason"] = _RELEASE_REASON[fields["release_reason"]]
+        record = RunLeaseRecord(**fields)
     except (KeyError, ValueError, TypeError) as exc:
         raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} is malformed: {exc}") from None
     problem = lease_record_problem(record)
@@ -223,9 +191,30 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
     return record
 
 
+# Renew, release, start and complete each read back the row the step before wrote. A row tuple
+# equal to one already checked here (written or read; every column, so nothing can differ) gives
+# the same checked record, so the invariants are not checked again on the way back. A row that
+# breaks one raises and is never remembered. A bounded map, oldest entry dropped first.
+_checked_leases: dict[tuple[Any, ...], RunLeaseRecord] = {}
+
+
+def _remember_lease(row: tuple[Any, ...], record: RunLeaseRecord) -> None:
+    if len(_checked_leases) >= 64:
+        del _checked_leases[next(iter(_checked_leases))]
+    _checked_leases[row] = record
+
+
+def _checked_lease(row: tuple[Any, ...]) -> RunLeaseRecord:
+    record = _checked_leases.get(row)
+    if record is None:
+        record = lease_from_row(row)
+        _remember_lease(row, record)
+    return record
+
+
 def read_lease(connection: apsw.Connection, attempt_id: str) -> RunLeaseRecord | None:
     row = connection.execute(_SELECT_LEASE, (attempt_id,)).fetchone()
-    return None if row is None else lease_from_row(row)
+    return None if row is None else _checked_lease(row)
 
 
 def count_other_active(connection: apsw.Connection, worker_id: str, generation: int, attempt_id: str) -> int:
@@ -234,7 +223,7 @@ def count_other_active(connection: apsw.Connection, worker_id: str, generation: 
 
 
 def read_active_leases(connection: apsw.Connection, worker_id: str) -> list[RunLeaseRecord]:
-    return [lease_from_row(row) for row in connection.execute(_SELECT_ACTIVE, (worker_id,))]
+    return [_checked_lease(row) for row in connection.execute(_SELECT_ACTIVE, (worker_id,))]
 
 
 def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_version: int | None) -> None:
@@ -246,27 +235,10 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     problem = lease_record_problem(record)
     if problem is not None:
         raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
-    values = (
-        record.run_id,
-        record.worker_id,
-        record.session_id,
-        record.session_generation,
-        record.lease_generation,
-        record.version,
-        record.token_digest,
-        record.offer_id,
-        record.status.value,
-        record.expires_at_ms,
-        record.acquired_at_ms,
-        _null_if_absent(record.renewed_at_ms),
-        _null_if_absent(record.started_at_ms),
-        _null_if_absent(record.released_at_ms),
-        None if record.release_reason is _UNSET else record.release_reason.value,
-        _null_if_absent(record.completed_at_ms),
-        record.updated_at_ms,
-    )
+    values = _stored_values(_lease_fields(record))
     _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
                f"lease of attempt {record.attempt_id!r}")
+    _remember_lease((record.attempt_id, *values), record)
 
 
 # --------------------------------------------------------------------------- Attempt projection

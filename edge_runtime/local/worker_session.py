@@ -49,8 +49,9 @@ def expect(cmd: Any, kind: type, operation: str) -> None:
         raise InvalidWorkerLeaseCommandError(f"{operation} expects a {kind.__name__}, got {type(cmd).__name__}")
 
 
-class WorkerSessionOperations:
-    """Session half of the repository; holds the database handle for both halves."""
+class WorkerSessions:
+    """The Worker Session authority: register, heartbeat, drain, offline, and the session fence the
+    Run Lease authority checks every grant against (:meth:`current`)."""
 
     __slots__ = ("_db",)
 
@@ -221,7 +222,7 @@ class WorkerSessionOperations:
                 f"session {session.session_id!r} of worker {session.worker_id!r} has an expired session lease"
             )
 
-    def _current_session(
+    def current(
         self, cmd: Any, now: int, *, allowed: tuple[SessionStatus, ...], require_live: bool = True
     ) -> WorkerSessionRecord:
         """The caller's session, fenced by worker, session id and generation (not version)."""

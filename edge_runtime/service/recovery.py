@@ -66,12 +66,13 @@ def recover(
         WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session is no longer the
             current one (the sweep is fenced); the caller stops taking work.
     """
+    recovery = _Recovery(runs, worker, supervisor, controller, journal, boot_id)
     counts = dict.fromkeys(RecoveryOutcome, 0)
     for lease in worker.earlier_session_leases():
         if lease.attempt_id in supervisor.running:
             continue
         try:
-            outcome = _recover_one(lease.attempt_id, runs, worker, supervisor, controller, journal, boot_id)
+            outcome = recovery.one(lease.attempt_id)
         except EdgeRuntimeError as exc:
             journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
             outcome = RecoveryOutcome.FAILED
@@ -102,36 +103,55 @@ class RecoveryOutcome(enum.StrEnum):
     FAILED = "failed"  # recovery of it failed (logged); tried again on the next pass
 
 
-def _recover_one(
-    attempt_id: str,
-    runs: RunStore,
-    worker: WorkerSession,
-    supervisor: AttemptSupervisor,
-    controller: LocalProcessController,
-    journal: Journal,
-    boot_id: str,
-) -> RecoveryOutcome:
-    attempt = runs.get_attempt(attempt_id)
-    if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING):
-        worker.complete(attempt_id)  # the Attempt already ended; close the grant it left open
+class _Recovery:
+    """What one recovery pass works with, so each step reads it instead of threading it along."""
+
+    __slots__ = ("runs", "worker", "supervisor", "controller", "journal", "boot_id")
+
+    def __init__(self, runs: RunStore, worker: WorkerSession, supervisor: AttemptSupervisor,
+                 controller: LocalProcessController, journal: Journal, boot_id: str) -> None:
+        self.runs, self.worker, self.supervisor = runs, worker, supervisor
+        self.controller, self.journal, self.boot_id = controller, journal, boot_id
+
+    def one(self, attempt_id: str) -> RecoveryOutcome:
+        runs, supervisor, controller = self.runs, self.supervisor, self.controller
+        attempt = runs.get_attempt(attempt_id)
+        if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING):
+            self.worker.complete(attempt_id)  # the Attempt already ended; close the grant it left open
+            return RecoveryOutcome.LOST
+        if attempt.status is not AttemptStatus.RUNNING:
+            return RecoveryOutcome.PENDING  # the orphan sweep decides, once its owner can no longer be starting it
+        identity = attempt.identity
+        if identity is None:
+            return self._end(attempt, AttemptStatus.LOST, REASON_NO_IDENTITY)
+        if identity.boot_id != self.boot_id:
+            return self._end(attempt, AttemptStatus.LOST, REASON_REBOOTED)
+        if controller.leader_alive(identity) and supervisor.adopt(attempt):
+            return RecoveryOutcome.ADOPTED
+        run = runs.get(attempt.run_id)
+        cancelled = run.cancel_requested_at_ms is not _UNSET
+        if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
+            supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
+            return RecoveryOutcome.AWAITING_KILL
+        _mark_output_gap(attempt, REASON_GONE, self.journal)
+        supervisor.adopt_gone(attempt, REASON_GONE)
+        return RecoveryOutcome.SETTLING
+
+    def _end(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> RecoveryOutcome:
+        journal = self.journal
+        if attempt.log_path is not _UNSET:
+            # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
+            fifo = Path(attempt.log_path).with_suffix(".fifo")
+            if reason is REASON_REBOOTED:  # without an identity no process ever wrote to it
+                _mark_output_gap(attempt, reason, journal)
+            try:
+                fifo.unlink(missing_ok=True)
+            except OSError as exc:
+                journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
+        self.runs.finish_attempt(attempt.id, status, actor_id=self.worker.owner, reason=reason)
+        self.worker.complete(attempt.id)
+        journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
         return RecoveryOutcome.LOST
-    if attempt.status is not AttemptStatus.RUNNING:
-        return RecoveryOutcome.PENDING  # the orphan sweep decides, once its owner can no longer be starting it
-    identity = attempt.identity
-    if identity is None:
-        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_NO_IDENTITY)
-    if identity.boot_id != boot_id:
-        return _end(runs, worker, journal, attempt, AttemptStatus.LOST, REASON_REBOOTED)
-    if controller.leader_alive(identity) and supervisor.adopt(attempt):
-        return RecoveryOutcome.ADOPTED
-    run = runs.get(attempt.run_id)
-    cancelled = run.cancel_requested_at_ms is not _UNSET
-    if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
-        supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
-        return RecoveryOutcome.AWAITING_KILL
-    _mark_output_gap(attempt, REASON_GONE, journal)
-    supervisor.adopt_gone(attempt, REASON_GONE)
-    return RecoveryOutcome.SETTLING
 
 
 def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> None:
@@ -147,26 +167,3 @@ def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> N
                                    f"({reason}); what it wrote after the service stopped, up to 64 KiB, is lost")
     except OSError as exc:
         journal.warning("recovery.log_not_marked", attempt=attempt.id, detail=str(exc))
-
-
-def _end(
-    runs: RunStore,
-    worker: WorkerSession,
-    journal: Journal,
-    attempt: AttemptRecord,
-    status: AttemptStatus,
-    reason: str,
-) -> RecoveryOutcome:
-    if attempt.log_path is not _UNSET:
-        # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
-        fifo = Path(attempt.log_path).with_suffix(".fifo")
-        if reason is REASON_REBOOTED:  # without an identity no process ever wrote to it
-            _mark_output_gap(attempt, reason, journal)
-        try:
-            fifo.unlink(missing_ok=True)
-        except OSError as exc:
-            journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
-    runs.finish_attempt(attempt.id, status, actor_id=worker.owner, reason=reason)
-    worker.complete(attempt.id)
-    journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
-    return RecoveryOutcome.LOST
