@@ -14,6 +14,7 @@ import psycopg
 
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import RunRepositoryError
 from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 
 STORAGE_FAILED = "CLUSTER_STORAGE_FAILED"
@@ -51,6 +52,12 @@ class ClusterDispatchStorageError(RepositoryError):
 
 class ClusterLeaseStorageError(WorkerLeaseRepositoryError):
     """PostgreSQL failed under a Worker Session or Run Lease operation."""
+
+    code = STORAGE_FAILED
+
+
+class ClusterRunStorageError(RunRepositoryError):
+    """PostgreSQL failed under a Run or Attempt operation."""
 
     code = STORAGE_FAILED
 

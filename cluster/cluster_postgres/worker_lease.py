@@ -12,6 +12,7 @@ an offline session is ever reported as "not running".
 from __future__ import annotations
 
 import hmac
+import uuid
 from typing import Any
 
 import msgspec
@@ -37,10 +38,12 @@ from edge_runtime.contract.run_lease import (
     ReleaseRunLeaseCommand,
     RenewRunLeaseCommand,
     RunLeaseRecord,
+    StartRunCommand,
+    StartRunOutcome,
     dedupe_key_for,
     lease_record_problem,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStatus
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
@@ -69,6 +72,7 @@ from edge_runtime.contract.worker_session import (
 )
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
+from cluster_postgres.runs import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
 
 
 _UNSET = msgspec.UNSET
@@ -130,6 +134,40 @@ _SET_PROJECTION = (
     "lease_expires_at_ms = %s, updated_at_ms = %s, status = coalesce(%s, status) WHERE id = %s"
 )
 _NO_PROJECTION = (None,) * 8
+
+REASON_ORPHAN_UNSTARTED = "never started: its service stopped or was replaced before the start barrier"
+REASON_ORPHAN_STARTING = (
+    "its service stopped while starting the process; its identity was never recorded, so it is never signalled"
+)
+# Attempts that recorded no process yet, with their grant and whether that grant's session is
+# still its worker's current, non-offline, live session (the Local query, in PostgreSQL types).
+_ORPHAN_CANDIDATES = f"""
+SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
+       coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
+                AND s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false), t.now
+FROM ql3.run_attempts a
+CROSS JOIN (SELECT ql3.now_ms() AS now) t
+LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
+LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
+"""
+_ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms, a.id"
+_ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = %s"
+
+
+def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
+    """The Local rule (``edge_runtime.local.run_start``): stranded before a process was recorded."""
+    _, status, created_at_ms, lease_status, expires_at_ms, owner_live, now = row
+    if lease_status is None:
+        # claim_run follows create_attempt within milliseconds in a live service.
+        return created_at_ms <= now - abandon_after_ms
+    if lease_status != LeaseStatus.LEASED.value:
+        return True
+    expired = expires_at_ms <= now
+    if status == "claimed":
+        return expired or not owner_live
+    # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
+    return expired and not owner_live
 
 
 def _bump(version: int, what: str) -> int:
@@ -195,8 +233,9 @@ class PostgresWorkerLeaseRepository:
     """Fenced Worker Sessions and Run Leases in ``ql3``. One connection, not thread-safe.
 
     Mutations: ``register``, ``heartbeat``, ``drain``, ``offline``, ``claim_run``, ``renew``,
-    ``release``, ``begin_start``, ``complete``; reads: ``find_session``, ``find_lease``,
-    ``count_active_leases``, ``list_active_leases``.
+    ``release``, ``begin_start``, ``complete``, and the composed start of issue 9: ``start_run``,
+    ``abandon_start``, ``sweep_orphans``; reads: ``find_session``, ``find_lease``,
+    ``count_active_leases``, ``free_slots``, ``list_active_leases``.
     """
 
     __slots__ = ("_conn", "_cur")
@@ -227,6 +266,19 @@ class PostgresWorkerLeaseRepository:
             if row is None:
                 return 0
             return self._cur.execute(_COUNT_ACTIVE, (worker_id, _session(row).generation, "")).fetchone()[0]
+
+    def free_slots(self, worker_id: str, session_generation: int) -> int:
+        """What a start by that session may still take: ``min(max_concurrent_runs, available_slots)``
+        minus its own ``leased`` grants; 0 unless it is the worker's current online session. A read
+        for planning; :meth:`start_run` decides again under the Worker row lock."""
+        reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            row = self._cur.execute(_SELECT_SESSION, (worker_id,)).fetchone()
+            session = None if row is None else _session(row)
+            if session is None or session.generation != session_generation or session.status is not SessionStatus.ONLINE:
+                return 0
+            active = self._cur.execute(_COUNT_ACTIVE, (worker_id, session_generation, "")).fetchone()[0]
+        return max(0, min(session.max_concurrent_runs, session.available_slots) - active)
 
     def list_active_leases(self, worker_id: str) -> list[RunLeaseRecord]:
         """Every ``leased`` grant of the worker, of any session generation (restart recovery)."""
@@ -451,6 +503,148 @@ class PostgresWorkerLeaseRepository:
             event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now,
                                 attempt_status=attempt[1])
             return LeaseTransitionOutcome(lease=lease, event=event)
+
+    # ================================================================= the composed start (issue 9)
+
+    def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
+        """Take a queued Run: its next Attempt, its Run Lease and the start barrier, in one
+        transaction under the Worker and Run row locks (the Local semantics; only ``claimed``
+        writes anything).
+
+        Raises:
+            WorkerLeaseFenceRejectedError: the session is not the worker's current one, or its
+                version moved (a heartbeat the caller has not seen).
+            WorkerSessionRejectedError: the session is draining, offline or expired.
+            WorkerLeaseRepositoryError: database failure; nothing written.
+        """
+        _expect(cmd, StartRunCommand, "start_run")
+        digest = digest_run_lease_token(cmd.lease_token)
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+            run_row = cur.execute(_LOCK_RUN, (cmd.run_id,)).fetchone()
+            now = clamp(cur, database_now(cur), None if session_row is None else session_row[12], None, "", "")
+            session = self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
+            if session.version != cmd.session_version:
+                raise WorkerLeaseFenceRejectedError(
+                    f"session {cmd.session_id!r} of worker {cmd.worker_id!r} is at version {session.version}, "
+                    f"not {cmd.session_version}; it takes no work on a stale fence"
+                )
+            reason = self._run_problem(run_row)
+            if reason is None and run_row[1] != RunStatus.QUEUED.value:
+                reason = NotClaimableReason.RUN_NOT_QUEUED
+            if reason is not None:
+                return NotClaimableOutcome(reason=reason)
+            active = cur.execute(_COUNT_ACTIVE, (cmd.worker_id, session.generation, "")).fetchone()[0]
+            if active >= session.max_concurrent_runs or active >= session.available_slots:
+                return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
+                                         available_slots=session.available_slots)
+            run = self._run_version(run_row)
+            cur.execute("UPDATE ql3.runs SET status = 'dispatching' WHERE id = %s", (cmd.run_id,))
+            insert_attempt(cur, run, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
+            claimed = RunLeaseRecord(
+                attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,
+                offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
+                acquired_at_ms=now, updated_at_ms=now,
+            )
+            self._store_lease(claimed, None)
+            self._move_projection((cmd.run_id, "claimed", *_NO_PROJECTION), None, claimed, now)
+            self._event(run, claimed, str(uuid.uuid4()), EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
+            started = _replace(claimed, version=2, started_at_ms=now)
+            self._store_lease(started, 1)
+            self._move_projection((cmd.run_id, "claimed", *_projection(claimed)), claimed, started, now,
+                                  set_status="starting")
+            event = self._event(run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now)
+            return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
+
+    def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus:
+        """Undo a start whose process was never spawned; the Run's status afterwards.
+
+        Fenced by the grant as stored, not by the current session (a replaced service still knows
+        it spawned nothing). Idempotent: a retry after our own committed abandon returns the status.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: the grant moved (someone else settled this Attempt).
+            WorkerLeaseRepositoryError: database failure; the caller retries.
+        """
+        cur = self._cur
+        with Transaction(self._conn, ClusterLeaseStorageError):
+            run_row, attempt = self._lock_run_and_attempt(lease.attempt_id)
+            row = cur.execute(_LOCK_LEASE, (lease.attempt_id,)).fetchone()
+            current = None if row is None else _lease(row)
+            now = database_now(cur)
+            if current is not None and current.status is LeaseStatus.COMPLETED and current.version == lease.version + 1:
+                return RunStatus(run_row[1])  # our own earlier attempt at this committed
+            if (
+                current is None or current.status is not LeaseStatus.LEASED or current.worker_id != lease.worker_id
+                or current.session_generation != lease.session_generation
+                or current.lease_generation != lease.lease_generation or current.version != lease.version
+                or not hmac.compare_digest(current.token_digest, lease.token_digest)
+            ):
+                raise WorkerLeaseFenceRejectedError(self._mismatch(lease.attempt_id, current))
+            run = self._run_version(run_row)
+            now = clamp(cur, now, current.updated_at_ms, run, current.run_id, actor_id)
+            return self._settle(lease.attempt_id, run, attempt, current, reason=reason, now=now,
+                                actor_id=actor_id, may_have_started=False)
+
+    def sweep_orphans(self, cmd: Any, *, abandon_after_ms: int) -> list[tuple[str, RunStatus]]:
+        """End the Attempts stranded before a process was recorded, by any current session.
+
+        ``cmd`` is the caller's session fence (``worker_id``, ``session_id``,
+        ``session_generation``): only a current, online, live session sweeps. Reads first, then one
+        short transaction per orphan that re-checks it under the row locks.
+
+        Raises:
+            WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: the caller's session is not
+                current (a fenced-out service changes nothing).
+        """
+        cur = self._cur
+        with reading(ClusterLeaseStorageError):
+            rows = cur.execute(_ALL_ORPHAN_CANDIDATES).fetchall()
+        done = []
+        for row in rows:
+            if not _is_orphan(row, abandon_after_ms):
+                continue
+            with Transaction(self._conn, ClusterLeaseStorageError):
+                session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+                run_row, attempt = self._lock_run_and_attempt(row[0])
+                lease_row = cur.execute(_LOCK_LEASE, (row[0],)).fetchone()
+                now = database_now(cur)
+                self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
+                fresh = cur.execute(_ONE_ORPHAN_CANDIDATE, (row[0],)).fetchone()
+                if fresh is None or not _is_orphan(fresh, abandon_after_ms):
+                    continue
+                started = fresh[1] == "starting"
+                lease = None if lease_row is None else _lease(lease_row)
+                run = self._run_version(run_row)
+                if run is not None:
+                    now = clamp(cur, now, None if lease is None else lease.updated_at_ms, run, attempt[0], cmd.worker_id)
+                done.append((row[0], self._settle(
+                    row[0], run, attempt, lease,
+                    reason=REASON_ORPHAN_STARTING if started else REASON_ORPHAN_UNSTARTED, now=now,
+                    actor_id=cmd.worker_id, may_have_started=started,
+                )))
+        return done
+
+    def _settle(self, attempt_id: str, run: list[int] | None, attempt: tuple[Any, ...] | None,
+                lease: RunLeaseRecord | None, *, reason: str, now: int, actor_id: str,
+                may_have_started: bool) -> RunStatus:
+        """Close the grant (if still held) and end the Attempt by ``end_unstarted``'s rule; the
+        Run (``run``: its locked ``[version, event_sequence]``), the Attempt and the grant are
+        locked by the caller."""
+        if run is None or attempt is None:
+            raise ClusterLeaseStorageError(f"attempt {attempt_id!r} has no run")
+        if lease is not None and lease.status is LeaseStatus.LEASED:
+            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=_bump(lease.version, "lease"),
+                                 completed_at_ms=now, updated_at_ms=now)
+            self._store_lease(completed, lease.version)
+            self._move_projection(attempt, lease, completed, now)
+            self._event(run, completed, str(uuid.uuid4()), EVENT_LEASE_COMPLETED, "completed", now)
+        record = run_from_row(self._cur.execute(f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s",
+                                                (attempt[0],)).fetchone())
+        return end_unstarted(self._cur, attempt_id, record, reason=reason, now=now, actor_id=actor_id,
+                             may_have_started=may_have_started, fence=run)
 
     # ----------------------------------------------------------------- helpers
 

@@ -111,12 +111,15 @@ def test_composite_fks_bind_an_attempt_to_its_own_run(owner: Any) -> None:
     assert composite == {"run_cancellation_dispatches", "run_dispatch_leases"}
 
 
-def test_only_the_two_partial_dispatch_indexes_and_the_active_lease_index_exist(owner: Any) -> None:
+def test_only_the_partial_dispatch_lease_and_run_scan_indexes_exist(owner: Any) -> None:
     rows = dict(owner.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ql3' AND indexname NOT LIKE '%pkey' "
         "AND indexname NOT LIKE '%key'").fetchall())
     assert set(rows) == {"run_cancellation_dispatches_due", "run_cancellation_dispatches_lease_expiry",
-                         "run_dispatch_leases_active"}
+                         "run_dispatch_leases_active", "runs_schedule_slot", "runs_queued", "run_attempts_active"}
+    assert "(schedule_id, scheduled_for_ms) WHERE (schedule_id IS NOT NULL)" in rows["runs_schedule_slot"]
+    assert "(created_at_ms) WHERE (status = 'queued'::text)" in rows["runs_queued"]
+    assert "'claimed'::text, 'starting'::text, 'running'::text" in rows["run_attempts_active"]
     assert "WHERE (status = ANY (ARRAY['pending'::text, 'retry_wait'::text]))" in rows["run_cancellation_dispatches_due"]
     assert "(lease_expires_at_ms) WHERE (status = 'leased'::text)" in rows["run_cancellation_dispatches_lease_expiry"]
 
@@ -133,7 +136,7 @@ def test_readiness_passes_and_fails_closed_on_privilege_settings_and_checksum_dr
         assert failed == {"privileges": "ql3_runtime has DELETE on ql3.runs"}
     finally:
         owner.execute("REVOKE DELETE ON ql3.runs FROM ql3_runtime")
-    owner.execute("UPDATE ql3.schema_migrations SET checksum = repeat('0', 64)")
+    owner.execute("UPDATE ql3.schema_migrations SET checksum = repeat('0', 64) WHERE id = '0001_ql3_core'")
     try:
         failed = {c.name: c.detail for c in readiness(dsn) if not c.ok}
         assert failed == {"migrations": "migration 0001_ql3_core was edited after it was applied (checksum differs)"}
@@ -141,7 +144,8 @@ def test_readiness_passes_and_fails_closed_on_privilege_settings_and_checksum_dr
             migrate(dsn)
         assert main(["check", "--dsn", dsn]) == 1
     finally:
-        owner.execute("UPDATE ql3.schema_migrations SET checksum = %s", (known_migrations()[0].checksum,))
+        owner.execute("UPDATE ql3.schema_migrations SET checksum = %s WHERE id = '0001_ql3_core'",
+                      (known_migrations()[0].checksum,))
     with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
         admin.execute("ALTER ROLE ql3_runtime SET lock_timeout = '2s'")
         try:

@@ -40,8 +40,8 @@ class _SetUp:
     name: str
     dispatch: Any
     leases: Any
-    #: The run store (``RunStore`` and the CLI's operations); None where the adapter has none yet.
-    runs: Any = None
+    #: The run store (``RunStore`` and the CLI's operations).
+    runs: Any
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         raise NotImplementedError
@@ -145,6 +145,7 @@ class PostgresBackend(_SetUp):
     def __init__(self, database: Any) -> None:
         from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
         from cluster_postgres.connection import connect
+        from cluster_postgres.runs import PostgresRunRepository
         from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 
         self.database = database
@@ -154,6 +155,7 @@ class PostgresBackend(_SetUp):
         self.conn = connect(database.runtime_dsn)
         self.dispatch = PostgresCancellationDispatchRepository(self.conn)
         self.leases = PostgresWorkerLeaseRepository(self.conn)
+        self.runs = PostgresRunRepository(self.conn)
 
     def now(self) -> int:
         return self.owner.execute("SELECT ql3.now_ms()").fetchone()[0]

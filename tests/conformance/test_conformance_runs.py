@@ -1,6 +1,5 @@
 """Runs and Attempts conformance (docs/runs.md): every body runs against each adapter's run store.
 
-The PostgreSQL run store comes with issue 12; until then its parameter skips these bodies.
 Ported from tests/unit/test_local_runs.py; state is arranged only through the backend's set-up API.
 """
 
@@ -27,8 +26,6 @@ IDENTITY = ProcessIdentity(pid=4242, pgid=4242, start_ticks=777, boot_id="boot-a
 
 @pytest.fixture
 def runs(backend: Any) -> Any:
-    if backend.runs is None:
-        pytest.skip(f"the {backend.name} adapter has no run store yet (the PostgreSQL one comes with issue 12)")
     return backend.runs
 
 

@@ -1,0 +1,597 @@
+"""PostgreSQL Run/Attempt repository: the same operations and results as the Local one (docs/runs.md).
+
+Every mutation is one READ COMMITTED transaction (cluster-profile.md §4): the rows it changes are
+locked ``FOR NO KEY UPDATE`` in the global order Run -> Attempt, database time is read once after
+the last lock, and each event is the Run's version CAS + sequence + insert of
+:func:`cluster_postgres.run_events.append_run_event`, so a failure rolls all of it back. The scans
+the service polls are plain reads that decide nothing; the queue scan skips Runs another
+transaction holds (``SKIP LOCKED``), and the transition that follows re-checks under its locks.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from collections.abc import Collection
+from typing import Any
+
+import msgspec
+import psycopg
+
+from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
+from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.runs import (
+    ACTIVE_ATTEMPT_STATUSES,
+    ACTIVE_RUN_STATUSES,
+    EVENT_ATTEMPT_CREATED,
+    EVENT_CANCEL_ESCAPED,
+    EVENT_CANCEL_REQUESTED,
+    EVENT_KILL_SENT,
+    EVENT_RUN_CREATED,
+    EVENT_RUN_REQUEUED,
+    EVENT_RUN_STARTED,
+    RUN_STATUS_AFTER_ATTEMPT,
+    TERMINAL_ATTEMPT_STATUSES,
+    AttemptRecord,
+    AttemptStatus,
+    CancellationCandidate,
+    CancelRunCommand,
+    InvalidRunCommandError,
+    KillCandidate,
+    ProcessIdentity,
+    RunDetail,
+    RunNotFoundError,
+    RunRecord,
+    RunRepositoryError,
+    RunStateConflictError,
+    RunStatus,
+    SubmitRunCommand,
+    run_ended_event,
+)
+from edge_runtime.contract.validation import identifier_problem
+from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
+from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
+from cluster_postgres.run_events import append_run_event, database_now
+
+_UNSET = msgspec.UNSET
+_encode_json = msgspec.json.Encoder().encode
+_decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
+
+EXECUTOR_LOCAL_PROCESS = "local_process"
+REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
+#: The channel a sleeping service LISTENs on (``cluster_postgres.store``); submit and cancel NOTIFY
+#: it inside their transaction, so the wake-up is delivered exactly when the change commits.
+WAKE_CHANNEL = "ql3_wake"
+_NOTIFY = f"NOTIFY {WAKE_CHANNEL}"
+#: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
+_ESCAPED_PIDS_KEPT = 32
+
+
+def _sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
+    """An SQL ``IN`` list derived from the contract (never retyped), in declaration order."""
+    return "(" + ", ".join(f"'{status.value}'" for status in kind if status in members) + ")"
+
+
+ACTIVE_RUN_SQL = _sql_in(RunStatus, ACTIVE_RUN_STATUSES)
+ACTIVE_ATTEMPT_SQL = _sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
+
+RUN_COLUMNS = (
+    "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
+    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms"
+)
+ATTEMPT_COLUMNS = (
+    "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
+    "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
+)
+_SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s"
+_LOCK_RUN = _SELECT_RUN + " FOR NO KEY UPDATE"
+_SELECT_ATTEMPT = f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE id = %s"
+_LOCK_ATTEMPT = _SELECT_ATTEMPT + " FOR NO KEY UPDATE"
+_ATTEMPT_RUN_ID = "SELECT run_id FROM ql3.run_attempts WHERE id = %s"  # immutable: read before locking the Run
+_EVENT_COLUMNS = "id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, created_at_ms"
+
+
+def _absent(value: Any) -> Any:
+    return _UNSET if value is None else value
+
+
+def run_from_row(row: tuple[Any, ...]) -> RunRecord:
+    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
+     schedule_id, scheduled_for, timeout) = row
+    try:
+        if command is not None and not (isinstance(command, list) and all(type(a) is str for a in command)):
+            raise ValueError("command is not a list of strings")
+        return RunRecord(
+            id=run_id, execution_owner=owner, status=RunStatus(status), version=version, event_sequence=sequence,
+            name=_absent(name), command=_absent(command), cancel_requested_at_ms=_absent(requested),
+            cancel_reason=_absent(reason), created_at_ms=created, updated_at_ms=_absent(updated),
+            finished_at_ms=_absent(finished), schedule_id=_absent(schedule_id),
+            scheduled_for_ms=_absent(scheduled_for), timeout_ms=_absent(timeout),
+        )
+    except ValueError as exc:
+        raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
+
+
+def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
+    (attempt_id, run_id, number, status, executor, pid, pgid, ticks, boot_id, exit_code, reason, log_path,
+     started, term_sent, deadline, killed, finished, created) = row
+    try:
+        status = AttemptStatus(status)
+    except ValueError:
+        raise RunRepositoryError(f"stored attempt {attempt_id!r} has unknown status {status!r}") from None
+    if len({pid is None, pgid is None, ticks is None, boot_id is None}) != 1:
+        raise RunRepositoryError(f"stored attempt {attempt_id!r} has a partial process identity")
+    return AttemptRecord(
+        id=attempt_id, run_id=run_id, attempt=number, status=status, executor_type=executor, pid=_absent(pid),
+        pgid=_absent(pgid), process_start_ticks=_absent(ticks), boot_id=_absent(boot_id),
+        exit_code=_absent(exit_code), end_reason=_absent(reason), log_path=_absent(log_path),
+        started_at_ms=_absent(started), term_sent_at_ms=_absent(term_sent), kill_deadline_at_ms=_absent(deadline),
+        killed_at_ms=_absent(killed), finished_at_ms=_absent(finished), created_at_ms=created,
+    )
+
+
+def _check_run_id(run_id: object) -> None:
+    problem = identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH)
+    if problem is not None:
+        raise InvalidRunCommandError(problem)
+
+
+def _new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class PostgresRunRepository:
+    """Runs, Attempts and the reads the CLI and the service need, on a ``ql3_runtime`` connection."""
+
+    __slots__ = ("_conn", "_cur")
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+        self._cur = conn.cursor()
+
+    def _tx(self) -> Transaction:
+        return Transaction(self._conn, ClusterRunStorageError)
+
+    # ----------------------------------------------------------------- reads
+
+    def _run_row(self, run_id: str) -> RunRecord | None:
+        row = self._cur.execute(_SELECT_RUN, (run_id,)).fetchone()
+        return None if row is None else run_from_row(row)
+
+    def _attempt_row(self, attempt_id: str) -> AttemptRecord | None:
+        row = self._cur.execute(_SELECT_ATTEMPT, (attempt_id,)).fetchone()
+        return None if row is None else attempt_from_row(row)
+
+    def get(self, run_id: str) -> RunRecord:
+        """The Run, or :class:`RunNotFoundError`."""
+        _check_run_id(run_id)
+        with reading(ClusterRunStorageError):
+            run = self._run_row(run_id)
+        if run is None:
+            raise RunNotFoundError(f"no run with id {run_id!r}")
+        return run
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE run_id = %s ORDER BY attempt", (run_id,)
+            ).fetchall()
+        return [attempt_from_row(row) for row in rows]
+
+    def get_attempt(self, attempt_id: str) -> AttemptRecord | None:
+        with reading(ClusterRunStorageError):
+            return self._attempt_row(attempt_id)
+
+    def detail(self, run_id: str) -> RunDetail:
+        """The Run with its Attempts and dispatch record, for ``show``, from one snapshot."""
+        _check_run_id(run_id)
+        with self._tx():
+            self._cur.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            run = self.get(run_id)
+            attempts = self.attempts(run_id)
+            dispatch = PostgresCancellationDispatchRepository(self._conn).find_by_run_id(run_id)
+        return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
+                         dispatch=_UNSET if dispatch is None else dispatch)
+
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
+        """Newest first."""
+        with reading(ClusterRunStorageError):
+            if status is None:
+                rows = self._cur.execute(
+                    f"SELECT {RUN_COLUMNS} FROM ql3.runs ORDER BY created_at_ms DESC, id DESC LIMIT %s", (limit,)
+                ).fetchall()
+            else:
+                rows = self._cur.execute(
+                    f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE status = %s ORDER BY created_at_ms DESC, id DESC "
+                    "LIMIT %s", (RunStatus(status).value, limit),
+                ).fetchall()
+        return [run_from_row(row) for row in rows]
+
+    def events(self, run_id: str) -> list[RunEvent]:
+        self.get(run_id)
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT {_EVENT_COLUMNS} FROM ql3.run_events WHERE run_id = %s ORDER BY sequence", (run_id,)
+            ).fetchall()
+        return [RunEvent(id=r[0], run_id=r[1], sequence=r[2], type=r[3], dedupe_key=r[4], actor_type=r[5],
+                         actor_id=r[6], attempt_id=_absent(r[7]),
+                         payload=r[8] if isinstance(r[8], dict) else _decode_payload(r[8]), created_at_ms=r[9])
+                for r in rows]
+
+    # ----------------------------------------------------------------- submit / cancel
+
+    def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord:
+        """Create a queued, runtime-owned Run and its ``run.created`` event."""
+        if not isinstance(cmd, SubmitRunCommand):
+            raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
+        name = None if cmd.name is _UNSET else cmd.name
+        timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
+        with self._tx():
+            now = database_now(self._cur)
+            run_id = insert_run(self._cur, cmd.argv, name=name, now=now, actor_type="user", actor_id=actor_id,
+                                timeout_ms=timeout_ms)
+            self._cur.execute(_NOTIFY)
+            return self._run_row(run_id)
+
+    def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
+        """Record a durable cancel request (idempotent while one is pending); see the Local repository.
+
+        Raises:
+            RunNotFoundError: no such Run.
+            RunStateConflictError: the Run already ended, or is not runtime-owned.
+        """
+        if not isinstance(cmd, CancelRunCommand):
+            raise InvalidRunCommandError(f"request_cancel expects a CancelRunCommand, got {type(cmd).__name__}")
+        _check_run_id(cmd.run_id)
+        reason = None if cmd.reason is _UNSET else cmd.reason
+        with self._tx():
+            cur = self._cur
+            row = cur.execute(_LOCK_RUN, (cmd.run_id,)).fetchone()
+            if row is None:
+                raise RunNotFoundError(f"no run with id {cmd.run_id!r}")
+            run = run_from_row(row)
+            if run.execution_owner != "runtime":
+                raise RunStateConflictError(f"run {cmd.run_id} is owned by {run.execution_owner}, not this runtime")
+            if run.status not in ACTIVE_RUN_STATUSES:
+                raise RunStateConflictError(f"run {cmd.run_id} already ended as {run.status.value}")
+            if run.cancel_requested_at_ms is not _UNSET:
+                return run
+            now = database_now(cur)
+            active = cur.execute(
+                f"SELECT count(*) FROM ql3.run_attempts WHERE run_id = %s AND status IN {ACTIVE_ATTEMPT_SQL}",
+                (cmd.run_id,),
+            ).fetchone()[0]
+            cur.execute("UPDATE ql3.runs SET cancel_requested_at_ms = %s, cancel_reason = %s WHERE id = %s",
+                        (now, reason, cmd.run_id))
+            fence = [run.version, run.event_sequence]
+            payload: dict[str, Any] = {"requested_at_ms": now}
+            if reason is not None:
+                payload["reason"] = reason
+            _event(cur, fence, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
+            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
+                end_run(cur, fence, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
+                        extra={"reason": "cancelled before an attempt started"})
+            cur.execute(_NOTIFY)
+            return self._run_row(cmd.run_id)
+
+    # ----------------------------------------------------------------- attempt lifecycle
+
+    def create_attempt(self, run_id: str, *, actor_id: str) -> AttemptRecord | None:
+        """Take a queued Run (``dispatching``) and create its next Attempt as ``claimed``; None when
+        the Run is not queued, cancel-requested or not runtime-owned. Unfenced: for tools and tests;
+        the service takes work through ``PostgresWorkerLeaseRepository``."""
+        _check_run_id(run_id)
+        with self._tx():
+            cur = self._cur
+            row = cur.execute(_LOCK_RUN, (run_id,)).fetchone()
+            if row is None:
+                return None
+            run = run_from_row(row)
+            if (run.status is not RunStatus.QUEUED or run.cancel_requested_at_ms is not _UNSET
+                    or run.execution_owner != "runtime"):
+                return None
+            now = database_now(cur)
+            cur.execute("UPDATE ql3.runs SET status = 'dispatching' WHERE id = %s", (run_id,))
+            attempt_id = _new_id()
+            insert_attempt(cur, [run.version, run.event_sequence], run_id, attempt_id, now=now, actor_id=actor_id)
+            return self._attempt_row(attempt_id)
+
+    def _lock_run_and_attempt(self, attempt_id: str) -> tuple[RunRecord, AttemptRecord] | None:
+        """Lock the Attempt's Run, then the Attempt (the global order); None when it does not exist."""
+        found = self._cur.execute(_ATTEMPT_RUN_ID, (attempt_id,)).fetchone()
+        if found is None:
+            return None
+        run = run_from_row(self._cur.execute(_LOCK_RUN, (found[0],)).fetchone())
+        return run, attempt_from_row(self._cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone())
+
+    def _require(self, attempt_id: str) -> tuple[RunRecord, AttemptRecord]:
+        locked = self._lock_run_and_attempt(attempt_id)
+        if locked is None:
+            raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+        return locked
+
+    def requeue_unstarted(self, attempt_id: str, *, actor_id: str, reason: str) -> AttemptRecord:
+        """End a ``claimed`` Attempt that never got its Run Lease and requeue its ``dispatching`` Run
+        (or cancel both when a cancel is pending; see :func:`end_unstarted`).
+
+        Raises:
+            RunStateConflictError: the Attempt is not ``claimed`` or its Run is not ``dispatching``.
+        """
+        with self._tx():
+            locked = self._lock_run_and_attempt(attempt_id)
+            if locked is None or locked[1].status is not AttemptStatus.CLAIMED:
+                state = "missing" if locked is None else locked[1].status.value
+                raise RunStateConflictError(f"attempt {attempt_id} is {state}, not claimed")
+            run, _ = locked
+            if run.status is not RunStatus.DISPATCHING:
+                raise RunStateConflictError(f"run {run.id} is {run.status.value}, not dispatching")
+            now = database_now(self._cur)
+            end_unstarted(self._cur, attempt_id, run, reason=reason, now=now, actor_id=actor_id,
+                          may_have_started=False)
+            return self._attempt_row(attempt_id)
+
+    def record_running(
+        self, attempt_id: str, identity: ProcessIdentity, *, log_path: str, actor_id: str
+    ) -> AttemptRecord:
+        """The process exists: store its identity durably and move ``starting -> running``.
+
+        Raises:
+            RunStateConflictError: the Attempt is not ``starting``.
+        """
+        with self._tx():
+            cur = self._cur
+            locked = self._lock_run_and_attempt(attempt_id)
+            if locked is None or locked[1].status is not AttemptStatus.STARTING:
+                state = "missing" if locked is None else locked[1].status.value
+                raise RunStateConflictError(f"attempt {attempt_id} is {state}, not starting")
+            run, _ = locked
+            now = database_now(cur)
+            cur.execute(
+                "UPDATE ql3.run_attempts SET status = 'running', pid = %s, pgid = %s, process_start_ticks = %s, "
+                "boot_id = %s, log_path = %s, started_at_ms = %s, updated_at_ms = %s WHERE id = %s",
+                (identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
+            )
+            if run.status in (RunStatus.DISPATCHING, RunStatus.QUEUED):
+                cur.execute("UPDATE ql3.runs SET status = 'running' WHERE id = %s", (run.id,))
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}",
+                   actor_id, {"attempt_id": attempt_id, "pid": identity.pid}, now, attempt_id=attempt_id)
+            return self._attempt_row(attempt_id)
+
+    def finish_attempt(
+        self, attempt_id: str, status: AttemptStatus, *, actor_id: str, exit_code: int | None = None,
+        reason: str | None = None,
+    ) -> AttemptRecord:
+        """End an active Attempt and its Run, with one event (idempotent for an ended Attempt).
+
+        A lost Attempt ends the Run as failed, or cancelled when a cancel was requested.
+        """
+        status = AttemptStatus(status)
+        if status not in TERMINAL_ATTEMPT_STATUSES:
+            raise InvalidRunCommandError(f"{status.value} is not a terminal attempt status")
+        with self._tx():
+            cur = self._cur
+            run, attempt = self._require(attempt_id)
+            if attempt.status in TERMINAL_ATTEMPT_STATUSES:
+                return attempt
+            now = database_now(cur)
+            cur.execute(
+                "UPDATE ql3.run_attempts SET status = %s, exit_code = %s, end_reason = %s, finished_at_ms = %s, "
+                "updated_at_ms = %s WHERE id = %s", (status.value, exit_code, reason, now, now, attempt_id),
+            )
+            run_status = RUN_STATUS_AFTER_ATTEMPT[status]
+            if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
+                run_status = RunStatus.CANCELLED
+            extra: dict[str, Any] = {"attempt_id": attempt_id, "attempt_status": status.value}
+            if exit_code is not None:
+                extra["exit_code"] = exit_code
+            if reason is not None:
+                extra["reason"] = reason
+            if run.status in ACTIVE_RUN_STATUSES:
+                end_run(cur, [run.version, run.event_sequence], run.id, run_status, now, actor_id,
+                        attempt_id=attempt_id, extra=extra)
+            return self._attempt_row(attempt_id)
+
+    def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord:
+        """SIGTERM went to the group; the SIGKILL deadline is ``now + grace_ms``. The first one stands."""
+        with self._tx():
+            cur = self._cur
+            if cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone() is None:
+                raise RunNotFoundError(f"no attempt with id {attempt_id!r}")
+            now = database_now(cur)
+            cur.execute(
+                "UPDATE ql3.run_attempts SET term_sent_at_ms = coalesce(term_sent_at_ms, %s), "
+                "kill_deadline_at_ms = coalesce(kill_deadline_at_ms, %s), updated_at_ms = %s WHERE id = %s",
+                (now, now + grace_ms, now, attempt_id),
+            )
+            return self._attempt_row(attempt_id)
+
+    def record_killed(self, attempt_id: str, *, actor_id: str, outcome: str = "killed") -> AttemptRecord:
+        """SIGKILL went to the group after the grace period: recorded once, with ``run.kill_sent``."""
+        with self._tx():
+            cur = self._cur
+            run, attempt = self._require(attempt_id)
+            if attempt.killed_at_ms is not _UNSET:
+                return attempt
+            now = database_now(cur)
+            cur.execute("UPDATE ql3.run_attempts SET killed_at_ms = %s, updated_at_ms = %s WHERE id = %s",
+                        (now, now, attempt_id))
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_KILL_SENT, f"kill-sent:{attempt_id}",
+                   actor_id, {"attempt_id": attempt_id, "kill_deadline_at_ms": _none(attempt.kill_deadline_at_ms),
+                              "outcome": outcome}, now, attempt_id=attempt_id)
+            return self._attempt_row(attempt_id)
+
+    def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
+        """A ``run.cancel_escaped`` event (descendants outside the process group), once per Attempt."""
+        dedupe_key = f"cancel-escaped:{attempt_id}"
+        with self._tx():
+            cur = self._cur
+            run, _ = self._require(attempt_id)
+            if cur.execute("SELECT 1 FROM ql3.run_events WHERE run_id = %s AND dedupe_key = %s",
+                           (run.id, dedupe_key)).fetchone():
+                return
+            now = database_now(cur)
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
+                   {"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   attempt_id=attempt_id)
+
+    # ----------------------------------------------------------------- the service's scans
+
+    def queued_run_ids(self, limit: int) -> list[str]:
+        """Oldest queued Runs without a cancel request; Runs another transaction is taking are skipped."""
+        with self._tx():
+            rows = self._cur.execute(
+                "SELECT id FROM ql3.runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                "AND execution_owner = 'runtime' ORDER BY created_at_ms, id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED",
+                (limit,),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def active_attempts(self) -> list[AttemptRecord]:
+        """Every Attempt that may still own a process (for watching and restart recovery)."""
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} "
+                "ORDER BY created_at_ms, id"
+            ).fetchall()
+        return [attempt_from_row(row) for row in rows]
+
+    def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]:
+        """Cancel-requested active Runs whose active Attempt has no dispatch yet, or a due one."""
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"""
+                SELECT r.id, a.id, r.cancel_requested_at_ms
+                FROM ql3.runs r
+                JOIN ql3.run_attempts a ON a.run_id = r.id AND a.status IN {ACTIVE_ATTEMPT_SQL}
+                LEFT JOIN ql3.run_cancellation_dispatches d ON d.run_id = r.id
+                CROSS JOIN (SELECT ql3.now_ms() AS now) t
+                WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
+                  AND r.execution_owner = 'runtime'
+                  AND (d.run_id IS NULL
+                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait')
+                           AND d.next_attempt_at_ms <= t.now)
+                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= t.now))
+                ORDER BY r.cancel_requested_at_ms, r.id
+                LIMIT %s
+                """,
+                (limit,),
+            ).fetchall()
+        return [CancellationCandidate(*row) for row in rows]
+
+    def kill_candidates(self) -> list[KillCandidate]:
+        """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
+                f"AND killed_at_ms IS NULL AND status IN {ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ql3.now_ms()"
+            ).fetchall()
+        candidates = []
+        for row in rows:
+            attempt = attempt_from_row(row)
+            if attempt.identity is not None:
+                candidates.append(KillCandidate(attempt.id, attempt.run_id, attempt.identity,
+                                                attempt.kill_deadline_at_ms))
+        return candidates
+
+    def next_due_at_ms(self) -> int | None:
+        """The earliest time at which cancellation or kill work becomes due, or None."""
+        with reading(ClusterRunStorageError):
+            return self._cur.execute(
+                f"""
+                SELECT min(t) FROM (
+                    SELECT min(d.next_attempt_at_ms) AS t FROM ql3.run_cancellation_dispatches d
+                      JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
+                      WHERE d.status IN ('pending', 'retry_wait')
+                    UNION ALL
+                    SELECT min(d.lease_expires_at_ms) FROM ql3.run_cancellation_dispatches d
+                      JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
+                      WHERE d.status = 'leased'
+                    UNION ALL
+                    SELECT min(kill_deadline_at_ms) FROM ql3.run_attempts
+                      WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
+                        AND status IN {ACTIVE_ATTEMPT_SQL}
+                ) due
+                """
+            ).fetchone()[0]
+
+
+def _none(value: Any) -> Any:
+    return None if value is _UNSET else value
+
+
+def _event(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, event_type: str, dedupe_key: str, actor_id: str,
+           payload: dict[str, Any], now: int, *, attempt_id: str | None = None) -> None:
+    """Append one event of the locked Run (``fence``: its ``[version, event_sequence]``, advanced):
+    by the worker when it concerns an Attempt, else by the user."""
+    append_run_event(cur, fence, run_id=run_id, event_id=_new_id(), event_type=event_type, dedupe_key=dedupe_key,
+                     actor_type="user" if attempt_id is None else "worker", actor_id=actor_id,
+                     attempt_id=attempt_id, payload=payload, now_ms=now)
+
+
+def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, reason: str, now: int,
+                  actor_id: str, may_have_started: bool, fence: list[int] | None = None) -> RunStatus:
+    """End an Attempt whose process was never recorded; the Run's new status (the Local rule of
+    ``edge_runtime.local.runs.end_unstarted``: requeue unless a process may have started or a cancel
+    is pending). Inside the caller's transaction, with the Run and the Attempt locked."""
+    fence = [run.version, run.event_sequence] if fence is None else fence
+    cancelled = run.cancel_requested_at_ms is not _UNSET
+    status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
+    if cancelled and not may_have_started:
+        reason = REASON_CANCELLED_BEFORE_START
+    cur.execute("UPDATE ql3.run_attempts SET status = %s, end_reason = %s, finished_at_ms = %s, updated_at_ms = %s "
+                "WHERE id = %s", (status.value, reason, now, now, attempt_id))
+    extra = {"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason}
+    if run.status not in ACTIVE_RUN_STATUSES:
+        return run.status
+    if cancelled or may_have_started:
+        run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
+        end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+        return run_status
+    cur.execute("UPDATE ql3.runs SET status = 'queued' WHERE id = %s", (run.id,))
+    _event(cur, fence, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
+           {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
+    return RunStatus.QUEUED
+
+
+def end_run(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, status: RunStatus, now: int, actor_id: str, *,
+            attempt_id: str | None, extra: dict[str, Any]) -> None:
+    """Move the locked Run to a terminal ``status`` with its one ``run.<status>`` event."""
+    cur.execute("UPDATE ql3.runs SET status = %s, finished_at_ms = %s WHERE id = %s", (status.value, now, run_id))
+    _event(cur, fence, run_id, run_ended_event(status), "run.finished", actor_id, {"status": status.value, **extra},
+           now, attempt_id=attempt_id)
+
+
+def insert_attempt(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, attempt_id: str, *, now: int,
+                   actor_id: str) -> int:
+    """Insert the locked Run's next Attempt as ``claimed`` with ``run.attempt_created``; its number."""
+    number = cur.execute("SELECT coalesce(max(attempt), 0) + 1 FROM ql3.run_attempts WHERE run_id = %s",
+                         (run_id,)).fetchone()[0]
+    cur.execute(
+        "INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
+        "VALUES (%s, %s, %s, 'claimed', %s, %s, %s)", (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+    )
+    _event(cur, fence, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
+           {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
+    return number
+
+
+def insert_run(cur: psycopg.Cursor[Any], argv: list[str], *, name: str | None, now: int, actor_type: str,
+               actor_id: str, timeout_ms: int | None = None, schedule_id: str | None = None,
+               scheduled_for_ms: int | None = None) -> str:
+    """Insert a queued, runtime-owned Run with its ``run.created`` event; its id."""
+    run_id = _new_id()
+    cur.execute(
+        "INSERT INTO ql3.runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (%s, 'runtime', 'queued', 0, 0, %s, "
+        "%s::jsonb, %s, %s, %s, %s, %s)",
+        (run_id, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+    )
+    payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
+    if schedule_id is not None:
+        payload |= {"schedule_id": schedule_id, "scheduled_for_ms": scheduled_for_ms}
+    if timeout_ms is not None:
+        payload["timeout_ms"] = timeout_ms
+    append_run_event(cur, [0, 0], run_id=run_id, event_id=_new_id(), event_type=EVENT_RUN_CREATED,
+                     dedupe_key=EVENT_RUN_CREATED, actor_type=actor_type, actor_id=actor_id, payload=payload,
+                     now_ms=now)
+    return run_id
