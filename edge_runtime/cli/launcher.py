@@ -15,6 +15,12 @@ of the one-file budget for one system call. A pidfd of the launcher (Linux 5.3+,
 own process watch) turns readable when it exits, and a daemon thread blocked on it sends the signal:
 no wake-up until then. Kernels without pidfds get a parent-pid check once per ``_POLL_S``.
 
+The unpack directory the dead launcher can no longer remove is removed by a small *reaper*, a
+fork of this process that waits (on a pidfd of this process, else on its own parent pid) until
+this process has exited. Not by this process itself: while the watch thread removed it, the main
+thread could still be starting and loading modules from there, fail half-way and end the process
+with the directory half removed; and ``serve`` still loads modules while it stops cleanly.
+
 The launcher's pid comes from the unpack directory's name (the bootloader embeds it there and
 verifies it itself), not from ``getppid()`` at start, which is already init's when the launcher
 died first. That race is closed by checking, after the pidfd is opened, that the parent is still
@@ -32,6 +38,7 @@ import time
 from edge_runtime.service.watch import open_pidfd
 
 _POLL_S = 1.0  # the parent-pid check where the kernel gives no pidfd
+_REAPER_POLL_S = 0.05  # the reaper's check, where the kernel gives no pidfd: the removal follows the exit closely
 #: How long ``serve`` may take to stop after its launcher died before it is killed: the stop timeout
 #: of the shipped systemd unit and procd script (TimeoutStopSec, term_timeout).
 _STOP_TIMEOUT_S = 30.0
@@ -101,23 +108,64 @@ def _watch(launcher: int, pidfd: int | None, signum: int) -> None:
     # killed, as the supervisor would have done had its SIGKILL reached this process.
     time.sleep(_STOP_TIMEOUT_S)
     _say(f"edge-runtime: not stopped {_STOP_TIMEOUT_S:g} s after the launcher exited; killing\n")
-    _remove(sys._MEIPASS)
     os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _end(launcher: int, signum: int) -> None:
-    """Do what the dead launcher no longer will (remove the unpack directory), then take ``signum``."""
-    home = sys._MEIPASS
+    """Leave the unpack directory to a reaper (the dead launcher no longer removes it), then take ``signum``."""
     try:
-        if signal.getsignal(signum) in (signal.SIG_DFL, None):
-            _remove(home)  # the signal ends this process at once: nothing will load from there again
-        else:
-            import atexit
-
-            atexit.register(_remove, home)  # serve stops cleanly first and may still load a module
+        _start_reaper(sys._MEIPASS)
+        if signal.getsignal(signum) not in (signal.SIG_DFL, None):
             _say(f"edge-runtime: the one-file launcher (pid {launcher}) exited; stopping as on SIGTERM\n")
     finally:
         os.kill(os.getpid(), signum)
+
+
+def _start_reaper(home: str) -> None:
+    """Fork a process that removes ``home`` once this process has exited, however it ends."""
+    # Loaded before the fork: the reaper must not load a module from the directory it removes.
+    import select
+    import shutil  # noqa: F401  (used by _remove)
+
+    me = os.getpid()
+    pidfd = open_pidfd(me)  # opened before the fork: it cannot name a later holder of our pid
+    try:
+        reaper = os.fork()
+    except OSError as exc:
+        _say(f"edge-runtime: cannot start the process that removes the unpack directory {home}: {exc}\n")
+        if pidfd is not None:
+            os.close(pidfd)
+        return
+    if reaper:
+        if pidfd is not None:
+            os.close(pidfd)
+        return
+    code = 0
+    try:  # the reaper: it never returns into the command's code
+        os.setsid()  # out of the process group: a Ctrl-C or a group kill aimed at the command spares it
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
+            signal.signal(signum, signal.SIG_DFL)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        os.dup2(devnull, 0)
+        os.dup2(devnull, 1)  # stderr stays, to report a failed removal; a reader of stdout sees EOF
+        # The database, sockets and pipes of the command are not the reaper's to hold open.
+        high = os.sysconf("SC_OPEN_MAX")
+        if pidfd is None:
+            os.closerange(3, high)
+        else:
+            os.closerange(3, pidfd)
+            os.closerange(pidfd + 1, high)
+        if pidfd is not None:
+            select.select([pidfd], [], [])
+        else:
+            while os.getppid() == me:
+                time.sleep(_REAPER_POLL_S)
+        _remove(home)
+    except BaseException as exc:  # noqa: BLE001  (reported; the reaper must end here whatever happened)
+        _say(f"edge-runtime: the unpack directory {home} was not removed: {exc!r}\n")
+        code = 1
+    finally:
+        os._exit(code)
 
 
 def _remove(home: str) -> None:

@@ -130,6 +130,11 @@ def _kill_launcher_and_wait_for_child(cli: Cli, launcher: subprocess.Popen) -> t
     return child, time.monotonic() - killed_at
 
 
+def _wait_for_unpack_dir_removed(env: dict[str, str]) -> None:
+    """The child's reaper removes the dead launcher's unpack dir just after the child has exited."""
+    wait_for(lambda: not list(Path(env["TMPDIR"]).iterdir()), "the unpack directory to be removed")
+
+
 def test_serve_stops_with_its_killed_launcher_and_a_new_serve_readopts_its_attempt(cli, env, tmp_path) -> None:
     first_log, second_log = tmp_path / "serve-1.log", tmp_path / "serve-2.log"
     first = cli.serve(first_log)
@@ -145,7 +150,7 @@ def test_serve_stops_with_its_killed_launcher_and_a_new_serve_readopts_its_attem
     log = first_log.read_text()
     assert "launcher (pid" in log and "exited" in log  # it said why it stopped
     assert "service.stopped" in log  # a clean stop (SIGTERM), not a kill
-    assert list(Path(env["TMPDIR"]).iterdir()) == []  # the unpack dir the launcher left is gone too
+    _wait_for_unpack_dir_removed(env)  # the unpack dir the launcher left is gone too
     assert _alive(attempt_pid)  # the Attempt was left running, to be re-adopted
 
     second = cli.serve(second_log)
@@ -180,7 +185,7 @@ def test_a_long_cli_command_dies_with_its_killed_launcher(cli, env, tmp_path) ->
 
         child, elapsed = _kill_launcher_and_wait_for_child(cli, reader)
         print(f"logs child {child} ended {elapsed:.2f} s after its launcher was killed")
-        assert list(Path(env["TMPDIR"]).iterdir()) == []
+        _wait_for_unpack_dir_removed(env)
     finally:
         reader.stdout.close()
 
@@ -193,4 +198,4 @@ def test_a_launcher_killed_while_its_child_starts_leaves_no_child(cli, env, tmp_
         launcher = cli.start("serve", stdout=out, stderr=subprocess.STDOUT)
     child, elapsed = _kill_launcher_and_wait_for_child(cli, launcher)
     print(f"starting child {child} ended {elapsed:.2f} s after its launcher was killed")
-    assert list(Path(env["TMPDIR"]).iterdir()) == []
+    _wait_for_unpack_dir_removed(env)
