@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="short",
         help="fault campaigns: 'short' (bounded, for make test/CI) or 'long' (make fault)",
     )
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """Skips counted by reason, one line each, in place of a line per skipped test (``-r`` in the
+    addopts leaves ``s`` out): a run without PostgreSQL or without a build skips a hundred or more
+    tests for two or three reasons, and those reasons are what the reader needs."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if reasons:
+        terminalreporter.section("skipped, by reason")
+        for reason, count in reasons.most_common():
+            terminalreporter.line(f"{count:5d}  {reason}")
 
 
 @pytest.fixture
