@@ -23,7 +23,7 @@ from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
-from edge_runtime.local.run_start import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
+from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
 from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, recover
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
