@@ -1,0 +1,221 @@
+"""Issue 12: several ``edge-runtime-cluster serve`` workers on one PostgreSQL (cluster-profile.md §6).
+
+- Several hosts: three workers, each in a network namespace of its own reaching a throwaway
+  PostgreSQL over its veth (or, where namespaces cannot be made, as separate processes), 210 Runs
+  submitted at once all end, each executed exactly once; no session above its capacity (sampled
+  from the database while they run); each cancel is delivered by the worker whose host runs the
+  process, and the cancelled process tree dies (latency printed, never asserted).
+- A worker dies (kill -9 of one serve): see test_a_killed_worker_....
+- The database fails over: see test_workers_follow_a_failover_....
+
+Figures (cancel latency, resume time) are printed (``-s`` shows them); only liveness guards
+fail a test on time.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import statistics
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from cluster_postgres.migrations import migrate
+from cluster_postgres.readiness import bootstrap
+from cluster_postgres.store import PostgresStore
+from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED, REASON_WORKER_GONE
+from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
+from edge_runtime.service.worker import WorkerSession
+from ha_cluster import HaPair, unavailable_reason
+from pg_test_database import unavailable
+from serve_harness import (
+    Namespace,
+    Worker,
+    kill_attempt_groups,
+    live_group_members,
+    netns_unavailable_reason,
+    private_root,
+    wait_for,
+)
+
+ACTIVE = ("created", "queued", "dispatching", "running")
+#: A task that appends its Run id to the ledger file given as $0: one line per execution.
+def ledger_task(ledger: Path, then: str = "") -> list[str]:
+    return ["sh", "-c", 'echo "$EDGE_RUNTIME_RUN_ID" >> "$0"' + (f"; {then}" if then else ""), str(ledger)]
+
+
+def ledger_counts(ledger: Path) -> collections.Counter[str]:
+    return collections.Counter(ledger.read_text().split()) if ledger.exists() else collections.Counter()
+
+
+def _dsn(host: str, port: int, user: str, dbname: str = "qinglong") -> str:
+    return f"host={host} port={port} user={user} dbname={dbname} connect_timeout=3"
+
+
+def active_count(conn: Any) -> int:
+    return conn.execute(f"SELECT count(*) FROM ql3.runs WHERE status IN {ACTIVE}").fetchone()[0]
+
+
+def assert_event_logs_have_no_gap(conn: Any) -> None:
+    gaps = conn.execute(
+        "SELECT r.id, r.event_sequence, count(e.sequence), min(e.sequence), max(e.sequence) "
+        "FROM ql3.runs r LEFT JOIN ql3.run_events e ON e.run_id = r.id GROUP BY r.id, r.event_sequence "
+        "HAVING count(e.sequence) <> r.event_sequence OR min(e.sequence) <> 1 OR max(e.sequence) <> r.event_sequence"
+    ).fetchall()
+    assert gaps == []
+
+
+class CapacitySampler(threading.Thread):
+    """Samples, from the database, each worker's active Run Leases against its capacity."""
+
+    def __init__(self, dsn: str) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.stop = threading.Event()
+        self.samples = 0
+        self.peak: dict[str, int] = collections.defaultdict(int)
+        self.over: list[tuple[str, int, int]] = []
+        self.errors: list[str] = []
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    rows = conn.execute(
+                        "SELECT l.worker_id, count(*), min(least(s.max_concurrent_runs, s.available_slots)), "
+                        "min(s.max_concurrent_runs) FROM ql3.run_dispatch_leases l "
+                        "JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id AND s.generation = l.session_generation "
+                        "WHERE l.status = 'leased' GROUP BY l.worker_id").fetchall()
+                    self.samples += 1
+                    for worker_id, active, _, capacity in rows:
+                        self.peak[worker_id] = max(self.peak[worker_id], active)
+                        if active > capacity:
+                            self.over.append((worker_id, active, capacity))
+                    time.sleep(0.02)
+        except psycopg.Error as exc:
+            self.errors.append(str(exc))
+
+
+def _group_gone(pgid: int) -> bool:
+    return not live_group_members(pgid)
+
+
+# ====================================================================== several hosts
+
+
+def test_three_workers_on_three_hosts_run_210_runs_exactly_once_within_capacity_and_cancel_on_the_right_host(
+        tmp_path: Path) -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        unavailable(reason)
+    netns_reason = netns_unavailable_reason()
+    mode = "netns" if netns_reason is None else "processes"
+    print(f"\nmulti-host mode: {mode}" + (f" (network namespaces unavailable: {netns_reason})" if netns_reason else ""))
+    slots = 3
+    namespaces = [Namespace(i) for i in range(1, 4)] if mode == "netns" else []
+    hba = tuple(f"host all all {ns.subnet} trust" for ns in namespaces)
+    with private_root() as root:
+        try:
+            for ns in namespaces:
+                ns.create()
+            with HaPair(standby=False, listen_addresses="*" if namespaces else "127.0.0.1", hba=hba,
+                        log_statements=False) as ha:
+                port = ha.primary.port
+                bootstrap(ha.primary.dsn, "qinglong")
+                migrate(_dsn("127.0.0.1", port, "ql3_migration_owner"))
+                superuser = _dsn("127.0.0.1", port, "postgres")
+                workers = [
+                    Worker(root, f"host-{i}", _dsn(ns.host_ip if namespaces else "127.0.0.1", port, "ql3_runtime"),
+                           slots=slots, namespace=ns if namespaces else None)
+                    for i, ns in zip(range(1, 4), namespaces or [None] * 3)
+                ]
+                with psycopg.connect(superuser, autocommit=True) as db:
+                    try:
+                        _several_hosts(db, workers, superuser, _dsn("127.0.0.1", port, "ql3_runtime"), tmp_path,
+                                       slots, mode)
+                    finally:
+                        for worker in workers:
+                            worker.kill9()
+                        kill_attempt_groups(db)
+        finally:
+            for ns in namespaces:
+                ns.delete()
+
+
+def _several_hosts(db: Any, workers: list[Worker], superuser: str, client_dsn: str, tmp_path: Path, slots: int,
+                   mode: str) -> None:
+    for worker in workers:
+        worker.start()
+    wait_for(lambda: db.execute("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online'").fetchone()[0] == 3,
+             60, "three workers registered")
+    if mode == "netns":  # each reached the database from its own namespace's address, over its veth
+        peers = {row[0] for row in db.execute(
+            "SELECT host(client_addr) FROM pg_stat_activity WHERE usename = 'ql3_runtime'").fetchall()}
+        assert {w.namespace.ns_ip for w in workers} <= peers
+    ledger = tmp_path / "ledger"
+    sampler = CapacitySampler(superuser)
+    sampler.start()
+    store = PostgresStore(client_dsn)
+    try:
+        submitted = [store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger, "sleep 0.2"))).id for _ in range(210)]
+        started = time.monotonic()
+        wait_for(lambda: active_count(db) == 0, 300, "all 210 runs ended", interval=0.2)
+        elapsed = time.monotonic() - started
+    finally:
+        sampler.stop.set()
+        sampler.join(10)
+    counts = ledger_counts(ledger)
+    assert sorted(counts) == sorted(submitted) and set(counts.values()) == {1}  # each executed exactly once
+    statuses = dict(db.execute("SELECT id, status FROM ql3.runs").fetchall())
+    assert {statuses[run_id] for run_id in submitted} == {"succeeded"}
+    assert set(dict(db.execute("SELECT run_id, count(*) FROM ql3.run_attempts GROUP BY run_id").fetchall()).values()) == {1}
+    per_worker = dict(db.execute("SELECT worker_id, count(*) FROM ql3.run_dispatch_leases GROUP BY worker_id").fetchall())
+    assert set(per_worker) == {w.worker_id for w in workers} and min(per_worker.values()) > 0
+    assert sampler.errors == [] and sampler.samples > 0 and max(sampler.peak.values()) > 0
+    assert sampler.over == []  # no session ever above its capacity
+    assert max(sampler.peak.values()) <= slots
+    print(f"210 runs on 3 workers: {elapsed:.1f} s; runs per worker {per_worker}; "
+          f"peak leases per worker {dict(sampler.peak)} (capacity {slots}, {sampler.samples} samples)")
+
+    # Cancels: fill every slot with a process tree, then cancel them all at once.
+    trees = [store.runs.submit(SubmitRunCommand(argv=["sh", "-c", "sleep 120 & sleep 120 & wait"])).id
+             for _ in range(3 * slots)]
+    wait_for(lambda: db.execute("SELECT count(*) FROM ql3.runs WHERE status = 'running' AND id = ANY(%s)",
+                                (trees,)).fetchone()[0] == len(trees), 60, "the process trees running")
+    where = {run_id: (worker_id, pgid) for run_id, worker_id, pgid in db.execute(
+        "SELECT a.run_id, l.worker_id, a.pgid FROM ql3.run_attempts a JOIN ql3.run_dispatch_leases l "
+        "ON l.attempt_id = a.id WHERE a.run_id = ANY(%s)", (trees,)).fetchall()}
+    assert all(len(live_group_members(pgid)) == 3 for _, pgid in where.values())
+    requested: dict[str, float] = {}
+    for run_id in trees:
+        store.runs.request_cancel(CancelRunCommand(run_id=run_id))
+        requested[run_id] = time.monotonic()
+    latency: dict[str, float] = {}
+
+    def all_gone() -> bool:
+        for run_id, (_, pgid) in where.items():
+            if run_id not in latency and _group_gone(pgid):
+                latency[run_id] = time.monotonic() - requested[run_id]
+        return len(latency) == len(where)
+
+    wait_for(all_gone, 60, "every cancelled process tree gone", interval=0.005)
+    wait_for(lambda: db.execute("SELECT count(*) FROM ql3.runs WHERE status = 'cancelled' AND id = ANY(%s)",
+                                (trees,)).fetchone()[0] == len(trees), 60, "the cancelled runs ended")
+    # Delivered by the worker whose host runs the process: the dispatch event's actor, and its log.
+    for run_id, actor in db.execute("SELECT run_id, actor_id FROM ql3.run_events WHERE type = 'run.cancel_dispatched' "
+                                    "AND run_id = ANY(%s)", (trees,)).fetchall():
+        assert actor.split("#")[0] == where[run_id][0]
+    for worker in workers:
+        mine = {run_id for run_id, (worker_id, _) in where.items() if worker_id == worker.worker_id}
+        logged = {run_id for run_id in trees if f"cancel.dispatched run={run_id}" in worker.log_text()}
+        assert logged == mine
+    assert_event_logs_have_no_gap(db)
+    store.close()
+    ms = sorted(v * 1000 for v in latency.values())
+    print(f"cancel latency (request committed -> process tree gone), {len(ms)} cancels on "
+          f"{len({w for w, _ in where.values()})} workers: median {statistics.median(ms):.0f} ms, max {ms[-1]:.0f} ms")
