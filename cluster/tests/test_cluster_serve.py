@@ -219,3 +219,110 @@ def _several_hosts(db: Any, workers: list[Worker], superuser: str, client_dsn: s
     ms = sorted(v * 1000 for v in latency.values())
     print(f"cancel latency (request committed -> process tree gone), {len(ms)} cancels on "
           f"{len({w for w, _ in where.values()})} workers: median {statistics.median(ms):.0f} ms, max {ms[-1]:.0f} ms")
+
+
+# ====================================================================== a worker dies
+
+#: Short leases, so a dead worker's leases run out within seconds (both at their minimum range).
+SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE_MS": "3000",
+                "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}
+
+
+def _attempts(db: Any, run_id: str) -> list[tuple[Any, ...]]:
+    return db.execute("SELECT a.id, a.status, a.end_reason, a.pgid, l.worker_id FROM ql3.run_attempts a "
+                      "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id WHERE a.run_id = %s "
+                      "ORDER BY a.attempt", (run_id,)).fetchall()
+
+
+def _status(db: Any, run_id: str) -> str:
+    return db.execute("SELECT status FROM ql3.runs WHERE id = %s", (run_id,)).fetchone()[0]
+
+
+def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsewhere_and_its_cancels_wait_for_it(
+        pg_database: Any, owner: Any, runtime: Any, tmp_path: Path) -> None:
+    pg_database.reset(owner, None)  # real database time: leases run out by the database's clock
+    db = owner
+    ledger = tmp_path / "ledger"
+    store = PostgresStore(pg_database.runtime_dsn)
+    with private_root() as root:
+        workers = {name: Worker(root, name, pg_database.runtime_dsn, slots=2, env=SHORT_LEASES)
+                   for name in ("w1", "w2", "w3")}
+        try:
+            # A worker that died right after taking two Runs: one never crossed the start barrier
+            # (claimed), one crossed it without recording a process (starting).
+            from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+
+            ghost = WorkerSession(PostgresWorkerLeaseRepository(runtime()), worker_id="ghost", slots=2,
+                                  session_lease_ms=1000, run_lease_ms=1000)
+            ghost.register()
+            unstarted = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
+            starting = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
+            assert ghost.claim(unstarted, store.runs.create_attempt(unstarted, actor_id="ghost").id) is not None
+            assert ghost.start(starting) is not None
+
+            w1 = workers["w1"]
+            w1.start()
+            long_runs = [store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger, "exec sleep 120"))).id
+                         for _ in range(2)]
+            wait_for(lambda: all(_status(db, r) == "running" for r in long_runs), 60, "w1 running both long runs")
+            assert {_attempts(db, r)[0][4] for r in long_runs} == {"w1"}
+            workers["w2"].start()
+            workers["w3"].start()
+            wait_for(lambda: db.execute("SELECT count(*) FROM ql3.worker_sessions WHERE worker_id IN ('w2', 'w3') "
+                                        "AND status = 'online'").fetchone()[0] == 2, 60, "w2 and w3 registered")
+
+            w1.kill9()
+            lost_run, waiting_run = long_runs
+            store.runs.request_cancel(CancelRunCommand(run_id=waiting_run))  # acknowledged while w1 is dead
+            killed_at_db = store.now_ms()
+            short = [store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id for _ in range(6)]
+
+            wait_for(lambda: _status(db, lost_run) == "failed", 60, "the dead worker's running Attempt ended")
+            wait_for(lambda: all(_status(db, r) != "queued" and _status(db, r) not in ACTIVE
+                                 for r in [*short, unstarted, starting]), 60, "the other runs ended")
+
+            # Its running Attempt: lost with the reason, after its Run Lease ran out by database time,
+            # ended by a live worker, never retried; the process is left alone (it cannot be proved stopped).
+            [(attempt_id, status, end_reason, pgid, _)] = _attempts(db, lost_run)
+            assert (status, end_reason) == ("lost", REASON_WORKER_GONE)
+            expires, completed = db.execute("SELECT expires_at_ms, completed_at_ms FROM ql3.run_dispatch_leases "
+                                            "WHERE attempt_id = %s", (attempt_id,)).fetchone()
+            assert killed_at_db < expires <= completed
+            ender = db.execute("SELECT actor_id FROM ql3.run_events WHERE run_id = %s AND type = 'run.failed'",
+                               (lost_run,)).fetchone()[0]
+            assert ender.split("#")[0] in ("w2", "w3")
+            assert live_group_members(pgid)  # still running on the dead worker's host: never signalled, never rerun
+            # Its Runs that never started: the unstarted one requeued and ran elsewhere, once; the one
+            # past the barrier failed (a process may have begun).
+            first, second = _attempts(db, unstarted)
+            assert first[1:3] == ("lost", REASON_ORPHAN_UNSTARTED) and second[1] == "succeeded"
+            assert second[4] in ("w2", "w3") and _status(db, unstarted) == "succeeded"
+            [(_, status, end_reason, _, _)] = _attempts(db, starting)
+            assert (status, end_reason, _status(db, starting)) == ("lost", REASON_ORPHAN_STARTING, "failed")
+            assert {_status(db, r) for r in short} == {"succeeded"}
+
+            # Its cancelled Attempt: the cancel stays pending for w1 (no other host can signal it).
+            [(waiting_attempt, status, _, waiting_pgid, _)] = _attempts(db, waiting_run)
+            assert status == "running" and _status(db, waiting_run) == "running"
+            assert db.execute("SELECT count(*) FROM ql3.run_events WHERE run_id = %s AND type = "
+                              "'run.cancel_dispatched'", (waiting_run,)).fetchone()[0] == 0
+            assert len(live_group_members(waiting_pgid)) == 1
+
+            # w1 comes back: it re-adopts the process and delivers the pending cancel itself.
+            w1.start()
+            wait_for(lambda: _status(db, waiting_run) == "cancelled", 60, "the pending cancel delivered by w1")
+            wait_for(lambda: _group_gone(waiting_pgid), 30, "the cancelled process gone")
+            actor = db.execute("SELECT actor_id FROM ql3.run_events WHERE run_id = %s AND type = "
+                               "'run.cancel_dispatched'", (waiting_run,)).fetchone()[0]
+            assert actor.startswith("w1#")
+            assert "adopted=1" in w1.log_text()
+
+            counts = ledger_counts(ledger)
+            assert max(counts.values()) == 1  # nothing ran twice
+            assert {r for r in [*short, unstarted, *long_runs]} == set(counts)
+            assert_event_logs_have_no_gap(db)
+        finally:
+            for worker in workers.values():
+                worker.kill9()
+            kill_attempt_groups(db)
+            store.close()
