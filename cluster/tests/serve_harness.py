@@ -125,8 +125,11 @@ class Namespace:
         _ip("link", "del", self.host_if, check=False)
 
     def cut(self) -> None:
-        """Take the link down: the worker can no longer reach the database."""
+        """Take the link down: the worker can no longer reach the database (no reset: silence)."""
         _ip("link", "set", self.host_if, "down")
+
+    def restore(self) -> None:
+        _ip("link", "set", self.host_if, "up")
 
 
 class Worker:

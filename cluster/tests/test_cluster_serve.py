@@ -15,6 +15,7 @@ fail a test on time.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import statistics
 import threading
@@ -326,3 +327,206 @@ def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsew
                 worker.kill9()
             kill_attempt_groups(db)
             store.close()
+
+
+# ====================================================================== failover
+
+
+class Submitter(threading.Thread):
+    """Submits a Run every 50 ms through the multi-host DSN; keeps the ids the database acknowledged."""
+
+    def __init__(self, dsn: str, ledger: Path) -> None:
+        super().__init__(daemon=True)
+        self.dsn = dsn
+        self.ledger = ledger
+        self.stop = threading.Event()
+        self.acked: list[tuple[float, str]] = []
+        self.failures = 0
+
+    def run(self) -> None:
+        from edge_runtime.contract.errors import EdgeRuntimeError
+
+        store = None
+        while not self.stop.is_set():
+            try:
+                store = store or PostgresStore(self.dsn)
+                run = store.runs.submit(SubmitRunCommand(argv=ledger_task(self.ledger)))
+                self.acked.append((time.monotonic(), run.id))
+            except EdgeRuntimeError:
+                self.failures += 1  # not acknowledged: the outcome may be either, and is not counted
+            self.stop.wait(0.05)
+        if store is not None:
+            store.close()
+
+
+def _retry(action: Any, timeout: float = 60) -> Any:
+    """Run ``action`` until the database acknowledges it (a liveness guard bounds the wait)."""
+    from edge_runtime.contract.errors import EdgeRuntimeError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return action()
+        except EdgeRuntimeError as exc:
+            if not exc.retryable or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_workers_follow_a_failover_through_a_multi_host_dsn_and_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
+    reason = unavailable_reason()
+    if reason is not None:
+        unavailable(reason)
+    ledger = tmp_path / "ledger"
+    with private_root() as root, HaPair(log_statements=False) as ha:
+        primary, standby = ha.primary, ha.standby
+        bootstrap(primary.dsn, "qinglong")
+        migrate(_dsn("127.0.0.1", primary.port, "ql3_migration_owner"))
+        ha.wait_streaming()
+        with psycopg.connect(primary.dsn, autocommit=True) as admin:  # acknowledged = on both servers
+            admin.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
+            admin.execute("SELECT pg_reload_conf()")
+            wait_for(lambda: admin.execute("SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'"
+                                           ).fetchone()[0] == 1, 30, "synchronous replication")
+        multi = (f"host=127.0.0.1,127.0.0.1 port={primary.port},{standby.port} user=ql3_runtime dbname=qinglong "
+                 "target_session_attrs=read-write connect_timeout=2")
+        workers = [Worker(root, f"f{i}", multi, slots=2) for i in range(1, 4)]
+        store = PostgresStore(multi)
+        submitter = Submitter(multi, ledger)
+        try:
+            for worker in workers:
+                worker.start()
+            on_primary = _dsn("127.0.0.1", primary.port, "postgres")
+            with psycopg.connect(on_primary, autocommit=True) as db:
+                wait_for(lambda: db.execute("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online'"
+                                            ).fetchone()[0] == 3, 60, "three workers registered")
+                long_runs = [store.runs.submit(SubmitRunCommand(argv=["sleep", "120"])).id for _ in range(3)]
+                wait_for(lambda: all(_status(db, r) == "running" for r in long_runs), 60, "long runs running")
+                store.runs.request_cancel(CancelRunCommand(run_id=long_runs[0]))  # acknowledged before
+            submitter.start()
+            time.sleep(2)
+            killed = time.monotonic()
+            ha.primary.stop("immediate")
+            ha.promote()
+            promoted = time.monotonic()
+            for run_id in long_runs[1:]:  # acknowledged after: on the new primary
+                _retry(lambda: store.runs.request_cancel(CancelRunCommand(run_id=run_id)))
+            on_new = _dsn("127.0.0.1", standby.port, "postgres")
+            with psycopg.connect(on_new, autocommit=True) as db:
+                promoted_ms = db.execute("SELECT ql3.now_ms()").fetchone()[0]
+
+                def first_after() -> float | None:
+                    after = [run_id for at, run_id in submitter.acked if at > promoted]
+                    done = after and db.execute("SELECT max(finished_at_ms) FROM ql3.runs WHERE id = ANY(%s) AND "
+                                                "status = 'succeeded'", (after,)).fetchone()[0]
+                    return time.monotonic() - promoted if done else None
+
+                resumed_s = wait_for(first_after, 60, "a run submitted after the promotion succeeded")
+                per_worker = wait_for(lambda: (lambda rows: rows if len(rows) == 3 else None)(dict(db.execute(
+                    "SELECT worker_id, min(acquired_at_ms) - %s FROM ql3.run_dispatch_leases WHERE acquired_at_ms > %s "
+                    "GROUP BY worker_id", (promoted_ms, promoted_ms)).fetchall())), 60, "every worker took work again")
+                time.sleep(1)
+                submitter.stop.set()
+                submitter.join(30)
+                wait_for(lambda: active_count(db) == 0, 120, "every run ended", interval=0.2)
+
+                acked = [run_id for _, run_id in submitter.acked]
+                assert len(acked) > 20 and any(at > promoted for at, _ in submitter.acked)
+                statuses = dict(db.execute("SELECT id, status FROM ql3.runs WHERE id = ANY(%s)", (acked,)).fetchall())
+                assert sorted(statuses) == sorted(acked)  # every acknowledged submit survived
+                assert set(statuses.values()) == {"succeeded"}
+                cancelled = db.execute("SELECT id FROM ql3.runs WHERE id = ANY(%s) AND status = 'cancelled' "
+                                       "AND cancel_requested_at_ms IS NOT NULL", (long_runs,)).fetchall()
+                assert len(cancelled) == 3  # every acknowledged cancel survived and was delivered
+                counts = ledger_counts(ledger)
+                assert all(counts[run_id] == 1 for run_id in acked) and max(counts.values()) == 1
+                processes = db.execute("SELECT max(n) FROM (SELECT count(pid) AS n FROM ql3.run_attempts "
+                                       "GROUP BY run_id) x").fetchone()[0]
+                assert processes == 1  # no Run had a process twice
+                assert_event_logs_have_no_gap(db)
+            for worker in workers:
+                text = worker.log_text()
+                logged = [int(part.split("=", 1)[1]) for line in text.splitlines() if "service.tick_failed" in line
+                          for part in line.split() if part.startswith("failures=")]
+                assert all(n & (n - 1) == 0 for n in logged)  # logged at the 1st, 2nd, 4th... failure only
+                assert "store.reconnected" in text
+            print(f"\nfailover: primary killed, standby promoted in {promoted - killed:.1f} s; "
+                  f"first run submitted after the promotion succeeded {resumed_s:.1f} s after it; "
+                  f"each worker's first new lease after the promotion (database ms): {per_worker}; "
+                  f"{submitter.failures} submits failed (not acknowledged) during the failover, {len(acked)} acknowledged")
+        finally:
+            submitter.stop.set()
+            for worker in workers:
+                worker.kill9()
+            store.close()
+            # After a failure the tasks are bounded (sleep 120) anyway; the servers go with HaPair.
+            with contextlib.suppress(psycopg.OperationalError), psycopg.connect(
+                    _dsn("127.0.0.1", standby.port, "postgres"), autocommit=True) as db:
+                kill_attempt_groups(db)
+
+
+# ====================================================================== the database unreachable
+
+
+def test_a_worker_cut_off_from_the_database_keeps_its_attempt_running_backs_off_and_resumes(tmp_path: Path) -> None:
+    reason = unavailable_reason() or netns_unavailable_reason()
+    if reason is not None:
+        unavailable(reason)
+    ns = Namespace(7)
+    release = tmp_path / "release"
+    with private_root() as root:
+        try:
+            ns.create()
+            with HaPair(standby=False, listen_addresses="*", hba=(f"host all all {ns.subnet} trust",),
+                        log_statements=False) as ha:
+                port = ha.primary.port
+                bootstrap(ha.primary.dsn, "qinglong")
+                migrate(_dsn("127.0.0.1", port, "ql3_migration_owner"))
+                # A quick fallback poll makes the worker use the database every second; short network
+                # timeouts (the DSN overrides the defaults) make each try fail fast on the cut link.
+                dsn = (f"host={ns.host_ip} port={port} user=ql3_runtime dbname=qinglong connect_timeout=2 "
+                       "tcp_user_timeout=2000 keepalives_idle=1 keepalives_interval=1 keepalives_count=2")
+                worker = Worker(root, "cut-1", dsn, slots=2, namespace=ns,
+                                env={"EDGE_RUNTIME_POLL_INTERVAL_MS": "1000", "EDGE_RUNTIME_SESSION_LEASE_MS": "120000",
+                                     "EDGE_RUNTIME_RUN_LEASE_MS": "120000"})
+                store = PostgresStore(_dsn("127.0.0.1", port, "ql3_runtime"))
+                with psycopg.connect(_dsn("127.0.0.1", port, "postgres"), autocommit=True) as db:
+                    try:
+                        worker.start()
+                        held = store.runs.submit(SubmitRunCommand(
+                            argv=["sh", "-c", 'while [ ! -e "$0" ]; do sleep 0.1; done', str(release)])).id
+                        wait_for(lambda: _status(db, held) == "running", 60, "the held run running")
+                        [(_, _, _, pgid, _)] = _attempts(db, held)
+                        ns.cut()
+                        cut_off = store.runs.submit(SubmitRunCommand(argv=["true"])).id
+                        wait_for(lambda: any("service.tick_failed" in line and "failures=4" in line
+                                             for line in worker.log_text().splitlines()), 120,
+                                 "four failed ticks in a row")
+                        assert live_group_members(pgid)  # its running Attempt is left alone meanwhile
+                        assert worker.process.poll() is None
+                        assert _status(db, cut_off) == "queued"
+                        ns.restore()
+                        restored = time.monotonic()
+                        wait_for(lambda: _status(db, cut_off) == "succeeded", 120, "the worker resumed")
+                        resumed_s = time.monotonic() - restored
+                        release.touch()
+                        wait_for(lambda: _status(db, held) == "succeeded", 60, "the held run ended normally")
+                        text = worker.log_text()
+                        logged = [int(part.split("=", 1)[1]) for line in text.splitlines()
+                                  if "service.tick_failed" in line for part in line.split()
+                                  if part.startswith("failures=")]
+                        assert logged[:3] == [1, 2, 4] and all(n & (n - 1) == 0 for n in logged)
+                        assert "service.recovered" in text and "store.reconnected" in text
+                        assert "wake.listening" in text  # the listener reconnected too
+                        assert_event_logs_have_no_gap(db)
+                        print(f"\nlink cut: worker resumed {resumed_s:.1f} s after the link came back; "
+                              f"tick failures logged: {logged}")
+                    except BaseException:
+                        print(worker.log_text())  # the worker's own account of what happened
+                        raise
+                    finally:
+                        worker.kill9()
+                        kill_attempt_groups(db)
+                        store.close()
+        finally:
+            ns.delete()
