@@ -1,4 +1,4 @@
-"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database.
+"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it.
 
 Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.
 A DSN is never printed (it may hold a password).
@@ -28,12 +28,19 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="readiness: migration checksums, privilege matrix, settings; exit 1 when not ready")
     check.add_argument("--dsn", required=True)
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
+    from cluster_postgres import serve
+
+    serve.register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
+        if args.command == "serve":
+            from cluster_postgres import serve
+
+            return serve.run(args)
         if args.command == "bootstrap":
             from cluster_postgres.readiness import bootstrap
 

@@ -140,14 +140,32 @@ def _new_id() -> str:
     return str(uuid.uuid4())
 
 
+#: The scans of a worker see only the Attempts whose Run Lease it holds (any session of it):
+#: their processes are on its host; a cancel or SIGKILL sent from another host could reach
+#: nothing, or worse, an unrelated process with the same pid there.
+_OWNED_BY = "EXISTS (SELECT 1 FROM ql3.run_dispatch_leases ol WHERE ol.attempt_id = {attempt} AND ol.worker_id = %s)"
+
+
 class PostgresRunRepository:
-    """Runs, Attempts and the reads the CLI and the service need, on a ``ql3_runtime`` connection."""
+    """Runs, Attempts and the reads the CLI and the service need, on a ``ql3_runtime`` connection.
 
-    __slots__ = ("_conn", "_cur")
+    ``scan_worker_id``: the worker whose service calls the scans (``cancellation_candidates``,
+    ``kill_candidates``, ``next_due_at_ms``); they then return only that worker's Attempts. None:
+    every Attempt (tools, tests, one host).
+    """
 
-    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+    __slots__ = ("_conn", "_cur", "_scan_worker_id")
+
+    def __init__(self, conn: psycopg.Connection[Any], *, scan_worker_id: str | None = None) -> None:
         self._conn = conn
         self._cur = conn.cursor()
+        self._scan_worker_id = scan_worker_id
+
+    def _owned(self, attempt: str) -> tuple[str, tuple[str, ...]]:
+        """The scans' worker filter on the Attempt id column ``attempt``, and its parameters."""
+        if self._scan_worker_id is None:
+            return "", ()
+        return " AND " + _OWNED_BY.format(attempt=attempt), (self._scan_worker_id,)
 
     def _tx(self) -> Transaction:
         return Transaction(self._conn, ClusterRunStorageError)
@@ -457,6 +475,7 @@ class PostgresRunRepository:
 
     def cancellation_candidates(self, limit: int = 32) -> list[CancellationCandidate]:
         """Cancel-requested active Runs whose active Attempt has no dispatch yet, or a due one."""
+        owned, params = self._owned("a.id")
         with reading(ClusterRunStorageError):
             rows = self._cur.execute(
                 f"""
@@ -471,19 +490,22 @@ class PostgresRunRepository:
                        OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait')
                            AND d.next_attempt_at_ms <= t.now)
                        OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= t.now))
+                  {owned}
                 ORDER BY r.cancel_requested_at_ms, r.id
                 LIMIT %s
                 """,
-                (limit,),
+                (*params, limit),
             ).fetchall()
         return [CancellationCandidate(*row) for row in rows]
 
     def kill_candidates(self) -> list[KillCandidate]:
         """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
+        owned, params = self._owned("run_attempts.id")
         with reading(ClusterRunStorageError):
             rows = self._cur.execute(
                 f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE kill_deadline_at_ms IS NOT NULL "
                 f"AND killed_at_ms IS NULL AND status IN {ACTIVE_ATTEMPT_SQL} AND kill_deadline_at_ms <= ql3.now_ms()"
+                f"{owned}", params,
             ).fetchall()
         candidates = []
         for row in rows:
@@ -495,23 +517,25 @@ class PostgresRunRepository:
 
     def next_due_at_ms(self) -> int | None:
         """The earliest time at which cancellation or kill work becomes due, or None."""
+        dispatch_owned, params = self._owned("d.attempt_id")
+        attempt_owned, _ = self._owned("run_attempts.id")
         with reading(ClusterRunStorageError):
             return self._cur.execute(
                 f"""
                 SELECT min(t) FROM (
                     SELECT min(d.next_attempt_at_ms) AS t FROM ql3.run_cancellation_dispatches d
                       JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status IN ('pending', 'retry_wait')
+                      WHERE d.status IN ('pending', 'retry_wait'){dispatch_owned}
                     UNION ALL
                     SELECT min(d.lease_expires_at_ms) FROM ql3.run_cancellation_dispatches d
                       JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status = 'leased'
+                      WHERE d.status = 'leased'{dispatch_owned}
                     UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM ql3.run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
-                        AND status IN {ACTIVE_ATTEMPT_SQL}
+                        AND status IN {ACTIVE_ATTEMPT_SQL}{attempt_owned}
                 ) due
-                """
+                """, params * 3,
             ).fetchone()[0]
 
 

@@ -4,21 +4,48 @@ Time is the database's (``ql3.now_ms()``), so there is no watermark to keep; the
 ``LISTEN ql3_wake`` on a connection of its own, which the run store NOTIFYs inside the transaction
 of a ``submit`` or ``cancel`` (delivered on commit, to every listening service of the database).
 Only a composition root builds it.
+
+A worker outlives its database connections: when one is lost (the server restarted, a failover,
+the network), the operation fails with a retryable storage error and the next operation opens a
+new connection, through every host of a multi-host DSN (``target_session_attrs=read-write`` picks
+the new primary). The service backs off between failed ticks; the listener reconnects on its own
+(capped backoff) and wakes the service the moment it is connected again, so a worker resumes as
+soon as the database answers instead of at the end of its backoff.
 """
 
 from __future__ import annotations
 
+import select
+import socket
+import threading
 from collections.abc import Callable
+from typing import Any
+
+import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import connect
-from cluster_postgres.errors import ClusterRunStorageError, reading
+from cluster_postgres.errors import (
+    ClusterDispatchStorageError,
+    ClusterLeaseStorageError,
+    ClusterRunStorageError,
+    reading,
+)
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: What of a DSN may be shown in a log: never the password or other secrets.
 _SHOWN = ("host", "hostaddr", "port", "dbname", "user")
+#: The listener's reconnect backoff: doubling from the first, capped (a refused connection costs
+#: nothing; an unreachable host costs its connect_timeout per try anyway).
+LISTEN_RETRY_FIRST_S = 0.2
+LISTEN_RETRY_MAX_S = 5.0
+
+#: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
+#: thread's failures); the composition root passes the service's journal.
+Reporter = Callable[..., None]
 
 
 def describe_dsn(dsn: str) -> str:
@@ -27,68 +54,211 @@ def describe_dsn(dsn: str) -> str:
     return " ".join(f"{key}={parts[key]}" for key in _SHOWN if parts.get(key))
 
 
+def _power_of_two(n: int) -> bool:
+    return n & (n - 1) == 0
+
+
 class PostgresWake:
-    """``LISTEN`` on its own autocommit connection; readable when a notification arrived."""
+    """``LISTEN`` on its own connection, in a thread that turns notifications into a byte on a
+    socket pair: the service's selector watches the socket, whose descriptor never changes
+    while the connection behind it is lost and opened again.
 
-    __slots__ = ("_conn", "refused", "where")
+    The thread sleeps in ``select`` on the connection and on a stop socket: it wakes only for a
+    notification, a lost connection (TCP keepalives notice a silent one) or ``close``, never on a
+    timer. It holds no transaction (autocommit, only ``LISTEN``) and never touches the service's
+    state; after every (re)connection it wakes the service once, since notifications sent while
+    it was not listening are lost.
+    """
 
-    def __init__(self, dsn: str) -> None:
+    __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop_reader", "_stop_writer", "_thread", "_conn",
+                 "refused", "where")
+
+    def __init__(self, dsn: str, *, report: Reporter | None = None) -> None:
+        self._dsn = dsn
+        self._report = report
         self.refused: list[str] = []
         self.where = f"LISTEN {WAKE_CHANNEL} ({describe_dsn(dsn)})"
+        # The first connection is made here, so a wrong DSN or a missing grant fails the start.
+        self._conn: psycopg.Connection[Any] | None = self._listen_connection()
+        self._reader, self._writer = socket.socketpair()
+        self._stop_reader, self._stop_writer = socket.socketpair()
+        for end in (self._reader, self._writer, self._stop_reader, self._stop_writer):
+            end.setblocking(False)
+        self._thread = threading.Thread(target=self._run, name="ql3-wake", daemon=True)
+        self._thread.start()
+
+    def _listen_connection(self) -> psycopg.Connection[Any]:
         with reading(ClusterRunStorageError):
-            self._conn = connect(dsn)
+            conn = connect(self._dsn)
             try:
-                self._conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                conn.execute(f"LISTEN {WAKE_CHANNEL}")
             except BaseException:
-                self._conn.close()
+                conn.close()
                 raise
+        return conn
 
     def fileno(self) -> int:
-        return self._conn.fileno()
+        return self._reader.fileno()
 
     def drain(self) -> int:
-        """Consume the notifications received so far, without waiting; how many there were."""
-        with reading(ClusterRunStorageError):
-            return sum(1 for _ in self._conn.notifies(timeout=0))
+        """Consume the wake-ups received so far, without waiting; how many bytes there were."""
+        count = 0
+        while True:
+            try:
+                chunk = self._reader.recv(4096)
+            except (BlockingIOError, InterruptedError):
+                return count
+            if not chunk:
+                return count
+            count += len(chunk)
+
+    def _poke(self) -> None:
+        try:
+            self._writer.send(b"\0")
+        except BlockingIOError:
+            pass  # the socket is full of unread wake-ups: the service wakes anyway
+
+    def _stopping(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` (None: for ever) for ``close``; whether it came."""
+        return bool(select.select([self._stop_reader], [], [], timeout)[0])
+
+    def _run(self) -> None:
+        failures = 0
+        delay = LISTEN_RETRY_FIRST_S
+        while True:
+            try:
+                if self._conn is None:
+                    self._conn = self._listen_connection()
+                    self._poke()  # notifications sent while we were not listening are lost
+                    if failures and self._report is not None:
+                        self._report("info", "wake.listening", failures=failures, where=self.where)
+                    failures, delay = 0, LISTEN_RETRY_FIRST_S
+                ready = select.select([self._conn.fileno(), self._stop_reader], [], [])[0]
+                if self._stop_reader in ready:
+                    return
+                # Readable: notifications, or the end of the connection, which raises here.
+                for _ in self._conn.notifies(timeout=0):
+                    self._poke()
+                if self._conn.broken or self._conn.closed:
+                    raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
+            except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
+                failures += 1
+                if self._report is not None and _power_of_two(failures):
+                    self._report("error", "wake.listen_failed", failures=failures, retry_in_s=delay,
+                                 detail=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
+                self._close_connection()
+                if self._stopping(delay):
+                    return
+                delay = min(delay * 2, LISTEN_RETRY_MAX_S)
+
+    def _close_connection(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # closing a connection that is already lost: nothing left to release
 
     def close(self) -> None:
-        self._conn.close()
+        try:
+            self._stop_writer.send(b"\0")
+        except BlockingIOError:
+            pass  # a stop byte is already waiting
+        self._thread.join(timeout=10)  # only a connect in progress can take this long (its timeout)
+        if not self._thread.is_alive():
+            self._close_connection()
+        for end in (self._reader, self._writer, self._stop_reader, self._stop_writer):
+            end.close()
+
+
+class _Reopening:
+    """A repository of the store that is looked up on every call, after the store made sure its
+    connection is usable (reopened if it was lost): the service keeps this object for its whole
+    life, while the connection behind it may be replaced."""
+
+    __slots__ = ("_store", "_name")
+
+    def __init__(self, store: "PostgresStore", name: str) -> None:
+        self._store = store
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self._store._repositories(self._name), attr)
+
+
+_STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
+                  "leases": ClusterLeaseStorageError}
 
 
 class PostgresStore:
-    """The repositories over one ``ql3_runtime`` connection, database time and LISTEN/NOTIFY."""
+    """The repositories over one ``ql3_runtime`` connection, database time and LISTEN/NOTIFY.
 
-    __slots__ = ("_dsn", "_conn", "where", "runs", "dispatches", "leases")
+    ``worker_id`` scopes the service's cancel and kill scans to the Attempts this worker holds
+    the Run Lease of: their processes are on its host, and no other host can signal them. None
+    (the CLI, tools) scans every Attempt.
+    """
 
-    def __init__(self, dsn: str) -> None:
+    __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases")
+
+    def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
+        self._worker_id = worker_id
+        self._report = report
         self.where = describe_dsn(dsn)
-        with reading(ClusterRunStorageError):
-            self._conn = connect(dsn)
-        self.runs = PostgresRunRepository(self._conn)
-        self.dispatches = PostgresCancellationDispatchRepository(self._conn)
-        self.leases = PostgresWorkerLeaseRepository(self._conn)
+        self._conn: psycopg.Connection[Any] | None = None
+        self._repos: dict[str, Any] = {}
+        self._reopen(ClusterRunStorageError)
+        self.runs = _Reopening(self, "runs")
+        self.dispatches = _Reopening(self, "dispatches")
+        self.leases = _Reopening(self, "leases")
+
+    def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
+        self.close()
+        with reading(kind):
+            conn = connect(self._dsn)
+        self._conn = conn
+        self._repos = {
+            "runs": PostgresRunRepository(conn, scan_worker_id=self._worker_id),
+            "dispatches": PostgresCancellationDispatchRepository(conn),
+            "leases": PostgresWorkerLeaseRepository(conn),
+        }
+
+    def _repositories(self, name: str) -> Any:
+        conn = self._conn
+        if conn is None or conn.closed or conn.broken:
+            # The connection was lost by an earlier operation (which failed with a retryable
+            # error): open a new one. Raises a retryable storage error while the database is away.
+            self._reopen(_STORAGE_ERROR[name])
+            if self._report is not None:
+                self._report("info", "store.reconnected", where=self.where)
+        return self._repos[name]
 
     def now_ms(self) -> int:
         """Database time, the same ``ql3.now_ms()`` every transaction reads."""
+        self._repositories("runs")
         with reading(ClusterRunStorageError):
             return self._conn.execute("SELECT ql3.now_ms()").fetchone()[0]
 
     def open_wake(self) -> PostgresWake:
-        return PostgresWake(self._dsn)
+        return PostgresWake(self._dsn, report=self._report)
 
     def keep_time(self, *, final: bool = False) -> None:
         """Nothing to keep: the database's clock is the store's time (no device watermark)."""
 
     def close(self) -> None:
-        self._conn.close()
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except psycopg.Error:
+                pass  # a lost connection has nothing left to release
 
 
-def postgres_store_opener(dsn: str) -> Callable[[], PostgresStore]:
+def postgres_store_opener(dsn: str, *, worker_id: str | None = None,
+                          report: Reporter | None = None) -> Callable[[], PostgresStore]:
     """A function that opens a ``PostgresStore`` on ``dsn`` (a ``ql3_runtime`` connection string)."""
 
     def open_store() -> PostgresStore:
-        return PostgresStore(dsn)
+        return PostgresStore(dsn, worker_id=worker_id, report=report)
 
     return open_store
-

@@ -34,6 +34,9 @@ from edge_runtime.contract.run_lease import (
     NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
+    REASON_ORPHAN_STARTING,
+    REASON_ORPHAN_UNSTARTED,
+    REASON_WORKER_GONE,
     ReleaseReason,
     ReleaseRunLeaseCommand,
     RenewRunLeaseCommand,
@@ -135,10 +138,6 @@ _SET_PROJECTION = (
 )
 _NO_PROJECTION = (None,) * 8
 
-REASON_ORPHAN_UNSTARTED = "never started: its service stopped or was replaced before the start barrier"
-REASON_ORPHAN_STARTING = (
-    "its service stopped while starting the process; its identity was never recorded, so it is never signalled"
-)
 # Attempts that recorded no process yet, with their grant and whether that grant's session is
 # still its worker's current, non-offline, live session (the Local query, in PostgreSQL types).
 _ORPHAN_CANDIDATES = f"""
@@ -153,6 +152,23 @@ WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NU
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms, a.id"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = %s"
+# Running Attempts of a dead worker (Cluster Profile): its Run Lease ran out by database time and
+# the worker has no live session of any generation (a worker that came back recovers its own
+# Attempts, re-adopting what still runs). Attempts with a cancel request are left alone: the
+# cancel stays pending for that worker, the only one that can signal its host's processes.
+_DEAD_WORKER_ATTEMPTS = f"""
+SELECT a.id
+FROM ql3.run_attempts a
+JOIN ql3.runs r ON r.id = a.run_id
+JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
+CROSS JOIN (SELECT ql3.now_ms() AS now) t
+LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
+WHERE a.status = 'running' AND l.status = 'leased' AND l.expires_at_ms <= t.now
+  AND r.cancel_requested_at_ms IS NULL
+  AND NOT coalesce(s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false)
+"""
+_ALL_DEAD_WORKER_ATTEMPTS = _DEAD_WORKER_ATTEMPTS + "ORDER BY a.created_at_ms, a.id"
+_ONE_DEAD_WORKER_ATTEMPT = _DEAD_WORKER_ATTEMPTS + "AND a.id = %s"
 
 
 def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
@@ -625,6 +641,32 @@ class PostgresWorkerLeaseRepository:
                     reason=REASON_ORPHAN_STARTING if started else REASON_ORPHAN_UNSTARTED, now=now,
                     actor_id=cmd.worker_id, may_have_started=started,
                 )))
+        done.extend(self._sweep_dead_workers(cmd))
+        return done
+
+    def _sweep_dead_workers(self, cmd: Any) -> list[tuple[str, RunStatus]]:
+        """End ``lost`` the running Attempts of workers that died (``_DEAD_WORKER_ATTEMPTS``); their
+        Runs fail, never requeued: the process may still run on the dead worker's host."""
+        cur = self._cur
+        with reading(ClusterLeaseStorageError):
+            ids = [row[0] for row in cur.execute(_ALL_DEAD_WORKER_ATTEMPTS).fetchall()]
+        done = []
+        for attempt_id in ids:
+            with Transaction(self._conn, ClusterLeaseStorageError):
+                session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
+                run_row, attempt = self._lock_run_and_attempt(attempt_id)
+                lease_row = cur.execute(_LOCK_LEASE, (attempt_id,)).fetchone()
+                now = database_now(cur)
+                self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
+                if cur.execute(_ONE_DEAD_WORKER_ATTEMPT, (attempt_id,)).fetchone() is None:
+                    continue  # its worker came back, or it ended, since the read
+                lease = None if lease_row is None else _lease(lease_row)
+                run = self._run_version(run_row)
+                if run is not None:
+                    now = clamp(cur, now, None if lease is None else lease.updated_at_ms, run, attempt[0],
+                                cmd.worker_id)
+                done.append((attempt_id, self._settle(attempt_id, run, attempt, lease, reason=REASON_WORKER_GONE,
+                                                      now=now, actor_id=cmd.worker_id, may_have_started=True)))
         return done
 
     def _settle(self, attempt_id: str, run: list[int] | None, attempt: tuple[Any, ...] | None,

@@ -73,6 +73,21 @@ EVENT_LEASE_RELEASED = "run.lease_released"
 EVENT_ATTEMPT_STARTING = "run.attempt_starting"
 EVENT_LEASE_COMPLETED = "run.lease_completed"
 
+# Why the orphan sweep ended an Attempt (its ``end_reason``), the same on every store.
+#: Never crossed the start barrier: certainly no process; the Run goes back to the queue.
+REASON_ORPHAN_UNSTARTED = "never started: its service stopped or was replaced before the start barrier"
+#: Crossed the barrier with no recorded process: one may have run, so the Run fails.
+REASON_ORPHAN_STARTING = (
+    "its service stopped while starting the process; its identity was never recorded, so it is never signalled"
+)
+#: Running under a worker that stopped renewing its Run Lease and whose session is gone (Cluster
+#: Profile): the process is on that worker's host, which nobody else can see or signal, so it
+#: cannot be proved stopped and the Run fails rather than run twice (ADR-0057 section 5).
+REASON_WORKER_GONE = (
+    "its worker stopped renewing the Run Lease and has no live session; the process on that host cannot be "
+    "proved stopped, so the run is not retried"
+)
+
 
 def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
     """The event dedupe key of one step (``claimed``, ``released``, ...) of one grant."""

@@ -39,6 +39,8 @@ from edge_runtime.contract.run_lease import (
     NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
+    REASON_ORPHAN_STARTING,
+    REASON_ORPHAN_UNSTARTED,
     RunLeaseRecord,
     StartRunCommand,
     StartRunOutcome,
@@ -63,10 +65,7 @@ from edge_runtime.local.worker_session import WorkerSessions, bump, expect
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 
-REASON_ORPHAN_UNSTARTED = "never started: its service stopped or was replaced before the start barrier"
-REASON_ORPHAN_STARTING = (
-    "its service stopped while starting the process; its identity was never recorded, so it is never signalled"
-)
+# The reasons are the contract's (edge_runtime.contract.run_lease), shared with the Cluster Profile.
 
 # Attempts that recorded no process yet, with their grant and whether that grant's session is
 # still its worker's current, non-offline, live session. The IN list repeats the partial index's.

@@ -531,6 +531,11 @@ class AttemptSupervisor:
         if not self.pending_retries:
             self._retry_failures = 0
 
+    def tracks(self, attempt_id: str) -> bool:
+        """Whether this service spawned or is settling the Attempt (watched, or a settlement to
+        retry): an Attempt of its own session that it does not track was never spawned by it."""
+        return attempt_id in self.running or attempt_id in self._unstarted or attempt_id in self._unfinished
+
     @property
     def pending_retries(self) -> bool:
         return bool(self._unstarted or self._unfinished or self._uncompleted)

@@ -17,6 +17,11 @@ earlier session, whose Attempt this service does not watch yet:
 - otherwise the process is gone -> settled as above (``lost`` with the reason, unless its parent
   recorded the end).
 
+Then the starts of the current session that the service never saw confirmed (its COMMIT was
+ambiguous: the connection was lost during it, PostgreSQL only): their Attempts hold this session's
+grant but the service spawns only after a confirmed start, so it started nothing; they are undone
+and their Runs requeued (``REASON_START_UNCONFIRMED``).
+
 Then the orphan sweep (``LocalWorkerLeaseRepository.sweep_orphans``), over every worker's
 Attempts: one that never crossed the start barrier goes back to the queue (never ``failed`` for
 that reason); one that crossed it without a recorded process ends ``lost`` once its grant ran out
@@ -48,6 +53,10 @@ _UNSET = msgspec.UNSET
 REASON_REBOOTED = "the device rebooted while the attempt was running"
 REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
 REASON_NO_IDENTITY = "the attempt is running but its process identity is missing"
+REASON_START_UNCONFIRMED = (
+    "its start was committed but the confirmation never reached the service (connection lost during COMMIT); "
+    "no process was started"
+)
 
 
 def recover(
@@ -77,6 +86,7 @@ def recover(
             journal.error("recovery.failed", attempt=lease.attempt_id, error=exc.code, detail=str(exc))
             outcome = RecoveryOutcome.FAILED
         counts[outcome] += 1
+    counts[RecoveryOutcome.REQUEUED] += recovery.unconfirmed_starts()
     try:
         swept = worker.sweep_orphans(abandon_after_ms)
     except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError):
@@ -136,6 +146,28 @@ class _Recovery:
         _mark_output_gap(attempt, REASON_GONE, self.journal)
         supervisor.adopt_gone(attempt, REASON_GONE)
         return RecoveryOutcome.SETTLING
+
+    def unconfirmed_starts(self) -> int:
+        """Undo the starts of this session that committed while the service saw an error (an
+        ambiguous COMMIT on PostgreSQL): the Attempt holds this session's grant, but the service
+        spawns only after a confirmed start, so it started nothing; left alone, it would keep a
+        slot and its Run for ever. How many were undone."""
+        undone = 0
+        for lease in self.worker.current_session_leases():
+            if self.supervisor.tracks(lease.attempt_id):
+                continue
+            attempt = self.runs.get_attempt(lease.attempt_id)
+            if attempt is None or attempt.status not in (AttemptStatus.CLAIMED, AttemptStatus.STARTING):
+                continue
+            try:
+                status = self.worker.abandon_unconfirmed(lease, REASON_START_UNCONFIRMED)
+            except WorkerLeaseFenceRejectedError as exc:  # settled meanwhile by someone else
+                self.journal.warning("recovery.unconfirmed_skipped", attempt=lease.attempt_id, detail=str(exc))
+                continue
+            undone += 1
+            self.journal.info("recovery.unconfirmed_start", run=lease.run_id, attempt=lease.attempt_id,
+                              run_status=status.value)
+        return undone
 
     def _end(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> RecoveryOutcome:
         journal = self.journal

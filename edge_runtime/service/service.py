@@ -125,6 +125,7 @@ class DeviceService:
         self._store: Store | None = None
         #: Consecutive ticks that failed; drives the backoff and thins out repeated error lines.
         self._tick_failures = 0
+        self._recovery_failures = 0
         self._boot_id = ""
         #: Built on the open database by the composition root's factory; None keeps everything.
         self._make_retention = retention
@@ -264,8 +265,13 @@ class DeviceService:
         except EdgeRuntimeError as exc:
             if not periodic:
                 raise
-            self.journal.error("service.recovery_failed", error=exc.code, detail=str(exc))
+            # Logged at the 1st, 2nd, 4th... failure in a row, like a failing tick.
+            self._recovery_failures += 1
+            if self._recovery_failures & (self._recovery_failures - 1) == 0:
+                self.journal.error("service.recovery_failed", error=exc.code, detail=str(exc),
+                                   failures=self._recovery_failures)
             return {}
+        self._recovery_failures = 0
         if periodic and any(counts.values()):
             self.journal.info("recovery.periodic", **{k: v for k, v in counts.items() if v})
         return counts
@@ -384,7 +390,9 @@ class DeviceService:
             due = min((d for d in dues if d is not None), default=None)
             sleep_ms = fallback_ms if due is None else min(fallback_ms, max(0, due - now))
         except EdgeRuntimeError as exc:
-            self.journal.error("service.schedule_failed", error=exc.code, detail=str(exc))
+            # While ticks fail (the database is away) the tick's own line, at powers of two, says so.
+            if not self._tick_failures:
+                self.journal.error("service.schedule_failed", error=exc.code, detail=str(exc))
             sleep_ms = 1_000
         if sleep_ms <= 0 and not worked:
             sleep_ms = MIN_SLEEP_MS  # overdue but nothing could be done now: do not spin

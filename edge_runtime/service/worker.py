@@ -204,6 +204,18 @@ class WorkerSession:
         ``cancelled``), the grant is completed. Fenced by the grant, so it works after a takeover."""
         return self._repo.abandon_start(grant.lease, reason=reason, actor_id=self.owner)
 
+    def abandon_unconfirmed(self, lease: RunLeaseRecord, reason: str) -> RunStatus:
+        """Undo a start of this session whose commit was never confirmed to it (the connection was
+        lost during COMMIT): it holds no token for the grant and spawned nothing. Fenced by the
+        grant as stored, like ``abandon_start``."""
+        return self._repo.abandon_start(lease, reason=reason, actor_id=self.owner)
+
+    def current_session_leases(self) -> list[RunLeaseRecord]:
+        """Active grants of this session as the lease authority stores them."""
+        generation = self.generation
+        return [lease for lease in self._repo.list_active_leases(self.worker_id)
+                if lease.session_generation == generation]
+
     def sweep_orphans(self, abandon_after_ms: int) -> list[tuple[str, RunStatus]]:
         """End Attempts stranded before a process was recorded, by any session (see ``run_start``)."""
         return self._repo.sweep_orphans(self._fence(), abandon_after_ms=abandon_after_ms)

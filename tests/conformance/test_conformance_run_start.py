@@ -15,7 +15,7 @@ from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, SubmitRu
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.contract.worker_session import HeartbeatCommand
 # The end reasons are the Local module's; the PostgreSQL adapter must store the same text.
-from edge_runtime.local.run_start import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
+from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
 RUN_LEASE_MS = 60_000

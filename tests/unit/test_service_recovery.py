@@ -23,8 +23,8 @@ from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
-from edge_runtime.local.run_start import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
-from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, recover
+from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
+from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, REASON_START_UNCONFIRMED, recover
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
@@ -212,3 +212,30 @@ def test_a_cancelled_readopted_process_ends_cancelled(setup: Setup, clock: Manua
     assert attempt.status is AttemptStatus.CANCELLED
     assert attempt.exit_code is msgspec.UNSET  # not our child: its status is not ours to read
     assert setup.runs.get(run_id).status.value == "cancelled"
+
+
+def test_a_start_of_this_session_it_never_saw_confirmed_is_undone_and_its_run_requeued(
+        setup: Setup, clock: ManualClock, tmp_path: Path) -> None:
+    # A start that committed while the service saw an error (an ambiguous COMMIT on PostgreSQL):
+    # the Attempt holds the current session's grant, but no process was spawned for it.
+    run = setup.runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
+    worker = _session(setup.db)
+    grant = worker.start(run.id)
+    assert setup.runs.get_attempt(grant.lease.attempt_id).status is AttemptStatus.STARTING
+    loop = EventLoop()
+    try:
+        log = io.StringIO()
+        supervisor = AttemptSupervisor(
+            runs=setup.runs, worker=worker, controller=LocalProcessController(), loop=loop, journal=Journal(log),
+            slots=4, log_dir=tmp_path, log_max_bytes=4096, boot_id=read_boot_id(),
+        )
+        counts = recover(runs=setup.runs, worker=worker, supervisor=supervisor, controller=LocalProcessController(),
+                         journal=Journal(log), boot_id=read_boot_id(), abandon_after_ms=RUN_LEASE_MS)
+    finally:
+        loop.close()
+    assert counts["requeued"] == 1
+    assert _ended(setup, grant.lease.attempt_id) == ("lost", REASON_START_UNCONFIRMED)
+    assert setup.runs.get(run.id).status.value == "queued"  # certainly never ran: back in the queue
+    assert worker.lease_of(grant.lease.attempt_id).status.value == "completed"
+    assert worker.free_slots() == 4  # the slot is free again
+    assert "recovery.unconfirmed_start" in log.getvalue()

@@ -1,0 +1,106 @@
+"""``edge-runtime-cluster serve``: the device service's loop on the PostgreSQL stores.
+
+The cluster's composition root (cluster-profile.md §6): the only place that picks the PostgreSQL
+adapter and hands an opener of its ``Store`` to the same ``DeviceService`` the edge ``serve``
+runs (start queued Runs, deliver cancels, enforce SIGKILL deadlines, recovery, per-Attempt logs).
+The service knows nothing of PostgreSQL; wake-up is ``LISTEN/NOTIFY``.
+
+Left out on purpose: retention (the runtime role has no DELETE: the cluster's history is pruned,
+if at all, by an operator with the owner role) and schedules (the cluster schema has no schedules
+table). The settings of the edge ``serve`` apply (file, ``EDGE_RUNTIME_<KEY>``, flags) except
+those two groups, which are ignored here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from edge_runtime.service.config import CONFIG_ENV_VAR, ConfigError, ServiceConfig, load_config
+
+#: Where the DSN comes from when ``--dsn`` is not given (a password is better in ~/.pgpass or
+#: $PGPASSFILE than in either: the command line is visible to every user in ``ps``).
+DSN_ENV_VAR = "EDGE_RUNTIME_CLUSTER_DSN"
+#: Per-Attempt logs when neither --log-dir nor the setting is given: under the state directory.
+DEFAULT_LOG_SUBDIR = Path("edge-runtime-cluster") / "logs"
+
+
+def register(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "serve",
+        help="run the worker service against the database (foreground, until SIGTERM/SIGINT)",
+        description="Start queued Runs as processes of this host, deliver cancel requests to their process "
+        "groups, enforce SIGKILL deadlines and recover Attempts, sharing the queue with every other worker "
+        "of the database. Logs go to stderr, one line per event. Settings: a TOML file (--config or $"
+        + CONFIG_ENV_VAR + "), then EDGE_RUNTIME_<KEY> environment variables, then these flags.",
+    )
+    parser.add_argument("--dsn", help=f"ql3_runtime connection string; several hosts with "
+                        f"target_session_attrs=read-write follow a failover (default: ${DSN_ENV_VAR})")
+    parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file (default: ${CONFIG_ENV_VAR})")
+    parser.add_argument("--worker-id", dest="worker_id",
+                        help="this host's worker name, unique among the database's workers (default edge-<hostname>)")
+    parser.add_argument("--slots", type=int, help="how many Attempts may run at once on this host (default 2)")
+    parser.add_argument("--grace-ms", dest="grace_ms", type=int,
+                        help="SIGTERM to SIGKILL grace period of a cancelled Attempt (default 10000)")
+    parser.add_argument("--log-dir", dest="log_dir",
+                        help="per-Attempt logs (default: $XDG_STATE_HOME/edge-runtime-cluster/logs)")
+    parser.add_argument("--log-max-bytes", dest="log_max_bytes", type=int, help="size cap of one Attempt's log")
+    parser.add_argument("--poll-interval-ms", dest="poll_interval_ms", type=int,
+                        help="slow fallback poll in case a notification was lost (default 30000)")
+    parser.add_argument("--stop-runs-on-exit", dest="stop_runs_on_exit", action="store_const", const=True,
+                        help="on SIGTERM/SIGINT also stop running Attempts (default: leave them to be re-adopted)")
+
+
+def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
+    env = os.environ if env is None else env
+    dsn = args.dsn or env.get(DSN_ENV_VAR)
+    if not dsn:
+        raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
+    # Validate the whole configuration before connecting.
+    config = load_config(
+        args.config,
+        env=env,
+        overrides={
+            "worker_id": args.worker_id,
+            "slots": args.slots,
+            "grace_ms": args.grace_ms,
+            "log_dir": args.log_dir,
+            "log_max_bytes": args.log_max_bytes,
+            "poll_interval_ms": args.poll_interval_ms,
+            "stop_runs_on_exit": args.stop_runs_on_exit,
+        },
+    )
+    return build_service(dsn, config, log_dir=resolved_log_dir(config, env)).run()
+
+
+def resolved_log_dir(config: ServiceConfig, env: Mapping[str, str]) -> Path:
+    """``log_dir`` when set, else ``$XDG_STATE_HOME`` (or ``~/.local/state``) + DEFAULT_LOG_SUBDIR."""
+    if config.log_dir is not msgspec.UNSET:
+        return Path(config.log_dir).expanduser()
+    state_home = env.get("XDG_STATE_HOME") or "~/.local/state"
+    try:
+        return Path(state_home).expanduser() / DEFAULT_LOG_SUBDIR
+    except RuntimeError:  # no $HOME and no passwd entry (procd, cron): "~" means nothing
+        raise ConfigError(f"cannot expand {state_home!r}: $HOME is not set; give --log-dir") from None
+
+
+def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: Any = None) -> Any:
+    """The device service on the PostgreSQL store at ``dsn``; no retention, no scheduler."""
+    from cluster_postgres.store import describe_dsn, postgres_store_opener
+    from edge_runtime.service.journal import Journal
+    from edge_runtime.service.service import DeviceService
+
+    journal = journal or Journal()
+
+    def report(level: str, event: str, **fields: Any) -> None:
+        getattr(journal, "warning" if level == "warn" else level)(event, **fields)
+
+    journal.info("cluster.composition", store=describe_dsn(dsn), worker=config.worker_id,
+                 retention="off (the runtime role has no DELETE)", schedules="off (no schedules table)")
+    opener = postgres_store_opener(dsn, worker_id=config.worker_id, report=report)
+    return DeviceService(opener, config, log_dir=log_dir, journal=journal)
