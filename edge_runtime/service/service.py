@@ -130,6 +130,8 @@ class DeviceService:
         self._make_retention = retention
         self._retention: Retention | None = None
         self._next_retention = 0.0
+        #: See _busy_since.
+        self._busy_since_ms: int | None = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -198,7 +200,7 @@ class DeviceService:
             self._boot_id = boot_id
             counts = self._recover(runs, worker, supervisor)
             journal.info("recovery.done", **counts)
-            worker.heartbeat(self._available_slots(supervisor))
+            worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
@@ -312,6 +314,15 @@ class DeviceService:
             except EdgeRuntimeError as exc:
                 self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
 
+    def _busy_since(self, supervisor: AttemptSupervisor, now: int) -> int | None:
+        """Since when (guarded-clock ms) Attempts have been watched without a break; None while
+        none is. Picks the session lease the heartbeat takes (README: heartbeat)."""
+        if not supervisor.running:
+            self._busy_since_ms = None
+        elif self._busy_since_ms is None:
+            self._busy_since_ms = now
+        return self._busy_since_ms
+
     def _available_slots(self, supervisor: AttemptSupervisor) -> int:
         """Slots this session may report: re-adopted Attempts of earlier sessions occupy slots
         that the lease authority does not count against this session's own leases."""
@@ -334,8 +345,9 @@ class DeviceService:
             # periodic one.
             available = self._available_slots(supervisor)
             now = self._store.now_ms()
-            if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms():
-                worker.heartbeat(available)
+            busy_since = self._busy_since(supervisor, now)
+            if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms(busy_since):
+                worker.heartbeat(available, idle=not supervisor.running)
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()
@@ -376,7 +388,7 @@ class DeviceService:
             now = self._store.now_ms()
             dues = [
                 runs.next_due_at_ms(),
-                worker.next_heartbeat_at_ms(),
+                worker.next_heartbeat_at_ms(self._busy_since(supervisor, now)),
                 dispatcher.next_kill_retry_at_ms(),
                 supervisor.next_renewal_at_ms(),
                 *(hook.next_due_at_ms() for hook in self._hooks),
