@@ -9,7 +9,8 @@ Start: open the store (Local: open and migrate the database), bind its wake-up, 
 1. act on signals (flags set by the handlers): SIGTERM/SIGINT stop, SIGCHLD reaps;
 2. deliver due cancellations and enforce due SIGKILL deadlines;
 3. start queued Runs while slots are free;
-4. heartbeat the session and renew Run Leases when due;
+4. heartbeat the session and renew Run Leases when due (between heartbeats, which are minutes
+   apart while idle, read every third of ``session_lease_ms`` whether the session is still current);
 5. sleep in one ``select`` until the earliest of: a dispatch retry or lease expiry, a SIGKILL
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
    socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
@@ -132,6 +133,8 @@ class DeviceService:
         self._next_retention = 0.0
         #: See _busy_since.
         self._busy_since_ms: int | None = None
+        #: When the loop next reads whether its session is still current (WorkerSession.check_current).
+        self._next_session_check_ms = 0
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -348,6 +351,11 @@ class DeviceService:
             busy_since = self._busy_since(supervisor, now)
             if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms(busy_since):
                 worker.heartbeat(available, idle=not supervisor.running)
+                self._next_session_check_ms = now + worker.check_interval_ms()
+            elif now >= self._next_session_check_ms:
+                # A replaced session is noticed as soon as when it heartbeated every 10 s, by a read.
+                worker.check_current()
+                self._next_session_check_ms = now + worker.check_interval_ms()
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()
@@ -389,6 +397,7 @@ class DeviceService:
             dues = [
                 runs.next_due_at_ms(),
                 worker.next_heartbeat_at_ms(self._busy_since(supervisor, now)),
+                self._next_session_check_ms,
                 dispatcher.next_kill_retry_at_ms(),
                 supervisor.next_renewal_at_ms(),
                 *(hook.next_due_at_ms() for hook in self._hooks),

@@ -30,12 +30,17 @@ from edge_runtime.contract.run_lease import (
     StartRunCommand,
 )
 from edge_runtime.contract.ports import WorkerLeaseStore
-from edge_runtime.contract.worker_lease import MAX_SESSION_LEASE_DURATION_MS
+from edge_runtime.contract.worker_lease import (
+    MAX_SESSION_LEASE_DURATION_MS,
+    WorkerLeaseFenceRejectedError,
+    WorkerSessionRejectedError,
+)
 from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_session import (
     HeartbeatCommand,
     OfflineCommand,
     RegisterWorkerCommand,
+    SessionStatus,
     WorkerSessionRecord,
 )
 
@@ -157,6 +162,26 @@ class WorkerSession:
         if busy_since_ms is not None:
             due = min(due, max(session.heartbeat_at_ms, busy_since_ms) + max(1, self._session_lease_ms // 3))
         return max(session.heartbeat_at_ms + 1, due)
+
+    def check_current(self) -> None:
+        """Read, never write, whether this session is still its worker's current one: between
+        heartbeats (up to minutes apart while idle) this is how a replaced service notices.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: another session of this worker replaced this one.
+            WorkerSessionRejectedError: this session was set offline.
+        """
+        stored = self._repo.find_session(self.worker_id)
+        if stored is None or stored.session_id != self.session_id or stored.generation != self.generation:
+            now = "no session" if stored is None else f"generation {stored.generation}"
+            raise WorkerLeaseFenceRejectedError(
+                f"session {self.session_id!r} of worker {self.worker_id!r} was replaced (the worker now has {now})")
+        if stored.status is SessionStatus.OFFLINE:
+            raise WorkerSessionRejectedError(f"session {self.session_id!r} of worker {self.worker_id!r} is offline")
+
+    def check_interval_ms(self) -> int:
+        """How often :meth:`check_current` reads: the busy heartbeat cadence."""
+        return max(1, self._session_lease_ms // 3)
 
     def offline(self) -> None:
         session = self.session

@@ -9,6 +9,7 @@ import apsw
 import pytest
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 
 from edge_runtime.contract.run_lease import LeaseStatus
 from edge_runtime.contract.runs import AttemptStatus, RunStatus, SubmitRunCommand
@@ -131,3 +132,20 @@ def test_the_watermark_is_written_once_per_slack_not_every_loop(tmp_path: Path) 
             clock.now_ms()
             written += clock.maybe_persist(db)
         assert written == 3_600_000 // DEFAULT_PERSIST_INTERVAL_MS == 12  # was 120 at a 30 s interval
+
+
+def test_a_replaced_or_offline_session_is_noticed_by_a_read(tmp_path: Path) -> None:
+    vfs = _CountingVFS()
+    clock = ManualClock(T0)
+    with open_database(tmp_path / "e.db", clock=clock, vfs=vfs.name) as db:
+        first = _worker(db)
+        before = vfs.wal_syncs
+        first.check_current()  # still current: nothing raised, nothing written
+        assert vfs.wal_syncs == before
+        second = _worker(db)  # the same worker id: generation 2 replaces the first
+        with pytest.raises(WorkerLeaseFenceRejectedError, match="generation 2"):
+            first.check_current()
+        second.check_current()
+        second.offline()
+        with pytest.raises(WorkerSessionRejectedError):
+            second.check_current()

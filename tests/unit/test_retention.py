@@ -149,8 +149,14 @@ def test_a_live_lease_or_dispatch_keeps_a_finished_run(
     db: LocalDatabase, runs: LocalRunRepository, worker: WorkerSession
 , clock: ManualClock) -> None:
     run_id, attempt_id = start_run(runs, worker)
-    runs.finish_attempt(attempt_id, __import__("edge_runtime.contract.runs", fromlist=["x"]).AttemptStatus.FAILED,
-                        actor_id=worker.owner, exit_code=1)  # the Run Lease is not completed yet
+    # Ended as a release before issue 13 left it: the Attempt and Run ended, the grant still held
+    # (finish_attempt now completes it in the same commit).
+    with db.write() as now:
+        db.connection.execute("UPDATE run_attempts SET status = 'failed', exit_code = 1, finished_at_ms = ?1, "
+                              "updated_at_ms = ?1 WHERE id = ?2", (now, attempt_id))
+        db.connection.execute("UPDATE runs SET status = 'failed', finished_at_ms = ?1, updated_at_ms = ?1 "
+                              "WHERE id = ?2", (now, run_id))
+    assert worker.lease_of(attempt_id).status.value == "leased"
     assert runs.get(run_id).status.value == "failed"
     LocalRetention(db, policy(runs=1, days=1), None).prune_step()
     finished_run(runs, worker, clock=clock)
