@@ -14,7 +14,7 @@ from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, Wo
 from edge_runtime.contract.run_lease import LeaseStatus
 from edge_runtime.contract.runs import AttemptStatus, RunStatus, SubmitRunCommand
 from edge_runtime.local.clock import ManualClock
-from edge_runtime.local.database import open_database
+from edge_runtime.local.database import NEW_FILE_PAGE_SIZE, open_database
 from edge_runtime.local.guarded_clock import DEFAULT_PERSIST_INTERVAL_MS, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
@@ -149,3 +149,19 @@ def test_a_replaced_or_offline_session_is_noticed_by_a_read(tmp_path: Path) -> N
         second.offline()
         with pytest.raises(WorkerSessionRejectedError):
             second.check_current()
+
+
+def test_a_new_file_gets_small_pages_and_an_existing_file_keeps_its_own(tmp_path: Path) -> None:
+    with open_database(tmp_path / "new.db") as db:
+        assert db.connection.execute("PRAGMA page_size").fetchone()[0] == NEW_FILE_PAGE_SIZE == 1024
+        assert db.connection.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # still INCREMENTAL
+    old = tmp_path / "old.db"  # as a release before issue 13 created it: SQLite's default 4 KiB
+    connection = apsw.Connection(str(old))
+    connection.execute("PRAGMA page_size = 4096; PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL")
+    connection.close()
+    with open_database(old) as db:
+        runs = LocalRunRepository(db)
+        run = runs.submit(SubmitRunCommand(argv=["true"]))
+        assert db.connection.execute("PRAGMA page_size").fetchone()[0] == 4096
+    with open_database(old) as db:
+        assert LocalRunRepository(db).get(run.id).status is RunStatus.QUEUED

@@ -15,6 +15,8 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.retention import (
     BATCH_RUNS,
+    FREE_BYTES_RESERVE,
+    VACUUM_BYTES_PER_STEP,
     LOG_MIN_AGE_MS,
     LocalRetention,
     RetentionError,
@@ -261,7 +263,9 @@ def test_free_pages_are_returned_beyond_the_reserve(db: LocalDatabase, runs: Loc
     prune_all(LocalRetention(db, policy(runs=1), None))
     free = db.connection.execute("PRAGMA freelist_count").fetchone()[0]
     pages = db.connection.execute("PRAGMA page_count").fetchone()[0]
-    assert pages < pages_before and free <= max(256, pages // 4) + 256
+    page_size = db.connection.execute("PRAGMA page_size").fetchone()[0]
+    reserve, step = FREE_BYTES_RESERVE // page_size, VACUUM_BYTES_PER_STEP // page_size
+    assert pages < pages_before and free <= max(reserve, pages // 4) + step
 
 
 def test_an_unusable_log_directory_is_a_retention_error_not_a_crash(
