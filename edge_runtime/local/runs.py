@@ -9,7 +9,6 @@ of an Attempt, and the SIGKILL deadline bookkeeping.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import apsw
@@ -44,6 +43,7 @@ from edge_runtime.contract.runs import (
     run_ended_event,
 )
 from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.contract.ids import new_id
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
@@ -76,7 +76,7 @@ def _check_run_id(run_id: object) -> None:
 
 
 def _new_id() -> str:
-    return str(uuid.uuid4())
+    return new_id()
 
 
 class LocalRunRepository:

@@ -29,6 +29,7 @@ from edge_runtime.contract.run_lease import (
     RunLeaseRecord,
     StartRunCommand,
 )
+from edge_runtime.contract.ids import new_id
 from edge_runtime.contract.ports import WorkerLeaseStore
 from edge_runtime.contract.worker_lease import (
     MAX_SESSION_LEASE_DURATION_MS,
@@ -52,7 +53,7 @@ IDLE_SESSION_LEASE_MS = MAX_SESSION_LEASE_DURATION_MS
 
 
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return new_id()
 
 
 class _Fence:
@@ -235,7 +236,7 @@ class WorkerSession:
                 session_generation=session.generation,
                 session_version=session.version,
                 run_id=run_id,
-                attempt_id=str(uuid.uuid4()),
+                attempt_id=new_id(),
                 offer_id=str(uuid.uuid4()),
                 lease_token=token,
                 lease_duration_ms=self._run_lease_ms,

@@ -165,3 +165,32 @@ def test_a_new_file_gets_small_pages_and_an_existing_file_keeps_its_own(tmp_path
         assert db.connection.execute("PRAGMA page_size").fetchone()[0] == 4096
     with open_database(old) as db:
         assert LocalRunRepository(db).get(run.id).status is RunStatus.QUEUED
+
+
+def test_generated_ids_are_time_ordered_uuids(monkeypatch) -> None:
+    import time
+    import uuid
+
+    from edge_runtime.contract.ids import new_id
+
+    now = [1_700_000_000_000_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: now[0])
+    first = [new_id() for _ in range(100)]
+    now[0] += 1_000_000  # one millisecond later
+    later = new_id()
+    assert len(set(first)) == 100  # the random bits tell ids of one millisecond apart
+    assert all(uuid.UUID(i).version == 7 and len(i) == 36 and str(uuid.UUID(i)) == i for i in first)
+    assert all(i < later for i in first)  # ordered by their millisecond, as text too
+    assert int(later.replace("-", "")[:12], 16) == 1_700_000_000_001
+
+
+def test_a_run_and_its_attempt_and_events_get_time_ordered_ids(tmp_path: Path) -> None:
+    import uuid
+
+    with open_database(tmp_path / "e.db", clock=ManualClock(T0)) as db:
+        runs = LocalRunRepository(db)
+        worker = _worker(db)
+        run = runs.submit(SubmitRunCommand(argv=["true"]))
+        grant = worker.start(run.id)
+        ids = [run.id, grant.lease.attempt_id, *(e.id for e in runs.events(run.id))]
+        assert [uuid.UUID(i).version for i in ids] == [7] * len(ids)
