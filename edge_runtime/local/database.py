@@ -96,6 +96,14 @@ def ensure_incremental_vacuum(connection: apsw.Connection) -> bool:
     return True
 
 
+#: Page size of a new database file. Each commit writes every page it touched to the WAL (and a
+#: checkpoint writes them again): a Run's four commits touch about a dozen pages each (table and
+#: index leaves, pointer-map pages), so 1 KiB pages write a quarter of what SQLite's default 4 KiB
+#: do (README: Flash writes). Records stay far below a 1 KiB page's overflow limit (~1 KB for a
+#: row, 231 bytes for an index key). An existing file keeps its page size (changing it needs the
+#: file out of WAL mode and a full rewrite).
+NEW_FILE_PAGE_SIZE = 1024
+
 #: Every SQLite database file starts with a 100-byte header.
 _SQLITE_HEADER_BYTES = 100
 
@@ -358,6 +366,8 @@ def open_database(
                 )
             connection.execute("PRAGMA synchronous = FULL")  # per connection: reported by check
         else:
+            if not applied:  # a new file: the page size must be set before WAL mode fixes it
+                connection.execute(f"PRAGMA page_size = {NEW_FILE_PAGE_SIZE}")
             _use_wal_with_full_sync(connection, busy_timeout_ms)
         _enable_foreign_keys(connection)
         if not read_only and not applied:  # a new file takes auto_vacuum at once, before its first table

@@ -64,8 +64,11 @@ CLOCK_JUMP_EVENT = "clock.jump_detected"
 DEFAULT_BACKWARD_TOLERANCE_MS = 1_000
 #: A forward step this much larger than the monotonic time elapsed is recorded as a jump.
 DEFAULT_FORWARD_THRESHOLD_MS = 60_000
-#: How often the service persists the watermark (one small transaction).
-DEFAULT_PERSIST_INTERVAL_MS = 30_000
+#: How often the service persists the watermark (one small transaction): its slack. Every write
+#: stores observed times, which raise the boot floor too (:func:`observed_floor_ms`), so the
+#: watermark only matters for time handed out while nothing was written; a restart may begin up
+#: to this far below such time, never below anything stored (README: clock).
+DEFAULT_PERSIST_INTERVAL_MS = 300_000
 #: How soon a detected jump is persisted (and a failed persist of one retried).
 _PENDING_RETRY_MS = 1_000
 

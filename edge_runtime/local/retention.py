@@ -37,9 +37,10 @@ from edge_runtime.local.errors import LocalStorageError
 
 #: Runs deleted per transaction: a few hundred rows, a few ms of write lock.
 BATCH_RUNS = 16
-#: Free pages kept for reuse before any is returned to the file system, and the most returned per step.
-FREE_PAGES_RESERVE = 256
-VACUUM_PAGES_PER_STEP = 256
+#: Free space kept for reuse before any is returned to the file system, and the most returned per
+#: step; in bytes, so a file's page size (4 KiB before issue 13, 1 KiB since) does not change them.
+FREE_BYTES_RESERVE = 1 << 20
+VACUUM_BYTES_PER_STEP = 1 << 20
 #: A WAL larger than this is truncated when the service is idle.
 WAL_TRUNCATE_BYTES = 1 << 20
 #: How long the WAL truncation waits for readers that still use it (it blocks writers meanwhile).
@@ -229,10 +230,12 @@ class LocalRetention:
         connection = self._db.connection
         free = connection.execute("PRAGMA freelist_count").fetchone()[0]
         pages = connection.execute("PRAGMA page_count").fetchone()[0]
-        spare = free - max(FREE_PAGES_RESERVE, pages // 4)
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        spare = free - max(FREE_BYTES_RESERVE // page_size, pages // 4)
         if spare > 0 and connection.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:
+            step = min(spare, VACUUM_BYTES_PER_STEP // page_size)
             with self._db.write():
-                for _ in connection.execute(f"PRAGMA incremental_vacuum({min(spare, VACUUM_PAGES_PER_STEP)})"):
+                for _ in connection.execute(f"PRAGMA incremental_vacuum({step})"):
                     pass
 
     def _truncate_wal(self) -> None:

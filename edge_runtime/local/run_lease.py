@@ -88,6 +88,27 @@ def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
     )
 
 
+def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, attempt_status: str, now: int,
+                               event_id: str) -> RunEvent | None:
+    """Close the Attempt's grant inside the transaction that ends the Attempt; None when no grant
+    is held (never granted, or already completed or released).
+
+    Local only: one commit where the port's ``finish_attempt`` + ``complete`` would take two. Any
+    holder's grant is closed: once its Attempt ended a grant can fence nothing, and the service
+    always completes it next anyway (its ``complete`` then finds nothing left to do). The row,
+    projection and ``run.lease_completed`` event are those :meth:`LocalRunLeases.complete` writes.
+    """
+    current = read_lease(connection, attempt_id)
+    if current is None or current.status is not LeaseStatus.LEASED:
+        return None
+    lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
+                     completed_at_ms=now, updated_at_ms=now)
+    store_lease(connection, lease, current.version)
+    move_projection(connection, attempt_id, current, lease, now_ms=now)
+    return lease_event(connection, None, lease, event_id, EVENT_LEASE_COMPLETED, "completed", now,
+                       attempt_status=attempt_status)
+
+
 def lease_event(
     connection: apsw.Connection,
     run: RunFence | None,

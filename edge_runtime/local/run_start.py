@@ -25,7 +25,6 @@ Lock order as everywhere: Worker session -> Run -> Attempt -> Run Lease.
 from __future__ import annotations
 
 import hmac
-import uuid
 from typing import Any
 
 import msgspec
@@ -45,6 +44,7 @@ from edge_runtime.contract.run_lease import (
     StartRunCommand,
     StartRunOutcome,
 )
+from edge_runtime.contract.ids import new_id
 from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
@@ -83,7 +83,7 @@ _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = ?2"
 
 
 def _new_event_id() -> str:
-    return str(uuid.uuid4())
+    return new_id()
 
 
 def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:

@@ -9,7 +9,8 @@ Start: open the store (Local: open and migrate the database), bind its wake-up, 
 1. act on signals (flags set by the handlers): SIGTERM/SIGINT stop, SIGCHLD reaps;
 2. deliver due cancellations and enforce due SIGKILL deadlines;
 3. start queued Runs while slots are free;
-4. heartbeat the session and renew Run Leases when due;
+4. heartbeat the session and renew Run Leases when due (between heartbeats, which are minutes
+   apart while idle, read every third of ``session_lease_ms`` whether the session is still current);
 5. sleep in one ``select`` until the earliest of: a dispatch retry or lease expiry, a SIGKILL
    deadline, a heartbeat or renewal, a pidfd or log FIFO becoming readable, a poke on the wake
    socket, a signal, the recovery pass (a third of ``run_lease_ms``) or the slow fallback poll
@@ -131,6 +132,10 @@ class DeviceService:
         self._make_retention = retention
         self._retention: Retention | None = None
         self._next_retention = 0.0
+        #: See _busy_since.
+        self._busy_since_ms: int | None = None
+        #: When the loop next reads whether its session is still current (WorkerSession.check_current).
+        self._next_session_check_ms = 0
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -199,7 +204,7 @@ class DeviceService:
             self._boot_id = boot_id
             counts = self._recover(runs, worker, supervisor)
             journal.info("recovery.done", **counts)
-            worker.heartbeat(self._available_slots(supervisor))
+            worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
@@ -318,6 +323,15 @@ class DeviceService:
             except EdgeRuntimeError as exc:
                 self.journal.error("clock.persist_failed", error=exc.code, detail=str(exc))
 
+    def _busy_since(self, supervisor: AttemptSupervisor, now: int) -> int | None:
+        """Since when (guarded-clock ms) Attempts have been watched without a break; None while
+        none is. Picks the session lease the heartbeat takes (README: heartbeat)."""
+        if not supervisor.running:
+            self._busy_since_ms = None
+        elif self._busy_since_ms is None:
+            self._busy_since_ms = now
+        return self._busy_since_ms
+
     def _available_slots(self, supervisor: AttemptSupervisor) -> int:
         """Slots this session may report: re-adopted Attempts of earlier sessions occupy slots
         that the lease authority does not count against this session's own leases."""
@@ -340,8 +354,14 @@ class DeviceService:
             # periodic one.
             available = self._available_slots(supervisor)
             now = self._store.now_ms()
-            if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms():
-                worker.heartbeat(available)
+            busy_since = self._busy_since(supervisor, now)
+            if worker.session.available_slots != available or now >= worker.next_heartbeat_at_ms(busy_since):
+                worker.heartbeat(available, idle=not supervisor.running)
+                self._next_session_check_ms = now + worker.check_interval_ms()
+            elif now >= self._next_session_check_ms:
+                # A replaced session is noticed as soon as when it heartbeated every 10 s, by a read.
+                worker.check_current()
+                self._next_session_check_ms = now + worker.check_interval_ms()
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()
@@ -382,7 +402,8 @@ class DeviceService:
             now = self._store.now_ms()
             dues = [
                 runs.next_due_at_ms(),
-                worker.next_heartbeat_at_ms(),
+                worker.next_heartbeat_at_ms(self._busy_since(supervisor, now)),
+                self._next_session_check_ms,
                 dispatcher.next_kill_retry_at_ms(),
                 supervisor.next_renewal_at_ms(),
                 *(hook.next_due_at_ms() for hook in self._hooks),

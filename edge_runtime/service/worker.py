@@ -29,18 +29,31 @@ from edge_runtime.contract.run_lease import (
     RunLeaseRecord,
     StartRunCommand,
 )
+from edge_runtime.contract.ids import new_id
 from edge_runtime.contract.ports import WorkerLeaseStore
+from edge_runtime.contract.worker_lease import (
+    MAX_SESSION_LEASE_DURATION_MS,
+    WorkerLeaseFenceRejectedError,
+    WorkerSessionRejectedError,
+)
 from edge_runtime.contract.runs import RunStatus
 from edge_runtime.contract.worker_session import (
     HeartbeatCommand,
     OfflineCommand,
     RegisterWorkerCommand,
+    SessionStatus,
     WorkerSessionRecord,
 )
 
 
+#: The session lease a service takes while it watches no Attempt (README: heartbeat). An idle
+#: session renews it with the same margin as a busy one (see ``next_heartbeat_at_ms``), so an
+#: idle service writes one heartbeat about every 4.7 minutes instead of every 10 s.
+IDLE_SESSION_LEASE_MS = MAX_SESSION_LEASE_DURATION_MS
+
+
 def new_event_id() -> str:
-    return str(uuid.uuid4())
+    return new_id()
 
 
 class _Fence:
@@ -74,7 +87,8 @@ class RunGrant:
 class WorkerSession:
     """The current session of this device's worker and the operations fenced by it."""
 
-    __slots__ = ("_repo", "worker_id", "session_id", "_session", "_slots", "_session_lease_ms", "_run_lease_ms")
+    __slots__ = ("_repo", "worker_id", "session_id", "_session", "_slots", "_session_lease_ms", "_run_lease_ms",
+                 "_idle_session_lease_ms")
 
     def __init__(
         self, leases: WorkerLeaseStore, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int
@@ -85,6 +99,7 @@ class WorkerSession:
         self._session: WorkerSessionRecord | None = None
         self._slots = slots
         self._session_lease_ms = session_lease_ms
+        self._idle_session_lease_ms = max(session_lease_ms, IDLE_SESSION_LEASE_MS)
         self._run_lease_ms = run_lease_ms
 
     @property
@@ -118,7 +133,9 @@ class WorkerSession:
         self._session = outcome.session
         return outcome.session
 
-    def heartbeat(self, available_slots: int) -> WorkerSessionRecord:
+    def heartbeat(self, available_slots: int, *, idle: bool = False) -> WorkerSessionRecord:
+        """Renew the session lease: for ``session_lease_ms`` while Attempts are watched, for
+        the idle lease (``IDLE_SESSION_LEASE_MS``) while none is (``idle``)."""
         session = self.session
         self._session = self._repo.heartbeat(
             HeartbeatCommand(
@@ -127,15 +144,45 @@ class WorkerSession:
                 generation=session.generation,
                 expected_version=session.version,
                 available_slots=max(0, min(available_slots, session.max_concurrent_runs)),
-                lease_duration_ms=self._session_lease_ms,
+                lease_duration_ms=self._idle_session_lease_ms if idle else self._session_lease_ms,
             )
         )
         return self._session
 
-    def next_heartbeat_at_ms(self) -> int:
-        """A third of the session lease after the last heartbeat: two can be missed safely."""
+    def next_heartbeat_at_ms(self, busy_since_ms: int | None = None) -> int:
+        """When the session lease is due for renewal.
+
+        Always before less than two thirds of ``session_lease_ms`` is left, whichever lease (busy
+        or idle) the last heartbeat took: two heartbeats at the busy cadence can still be missed.
+        While Attempts are watched (``busy_since_ms``: since when), also a third of
+        ``session_lease_ms`` after the later of the last heartbeat and that moment: a busy
+        service notices a lost session that soon, and a Run shorter than that costs no heartbeat.
+        """
         session = self.session
-        return session.heartbeat_at_ms + max(1, (session.lease_expires_at_ms - session.heartbeat_at_ms) // 3)
+        due = session.lease_expires_at_ms - (2 * self._session_lease_ms) // 3
+        if busy_since_ms is not None:
+            due = min(due, max(session.heartbeat_at_ms, busy_since_ms) + max(1, self._session_lease_ms // 3))
+        return max(session.heartbeat_at_ms + 1, due)
+
+    def check_current(self) -> None:
+        """Read, never write, whether this session is still its worker's current one: between
+        heartbeats (up to minutes apart while idle) this is how a replaced service notices.
+
+        Raises:
+            WorkerLeaseFenceRejectedError: another session of this worker replaced this one.
+            WorkerSessionRejectedError: this session was set offline.
+        """
+        stored = self._repo.find_session(self.worker_id)
+        if stored is None or stored.session_id != self.session_id or stored.generation != self.generation:
+            now = "no session" if stored is None else f"generation {stored.generation}"
+            raise WorkerLeaseFenceRejectedError(
+                f"session {self.session_id!r} of worker {self.worker_id!r} was replaced (the worker now has {now})")
+        if stored.status is SessionStatus.OFFLINE:
+            raise WorkerSessionRejectedError(f"session {self.session_id!r} of worker {self.worker_id!r} is offline")
+
+    def check_interval_ms(self) -> int:
+        """How often :meth:`check_current` reads: the busy heartbeat cadence."""
+        return max(1, self._session_lease_ms // 3)
 
     def offline(self) -> None:
         session = self.session
@@ -189,7 +236,7 @@ class WorkerSession:
                 session_generation=session.generation,
                 session_version=session.version,
                 run_id=run_id,
-                attempt_id=str(uuid.uuid4()),
+                attempt_id=new_id(),
                 offer_id=str(uuid.uuid4()),
                 lease_token=token,
                 lease_duration_ms=self._run_lease_ms,

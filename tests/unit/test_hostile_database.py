@@ -166,7 +166,8 @@ def test_the_expected_schema_is_derived_from_the_migration_files(tmp_path, monke
 def test_a_wal_of_another_database_is_refused_before_it_is_merged(capsys, tmp_path) -> None:
     other = tmp_path / "other.db"
     connection = apsw.Connection(str(other))
-    connection.execute("PRAGMA page_size = 1024").fetchall()
+    # A page size other than the one edge-runtime gives a new file (NEW_FILE_PAGE_SIZE, 1 KiB).
+    connection.execute("PRAGMA page_size = 4096").fetchall()
     connection.execute("PRAGMA journal_mode = WAL").fetchall()
     connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
     connection.execute("CREATE TABLE x (y); INSERT INTO x VALUES (1)")
@@ -178,7 +179,7 @@ def test_a_wal_of_another_database_is_refused_before_it_is_merged(capsys, tmp_pa
     before = _wal_files(db_path)
     for argv in (["check"], ["list"], ["submit", "--", "true"]):
         code, _, err = _cli(capsys, db_path, *argv)
-        assert code == 1 and f"{db_path}-wal belongs to another database (page size 1024" in err, argv
+        assert code == 1 and f"{db_path}-wal belongs to another database (page size 4096" in err, argv
         assert _wal_files(db_path) == before
 
 

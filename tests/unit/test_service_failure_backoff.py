@@ -54,7 +54,8 @@ def test_repeated_tick_failures_log_at_powers_of_two_then_recovery_once(tmp_path
     dispatcher = _FailingDispatcher()
     idle = _Idle()
     idle.session = type("Session", (), {"available_slots": 2, "max_concurrent_runs": 2})()
-    idle.next_heartbeat_at_ms = lambda: 10**12
+    idle.next_heartbeat_at_ms = lambda busy_since_ms=None: 10**12
+    idle.check_interval_ms = lambda: 10_000
     for _ in range(10):
         service._tick(idle, idle, dispatcher)
     lines = stream.getvalue().splitlines()
