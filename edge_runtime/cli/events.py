@@ -10,7 +10,8 @@ import msgspec
 
 from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json
 
-_encode = msgspec.json.Encoder().encode
+#: Keys sorted: a payload reads the same whichever store kept it (PostgreSQL's jsonb reorders keys).
+_encode = msgspec.json.Encoder(order="sorted").encode
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
