@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 
 #: Sent by every runtime connection, and also set on the ql3_runtime role by ``bootstrap``.
 RUNTIME_SETTINGS = {"statement_timeout": "5s", "lock_timeout": "1s", "idle_in_transaction_session_timeout": "10s"}
@@ -14,6 +15,12 @@ RUNTIME_SETTINGS = {"statement_timeout": "5s", "lock_timeout": "1s", "idle_in_tr
 WAKE_CHANNEL = "ql3_wake"
 NOTIFY_WAKE = f"NOTIFY {WAKE_CHANNEL}"
 _OPTIONS = " ".join(f"-c {name}={value}" for name, value in RUNTIME_SETTINGS.items())
+#: Used unless the DSN says otherwise. A network that vanishes without a reset (a cut link, a host
+#: powered off) would otherwise leave a worker blocked in one read for the kernel's many minutes:
+#: data unacknowledged for 15 s, an idle connection with 3 unanswered keepalives (10 s idle, 3 s
+#: apart) or a connect that takes 5 s now fails, and the worker retries (README: Cluster Profile).
+NETWORK_DEFAULTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "3",
+                    "keepalives_count": "3", "tcp_user_timeout": "15000"}
 
 
 def connect(dsn: str) -> psycopg.Connection[Any]:
@@ -22,4 +29,6 @@ def connect(dsn: str) -> psycopg.Connection[Any]:
     Statements are prepared after psycopg's default threshold; nothing else is started: no pool,
     no listener, no timer.
     """
-    return psycopg.connect(dsn, autocommit=True, options=_OPTIONS)
+    given = conninfo_to_dict(dsn)
+    network = {key: value for key, value in NETWORK_DEFAULTS.items() if key not in given}
+    return psycopg.connect(dsn, autocommit=True, options=_OPTIONS, **network)

@@ -94,9 +94,19 @@ class Server:
 
 
 class HaPair:
-    """Primary + streaming standby. Use as a context manager: everything is stopped and removed."""
+    """Primary + streaming standby. Use as a context manager: everything is stopped and removed.
 
-    def __init__(self) -> None:
+    ``standby=False``: the primary alone. ``listen_addresses`` and ``hba`` (extra pg_hba.conf
+    lines) let clients in other network namespaces reach it over their veth; ``log_statements``
+    logs every statement (the digest-only proof reads that log).
+    """
+
+    def __init__(self, *, standby: bool = True, listen_addresses: str = "127.0.0.1", hba: tuple[str, ...] = (),
+                 log_statements: bool = True) -> None:
+        self.with_standby = standby
+        self.listen_addresses = listen_addresses
+        self.hba = hba
+        self.log_statements = log_statements
         reap_orphans()
         self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))
         shutil.chown(self.root, "postgres", "postgres")
@@ -115,9 +125,16 @@ class HaPair:
         _as_postgres(PG_BIN / "initdb", "-D", self.primary.data, "-A", "trust", "-U", "postgres", "--no-sync",
                      "-E", "UTF8", "--locale", "C")
         with open(self.primary.data / "postgresql.conf", "a") as conf:
-            conf.write("listen_addresses = '127.0.0.1'\nwal_level = replica\nmax_wal_senders = 4\n"
-                       "log_statement = 'all'\nlog_min_duration_statement = 0\nfsync = on\n")
+            conf.write(f"listen_addresses = '{self.listen_addresses}'\nwal_level = replica\nmax_wal_senders = 4\n"
+                       "fsync = on\n")
+            if self.log_statements:
+                conf.write("log_statement = 'all'\nlog_min_duration_statement = 0\n")
+        if self.hba:
+            with open(self.primary.data / "pg_hba.conf", "a") as hba:
+                hba.write("".join(line + "\n" for line in self.hba))
         self.primary.start()
+        if not self.with_standby:
+            return
         _as_postgres(PG_BIN / "pg_basebackup", "-h", "127.0.0.1", "-p", str(self.primary.port), "-U", "postgres",
                      "-D", self.standby.data, "-R", "-X", "stream", "--no-sync")
         self.standby.start()
