@@ -21,20 +21,13 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
+from edge_runtime.service.config import CONFIG_ENV_VAR, ConfigError, ServiceConfig, load_config
 
 #: Where the DSN comes from when ``--dsn`` is not given (a password is better in ~/.pgpass or
 #: $PGPASSFILE than in either: the command line is visible to every user in ``ps``).
 DSN_ENV_VAR = "EDGE_RUNTIME_CLUSTER_DSN"
 #: Per-Attempt logs when neither --log-dir nor the setting is given: under the state directory.
 DEFAULT_LOG_SUBDIR = Path("edge-runtime-cluster") / "logs"
-
-
-class ServeUsageError(EdgeRuntimeError):
-    """``serve`` was started without what it needs (a DSN, a place for logs)."""
-
-    code = "CONFIG_INVALID"
 
 
 def register(commands: argparse._SubParsersAction) -> None:
@@ -67,7 +60,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
     dsn = args.dsn or env.get(DSN_ENV_VAR)
     if not dsn:
-        raise ServeUsageError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
+        raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
     # Validate the whole configuration before connecting.
     config = load_config(
         args.config,
@@ -93,7 +86,7 @@ def resolved_log_dir(config: ServiceConfig, env: Mapping[str, str]) -> Path:
     try:
         return Path(state_home).expanduser() / DEFAULT_LOG_SUBDIR
     except RuntimeError:  # no $HOME and no passwd entry (procd, cron): "~" means nothing
-        raise ServeUsageError(f"cannot expand {state_home!r}: $HOME is not set; give --log-dir") from None
+        raise ConfigError(f"cannot expand {state_home!r}: $HOME is not set; give --log-dir") from None
 
 
 def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: Any = None) -> Any:
