@@ -14,8 +14,6 @@ import contextlib
 import importlib
 import os
 
-from cluster_postgres.errors import ClusterDsnError
-
 #: The edge CLI's commands that work on any store (the rest are the device's: serve, migrate,
 #: check and schedule, whose cluster counterparts are this CLI's own or do not exist).
 USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs", "dispatch")
@@ -37,12 +35,14 @@ POSTGRES_STORES = PostgresStores()
 
 
 def command_dsn(args: argparse.Namespace, env: dict[str, str] | os._Environ[str] | None = None) -> str:
-    """``--dsn``, else ``$EDGE_RUNTIME_CLUSTER_DSN`` (the variable ``serve`` reads too)."""
+    """``--dsn``, else ``$EDGE_RUNTIME_CLUSTER_DSN``: what ``serve`` reads, refused as ``serve``
+    refuses it (a DSN that is given but malformed is ``CLUSTER_DSN_INVALID``, at connect)."""
     from cluster_postgres.serve import DSN_ENV_VAR
+    from edge_runtime.service.config import ConfigError
 
     dsn = args.dsn or (os.environ if env is None else env).get(DSN_ENV_VAR)
     if not dsn:
-        raise ClusterDsnError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
+        raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
     return dsn
 
 

@@ -268,7 +268,9 @@ def test_a_malformed_dsn_is_refused_without_repeating_it(capsys: pytest.CaptureF
 def test_no_dsn_at_all_says_how_to_give_one(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(DSN_ENV_VAR, raising=False)
     code, _, err = run_cluster(capsys, "list")
-    assert code == 1 and err == f"Error: no database: give --dsn or set ${DSN_ENV_VAR} [CLUSTER_DSN_INVALID]\n"
+    assert code == 1 and err == f"Error: no database: give --dsn or set ${DSN_ENV_VAR} [CONFIG_INVALID]\n"
+    # As serve says it.
+    assert exit_of(lambda: cluster_cli.main(["serve"])) == 1 and capsys.readouterr().err == err
 
 
 def test_the_cli_process_exit_codes(dsn: str) -> None:
@@ -439,30 +441,43 @@ def test_the_schema_limit_is_the_contract_limit(owner: Any) -> None:
 def test_a_worker_stores_the_copy_when_its_attempt_ends(pg_database: Any, dsn: str, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str]) -> None:
     """``edge-runtime-cluster serve`` (the service composed on the PostgresStore) stores each ended
-    Attempt's log through the port; ``logs`` from 'another host' (the file gone) prints it."""
+    Attempt's log through the port, the tail of a long one; ``logs`` from 'another host' (the file
+    gone) prints it."""
     env = {**os.environ, DSN_ENV_VAR: dsn, "XDG_STATE_HOME": str(tmp_path / "state")}
-    log_dir = tmp_path / "worker-logs"
     serve = subprocess.Popen([sys.executable, "-m", "cluster_postgres.cli", "serve", "--worker-id", "copier",
-                              "--log-dir", str(log_dir), "--slots", "2"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              "--log-dir", str(tmp_path / "worker-logs"), "--slots", "2"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        run_id = run_cluster(capsys, "submit", "--", "sh", "-c", "echo to stdout; echo to stderr >&2")[1].strip()
-        deadline = time.monotonic() + 60
+        short = run_cluster(capsys, "submit", "--", "sh", "-c", "echo to stdout; echo to stderr >&2")[1].strip()
+        long = run_cluster(capsys, "submit", "--", "sh", "-c", "head -c 100000 /dev/zero | tr '\\0' a; echo END")[1].strip()
+        copies = {}
         store = PostgresStore(dsn)
         try:
-            while store.runs.get(run_id).status.value != "succeeded":
-                assert time.monotonic() < deadline, "the worker did not run the Run"
-                time.sleep(0.1)
-            [attempt] = store.runs.attempts(run_id)
-            while (copy := store.attempt_logs.find(attempt.id)) is None:
-                assert time.monotonic() < deadline, "no copy was stored"
-                time.sleep(0.1)
+            for run_id in (short, long):
+                copies[run_id] = wait_for_copy(store, run_id)
         finally:
             store.close()
     finally:
         serve.terminate()
         serve.wait(timeout=30)
-        serve.stderr.close()
-    assert copy.content == b"to stdout\nto stderr\n" and copy.size_bytes == 20 and copy.worker_id == "copier"
+    attempt, copy = copies[short]
+    assert (copy.content, copy.size_bytes, copy.worker_id) == (b"to stdout\nto stderr\n", 20, "copier")
     Path(attempt.log_path).unlink()
-    assert run_cluster(capsys, "logs", run_id) == (0, "to stdout\nto stderr\n", "")
+    assert run_cluster(capsys, "logs", short) == (0, "to stdout\nto stderr\n", "")
+    attempt, copy = copies[long]
+    assert copy.size_bytes == 100_004 and copy.truncated
+    assert copy.content == b"a" * (STORED_LOG_MAX_BYTES - 4) + b"END\n"
+    assert Path(attempt.log_path).read_bytes()[-STORED_LOG_MAX_BYTES:] == copy.content
+
+
+def wait_for_copy(store: Any, run_id: str) -> tuple[Any, Any]:
+    """The Run's Attempt and its stored copy, once the worker ended it (a liveness guard, not a timing)."""
+    deadline = time.monotonic() + 60
+    while store.runs.get(run_id).status.value != "succeeded":
+        assert time.monotonic() < deadline, "the worker did not run the Run"
+        time.sleep(0.1)
+    [attempt] = store.runs.attempts(run_id)
+    while (copy := store.attempt_logs.find(attempt.id)) is None:
+        assert time.monotonic() < deadline, "no copy was stored"
+        time.sleep(0.1)
+    return attempt, copy

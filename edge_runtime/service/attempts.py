@@ -359,9 +359,9 @@ class AttemptSupervisor:
             self._loop.unregister(capture)
             capture.close(unlink_fifo=unlink)
             if attempt_id not in self.running:  # the Attempt had ended: its log is complete now
-                self._copy_log(attempt_id, capture.log_path)
+                self.copy_log(attempt_id, capture.log_path)
 
-    def _copy_log(self, attempt_id: str, log_path: Path) -> None:
+    def copy_log(self, attempt_id: str, log_path: Path) -> None:
         """Hand the ended Attempt's log tail to the store's copies (``logs`` on other hosts). Best
         effort: the file stays here whatever happens, so a failure is logged, never retried."""
         if self._log_copies is None:
@@ -525,7 +525,7 @@ class AttemptSupervisor:
         if running.attempt_id not in self._captures:  # its output is complete: copy it now
             log_path = (running.fifo_path.with_suffix(".log") if running.fifo_path is not None
                         else log_paths(self._log_dir, running.attempt_id)[0])
-            self._copy_log(running.attempt_id, log_path)
+            self.copy_log(running.attempt_id, log_path)
         self._complete_lease(running.attempt_id)
         self._journal.info("attempt.finished", run=running.run_id, attempt=running.attempt_id,
                            status=status.value, exit_code=code, reason=reason)
