@@ -1,9 +1,11 @@
 """The ports of the device service: what it needs from storage, time and wake-up.
 
 The service (``edge_runtime.service``) talks only to these Protocols; an adapter implements them
-(``edge_runtime.local`` on SQLite, ``cluster_postgres`` on PostgreSQL) and the composition root
-(``edge_runtime.cli.serve``) picks one and passes it in. Time belongs to the store: every ``*_at_ms``
-a port returns is in the store's time, and the service compares it only with ``Store.now_ms()``
+(``edge_runtime.local`` on SQLite, ``cluster_postgres`` on PostgreSQL) and a composition root
+(``edge_runtime.cli.serve``, ``cluster_postgres.serve``; for the user commands
+``edge_runtime.cli.common.LOCAL_STORES``, ``cluster_postgres.commands``) picks one and passes it
+in. Time belongs to the store: every ``*_at_ms`` a port returns is in the store's time, and the
+service compares it only with ``Store.now_ms()``
 (the device's guarded clock on Local, database time on PostgreSQL). The wake-up belongs to the store
 too: a datagram socket that the CLI pokes on Local, ``LISTEN/NOTIFY`` on PostgreSQL.
 
