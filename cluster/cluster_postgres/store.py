@@ -15,6 +15,7 @@ soon as the database answers instead of at the end of its backoff.
 
 from __future__ import annotations
 
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -43,8 +44,6 @@ _SHOWN = ("host", "hostaddr", "port", "dbname", "user")
 #: nothing; an unreachable host costs its connect_timeout per try anyway).
 LISTEN_RETRY_FIRST_S = 0.2
 LISTEN_RETRY_MAX_S = 5.0
-#: How often the listener thread looks at its stop flag while no notification arrives.
-_LISTEN_SLICE_S = 0.5
 
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
@@ -75,12 +74,15 @@ class PostgresWake:
     socket pair: the service's selector watches the socket, whose descriptor never changes
     while the connection behind it is lost and opened again.
 
-    The thread holds no transaction (autocommit, only ``LISTEN``) and never touches the service's
+    The thread sleeps in ``select`` on the connection and on a stop socket: it wakes only for a
+    notification, a lost connection (TCP keepalives notice a silent one) or ``close``, never on a
+    timer. It holds no transaction (autocommit, only ``LISTEN``) and never touches the service's
     state; after every (re)connection it wakes the service once, since notifications sent while
     it was not listening are lost.
     """
 
-    __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop", "_thread", "_conn", "refused", "where")
+    __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop_reader", "_stop_writer", "_thread", "_conn",
+                 "refused", "where")
 
     def __init__(self, dsn: str, *, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -90,9 +92,9 @@ class PostgresWake:
         # The first connection is made here, so a wrong DSN or a missing grant fails the start.
         self._conn: psycopg.Connection[Any] | None = self._listen_connection()
         self._reader, self._writer = socket.socketpair()
-        self._reader.setblocking(False)
-        self._writer.setblocking(False)
-        self._stop = threading.Event()
+        self._stop_reader, self._stop_writer = socket.socketpair()
+        for end in (self._reader, self._writer, self._stop_reader, self._stop_writer):
+            end.setblocking(False)
         self._thread = threading.Thread(target=self._run, name="ql3-wake", daemon=True)
         self._thread.start()
 
@@ -127,10 +129,14 @@ class PostgresWake:
         except BlockingIOError:
             pass  # the socket is full of unread wake-ups: the service wakes anyway
 
+    def _stopping(self, timeout: float | None) -> bool:
+        """Wait up to ``timeout`` (None: for ever) for ``close``; whether it came."""
+        return bool(select.select([self._stop_reader], [], [], timeout)[0])
+
     def _run(self) -> None:
         failures = 0
         delay = LISTEN_RETRY_FIRST_S
-        while not self._stop.is_set():
+        while True:
             try:
                 if self._conn is None:
                     self._conn = self._listen_connection()
@@ -138,15 +144,22 @@ class PostgresWake:
                     if failures and self._report is not None:
                         self._report("info", "wake.listening", failures=failures, where=self.where)
                     failures, delay = 0, LISTEN_RETRY_FIRST_S
-                for _ in self._conn.notifies(timeout=_LISTEN_SLICE_S):
+                ready = select.select([self._conn.fileno(), self._stop_reader], [], [])[0]
+                if self._stop_reader in ready:
+                    return
+                # Readable: notifications, or the end of the connection, which raises here.
+                for _ in self._conn.notifies(timeout=0):
                     self._poke()
-            except (psycopg.Error, EdgeRuntimeError) as exc:
+                if self._conn.broken or self._conn.closed:
+                    raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
+            except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
                 failures += 1
                 if self._report is not None and _power_of_two(failures):
                     self._report("error", "wake.listen_failed", failures=failures, retry_in_s=delay,
                                  detail=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
                 self._close_connection()
-                self._stop.wait(delay)
+                if self._stopping(delay):
+                    return
                 delay = min(delay * 2, LISTEN_RETRY_MAX_S)
 
     def _close_connection(self) -> None:
@@ -158,12 +171,15 @@ class PostgresWake:
                 pass  # closing a connection that is already lost: nothing left to release
 
     def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=_LISTEN_SLICE_S * 4 + 6)  # a connect in progress may take its timeout
+        try:
+            self._stop_writer.send(b"\0")
+        except BlockingIOError:
+            pass  # a stop byte is already waiting
+        self._thread.join(timeout=10)  # only a connect in progress can take this long (its timeout)
         if not self._thread.is_alive():
             self._close_connection()
-        self._reader.close()
-        self._writer.close()
+        for end in (self._reader, self._writer, self._stop_reader, self._stop_writer):
+            end.close()
 
 
 class _Reopening:
