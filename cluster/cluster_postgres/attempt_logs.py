@@ -14,8 +14,6 @@ import psycopg
 
 from edge_runtime.contract.runs import (
     STORED_LOG_MAX_BYTES,
-    TERMINAL_ATTEMPT_STATUSES,
-    AttemptStatus,
     InvalidRunCommandError,
     StoredAttemptLog,
 )
@@ -23,9 +21,8 @@ from edge_runtime.contract.validation import ATTEMPT_ID_MAX_LENGTH, first_proble
 from edge_runtime.contract.worker_lease import WORKER_ID_MAX_LENGTH
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
 from cluster_postgres.run_events import database_now
-from cluster_postgres.runs import sql_in
+from cluster_postgres.runs import ENDED_ATTEMPT_SQL
 
-_ENDED_SQL = sql_in(AttemptStatus, TERMINAL_ATTEMPT_STATUSES)
 # The Attempt must have ended and its Run Lease be the storing worker's: a copy is the end of a
 # log, written by the host that has the file. The first copy stands (ON CONFLICT DO NOTHING needs
 # no UPDATE privilege).
@@ -33,7 +30,7 @@ _INSERT = (
     "INSERT INTO ql3.attempt_logs (attempt_id, content, size_bytes, worker_id, stored_at_ms) "
     "SELECT a.id, %s, %s, %s, %s FROM ql3.run_attempts a "
     "JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id AND l.worker_id = %s "
-    f"WHERE a.id = %s AND a.status IN {_ENDED_SQL} "
+    f"WHERE a.id = %s AND a.status IN {ENDED_ATTEMPT_SQL} "
     "ON CONFLICT (attempt_id) DO NOTHING"
 )
 _SELECT = "SELECT attempt_id, content, size_bytes, worker_id, stored_at_ms FROM ql3.attempt_logs WHERE attempt_id = %s"

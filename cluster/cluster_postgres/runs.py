@@ -64,13 +64,14 @@ REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
 _ESCAPED_PIDS_KEPT = 32
 
 
-def sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
+def _sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
     """An SQL ``IN`` list derived from the contract (never retyped), in declaration order."""
     return "(" + ", ".join(f"'{status.value}'" for status in kind if status in members) + ")"
 
 
-ACTIVE_RUN_SQL = sql_in(RunStatus, ACTIVE_RUN_STATUSES)
-ACTIVE_ATTEMPT_SQL = sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
+ACTIVE_RUN_SQL = _sql_in(RunStatus, ACTIVE_RUN_STATUSES)
+ACTIVE_ATTEMPT_SQL = _sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
+ENDED_ATTEMPT_SQL = _sql_in(AttemptStatus, TERMINAL_ATTEMPT_STATUSES)
 
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
