@@ -46,6 +46,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterDispatchStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
 
@@ -288,6 +289,7 @@ class PostgresCancellationDispatchRepository:
                 {"attempt_id": current.attempt_id, "dispatch_count": current.dispatch_count,
                  "previous_result": current.last_result.value}, now,
             )
+            cur.execute(NOTIFY_WAKE)  # the dispatch is due now: wake the workers on commit
             return RecordResultOutcome(dispatch=rearmed, event=event)
 
     # ----------------------------------------------------------------- storage

@@ -1,4 +1,7 @@
-"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it.
+"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it; the user commands.
+
+The user commands (submit, cancel, show, list, events, logs, dispatch) are the edge CLI's own, on
+the database (``cluster_postgres.commands``).
 
 Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.
 A DSN is never printed (it may hold a password).
@@ -17,9 +20,12 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="edge-runtime-cluster", description=__doc__.splitlines()[0])
+    from edge_runtime.cli.main import CliParser
+
+    # The edge CLI's parser class: a usage error is one line and exit code 2, as in edge-runtime.
+    parser = CliParser(prog="edge-runtime-cluster", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"edge-runtime-cluster {__version__}")
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=CliParser)
     boot = commands.add_parser("bootstrap", help="create the three roles, the database and its grants (idempotent)")
     boot.add_argument("--admin-dsn", required=True, help="a role with CREATEROLE and CREATEDB")
     boot.add_argument("--database", required=True, help="database to create or keep, e.g. qinglong")
@@ -31,11 +37,22 @@ def _parser() -> argparse.ArgumentParser:
     from cluster_postgres import serve
 
     serve.register(commands)
+    from cluster_postgres import commands as user_commands
+
+    user_commands.register(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cluster_postgres.commands import USER_COMMANDS
+    from edge_runtime.cli.main import execute, require_utf8
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    for position, token in enumerate(argv, 1):
+        require_utf8(f"argument {position}", token)
     args = _parser().parse_args(argv)
+    if args.command in USER_COMMANDS:
+        return execute(lambda: args.run(args))
     try:
         if args.command == "serve":
             from cluster_postgres import serve

@@ -9,6 +9,11 @@ from psycopg.conninfo import conninfo_to_dict
 
 #: Sent by every runtime connection, and also set on the ql3_runtime role by ``bootstrap``.
 RUNTIME_SETTINGS = {"statement_timeout": "5s", "lock_timeout": "1s", "idle_in_transaction_session_timeout": "10s"}
+#: The channel a sleeping service LISTENs on (``cluster_postgres.store``). Every change a worker
+#: should act on at once (submit, cancel, dispatch rearm) sends ``NOTIFY_WAKE`` inside its own
+#: transaction, so the wake-up is delivered exactly when the change commits, and never without it.
+WAKE_CHANNEL = "ql3_wake"
+NOTIFY_WAKE = f"NOTIFY {WAKE_CHANNEL}"
 _OPTIONS = " ".join(f"-c {name}={value}" for name, value in RUNTIME_SETTINGS.items())
 #: Used unless the DSN says otherwise. A network that vanishes without a reset (a cut link, a host
 #: powered off) would otherwise leave a worker blocked in one read for the kernel's many minutes:

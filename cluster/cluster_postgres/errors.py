@@ -68,6 +68,13 @@ class ClusterMigrationRefusedError(EdgeRuntimeError):
     code = "CLUSTER_MIGRATION_REFUSED"
 
 
+class ClusterDsnError(EdgeRuntimeError):
+    """No DSN was given, or it is not a connection string. The message never quotes the DSN (libpq's
+    own parse errors do, and a DSN may hold a password)."""
+
+    code = "CLUSTER_DSN_INVALID"
+
+
 class ClusterNotReadyError(EdgeRuntimeError):
     """The readiness check failed: checksums, privileges or settings drifted."""
 
@@ -82,7 +89,8 @@ def storage_error(kind: type[EdgeRuntimeError], exc: BaseException, *, ambiguous
         return kind(f"connection lost during COMMIT: the outcome is unknown; retry the same command ({exc})",
                      retryable=True)
     label = "connection lost" if sqlstate is None else f"SQLSTATE {sqlstate}"
-    return kind(f"database operation failed ({label}): {str(exc).strip()}", retryable=is_retryable(sqlstate))
+    # One line: libpq splits its messages over lines (with a tab), which a one-line error breaks.
+    return kind(f"database operation failed ({label}): {' '.join(str(exc).split())}", retryable=is_retryable(sqlstate))
 
 
 class Transaction:

@@ -29,6 +29,8 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "runs": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ("SELECT",)},
     "run_attempts": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "run_events": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ("SELECT",)},
+    # Copies of Attempt logs (0003): append-only; logs may hold secrets, so the admin role reads none.
+    "attempt_logs": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }

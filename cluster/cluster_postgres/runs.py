@@ -50,6 +50,7 @@ from edge_runtime.contract.runs import (
 )
 from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
+from cluster_postgres.connection import NOTIFY_WAKE, WAKE_CHANNEL  # noqa: F401 (WAKE_CHANNEL: re-exported)
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, database_now
 
@@ -59,10 +60,6 @@ _decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
 
 EXECUTOR_LOCAL_PROCESS = "local_process"
 REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
-#: The channel a sleeping service LISTENs on (``cluster_postgres.store``); submit and cancel NOTIFY
-#: it inside their transaction, so the wake-up is delivered exactly when the change commits.
-WAKE_CHANNEL = "ql3_wake"
-_NOTIFY = f"NOTIFY {WAKE_CHANNEL}"
 #: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
 _ESCAPED_PIDS_KEPT = 32
 
@@ -74,6 +71,7 @@ def _sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
 
 ACTIVE_RUN_SQL = _sql_in(RunStatus, ACTIVE_RUN_STATUSES)
 ACTIVE_ATTEMPT_SQL = _sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
+ENDED_ATTEMPT_SQL = _sql_in(AttemptStatus, TERMINAL_ATTEMPT_STATUSES)
 
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
@@ -248,7 +246,7 @@ class PostgresRunRepository:
             now = database_now(self._cur)
             run_id = insert_run(self._cur, cmd.argv, name=name, now=now, actor_type="user", actor_id=actor_id,
                                 timeout_ms=timeout_ms)
-            self._cur.execute(_NOTIFY)
+            self._cur.execute(NOTIFY_WAKE)
             return self._run_row(run_id)
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
@@ -289,7 +287,7 @@ class PostgresRunRepository:
             if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
                 end_run(cur, fence, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
                         extra={"reason": "cancelled before an attempt started"})
-            cur.execute(_NOTIFY)
+            cur.execute(NOTIFY_WAKE)
             return self._run_row(cmd.run_id)
 
     # ----------------------------------------------------------------- attempt lifecycle

@@ -24,9 +24,11 @@ from typing import Any
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+from cluster_postgres.attempt_logs import PostgresAttemptLogs
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import connect
 from cluster_postgres.errors import (
+    ClusterDsnError,
     ClusterDispatchStorageError,
     ClusterLeaseStorageError,
     ClusterRunStorageError,
@@ -49,8 +51,17 @@ Reporter = Callable[..., None]
 
 
 def describe_dsn(dsn: str) -> str:
-    """The DSN's host, port, database and user, for the log (no password, no other option)."""
-    parts = conninfo_to_dict(dsn)
+    """The DSN's host, port, database and user, for the log (no password, no other option).
+
+    Raises:
+        ClusterDsnError: ``dsn`` is not a connection string (libpq's message is not repeated: it
+            quotes the text around the mistake, which may be a password).
+    """
+    try:
+        parts = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise ClusterDsnError("the DSN is not a valid PostgreSQL connection string (key=value pairs or a "
+                              "postgresql:// URI; not shown, as it may hold a password)") from None
     return " ".join(f"{key}={parts[key]}" for key in _SHOWN if parts.get(key))
 
 
@@ -187,7 +198,7 @@ class _Reopening:
 
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
-                  "leases": ClusterLeaseStorageError}
+                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError}
 
 
 class PostgresStore:
@@ -198,7 +209,8 @@ class PostgresStore:
     (the CLI, tools) scans every Attempt.
     """
 
-    __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases")
+    __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
+                 "attempt_logs")
 
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -211,6 +223,8 @@ class PostgresStore:
         self.runs = _Reopening(self, "runs")
         self.dispatches = _Reopening(self, "dispatches")
         self.leases = _Reopening(self, "leases")
+        #: Copies of ended Attempts' logs (``logs`` on another host than the worker's).
+        self.attempt_logs = _Reopening(self, "attempt_logs")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
@@ -221,6 +235,7 @@ class PostgresStore:
             "runs": PostgresRunRepository(conn, scan_worker_id=self._worker_id),
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
+            "attempt_logs": PostgresAttemptLogs(conn),
         }
 
     def _repositories(self, name: str) -> Any:
@@ -241,6 +256,10 @@ class PostgresStore:
 
     def open_wake(self) -> PostgresWake:
         return PostgresWake(self._dsn, report=self._report)
+
+    def wake_workers(self) -> None:
+        """Nothing to do: submit, cancel and rearm NOTIFY inside their own transaction, so every
+        listening worker is woken exactly when the change commits."""
 
     def keep_time(self, *, final: bool = False) -> None:
         """Nothing to keep: the database's clock is the store's time (no device watermark)."""

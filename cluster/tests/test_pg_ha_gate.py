@@ -93,7 +93,15 @@ def test_a_committed_lease_survives_crash_and_promotion_and_the_old_token_still_
         conn.close()
         assert _timeline(primary.dsn) == 1
 
-        # Visible on the standby; writes there fail with 25006, mapped as retryable.
+        # Visible on the standby; writes there fail with 25006, mapped as retryable. A synchronous
+        # commit waits for the standby's flush, not its replay: wait until it has replayed
+        # everything the primary wrote (the schema included: the standby attached before it was
+        # migrated), else a read there may run before the tables exist.
+        with psycopg.connect(primary.dsn, autocommit=True) as admin:
+            written = admin.execute("SELECT pg_current_wal_lsn()").fetchone()[0]
+        with psycopg.connect(_dsn(standby, "postgres", "postgres"), autocommit=True) as on_replica:
+            assert _until(lambda: on_replica.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                                     (written,)).fetchone()[0])
         replica = connect(_dsn(standby, "ql3_runtime"))
         on_standby = PostgresCancellationDispatchRepository(replica)
         assert _until(lambda: on_standby.find_by_run_id("run-1")) == dispatch

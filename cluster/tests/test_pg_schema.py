@@ -19,6 +19,7 @@ RUNTIME_FORBIDDEN = [
     *[f"DELETE FROM ql3.{t}" for t in PRIVILEGE_MATRIX],
     *[f"TRUNCATE ql3.{t}" for t in PRIVILEGE_MATRIX],
     "UPDATE ql3.run_events SET type = 'x'",
+    "UPDATE ql3.attempt_logs SET content = ''",
     "INSERT INTO ql3.schema_migrations VALUES ('9999_x', repeat('0', 64), 0)",
     "UPDATE ql3.schema_migrations SET applied_at_ms = 0",
     "CREATE TABLE ql3.intruder (id int)",
@@ -33,6 +34,7 @@ ADMIN_FORBIDDEN = [
     "SELECT 1 FROM ql3.run_dispatch_leases",
     "SELECT 1 FROM ql3.run_cancellation_dispatches",
     "SELECT 1 FROM ql3.run_attempts",
+    "SELECT 1 FROM ql3.attempt_logs",
     "INSERT INTO ql3.runs (id, status, created_at_ms) VALUES ('x', 'queued', 0)",
     "UPDATE ql3.runs SET status = 'failed'",
     "INSERT INTO ql3.run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, payload, created_at_ms)"

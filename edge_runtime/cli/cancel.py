@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, add_run_argument, open_existing, print_json, wake_service
+from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, wake_service
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
-from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser(
         "cancel",
         help=help_text,
@@ -22,14 +22,14 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     add_run_argument(parser)
     parser.add_argument("--reason", help="why, kept with the Run")
     add_json_flag(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
     command = CancelRunCommand(run_id=args.run_id, reason=msgspec.UNSET if args.reason is None else args.reason)
-    with open_existing(args) as db:
-        record = LocalRunRepository(db).request_cancel(command)
-    wake_service(args.db)
+    with args.stores.open(args, WRITE) as store:
+        record = store.runs.request_cancel(command)
+        wake_service(store.wake_workers)
     if args.json:
         print_json(record)
     elif record.status is RunStatus.CANCELLED:

@@ -1,10 +1,18 @@
-"""Helpers shared by the CLI commands: opening the database, printing, waking the service."""
+"""Helpers shared by the CLI commands: opening the store, printing, waking the service.
+
+The user commands (submit, cancel, show, list, events, logs, dispatch) are written against the
+service's ``Store`` port (edge_runtime/contract/ports.py) and get their store from ``args.stores``,
+which their ``register`` sets: ``LOCAL_STORES`` (the SQLite file at ``--db``) here, a PostgreSQL
+opener in ``edge-runtime-cluster``. One implementation of each command, two composition roots.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -37,19 +45,20 @@ def open_read_only(args: argparse.Namespace) -> LocalDatabase:
 
 def open_existing(args: argparse.Namespace) -> LocalDatabase:
     """Open (and migrate) the database for a write command that must not create one (cancel, rearm)."""
-    return _open_guarded(args.db, create=False)
+    return _open_guarded_with_clock(args.db, create=False)[0]
 
 
 def open_or_create(args: argparse.Namespace) -> LocalDatabase:
     """Open the database, creating it (and its directory) if needed."""
-    ensure_parent(args.db)
-    return _open_guarded(args.db, create=True)
+    return _open_guarded_with_clock(args.db, create=True, make_parent=True)[0]
 
 
-def _open_guarded(path: str, *, create: bool) -> LocalDatabase:
+def _open_guarded_with_clock(path: str, *, create: bool, make_parent: bool = False) -> tuple[LocalDatabase, GuardedClock]:
     # A router's clock may sit at 1970 until NTP syncs: writes from the CLI never take a time
     # below the service's persisted watermark (the service itself guards against every stored
     # time; see edge_runtime/local/guarded_clock.py).
+    if make_parent:
+        ensure_parent(path)
     clock = GuardedClock(SystemClock())
     db = open_database(path, clock=clock, create=create)
     try:
@@ -57,7 +66,30 @@ def _open_guarded(path: str, *, create: bool) -> LocalDatabase:
     except BaseException:
         db.close()
         raise
-    return db
+    return db, clock
+
+
+#: How a user command uses its store: READ never creates, switches to WAL nor migrates it; WRITE
+#: needs an existing one (migrated on Local); CREATE may create it.
+READ, WRITE, CREATE = "read", "write", "create"
+
+
+class LocalStores:
+    """The edge CLI's composition root of the user commands: the Local store at ``--db``."""
+
+    @staticmethod
+    def open(args: argparse.Namespace, access: str) -> contextlib.closing:
+        """The ``LocalStore`` of ``args.db`` for ``access``, closed when the ``with`` block ends."""
+        from edge_runtime.local.store import LocalStore
+
+        if access == READ:
+            db, clock = open_read_only(args), SystemClock()
+        else:
+            db, clock = _open_guarded_with_clock(args.db, create=access == CREATE, make_parent=access == CREATE)
+        return contextlib.closing(LocalStore(db, args.db, clock))
+
+
+LOCAL_STORES = LocalStores()
 
 
 def add_run_argument(parser: argparse.ArgumentParser) -> None:
@@ -96,15 +128,13 @@ def present(value: Any, default: str = "-") -> str:
     return default if value is msgspec.UNSET or value is None else printable(str(value))
 
 
-def wake_service(db_path: str) -> None:
+def wake_service(wake: Callable[[], None]) -> None:
     """Tell a running service that new work was committed, so it acts now instead of at its next poll.
 
     Best effort by design: when no service runs, the committed work simply waits for one. It runs
     after the commit, so a failure is at most a warning: the command has succeeded either way.
     """
-    from edge_runtime.local.wake import poke
-
     try:
-        poke(db_path)
+        wake()
     except (OSError, EdgeRuntimeError) as exc:
         sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")

@@ -5,22 +5,21 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
+from typing import Any
 
 from edge_runtime.cli.common import (
-    add_json_flag, add_run_argument, format_ms, open_existing, open_read_only, present, print_json, wake_service,
+    LOCAL_STORES, READ, WRITE, add_json_flag, add_run_argument, format_ms, present, print_json, wake_service,
 )
-from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
-from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser("dispatch", help=help_text)
     actions = parser.add_subparsers(dest="dispatch_action", metavar="ACTION", required=True,
                                     parser_class=type(parser))
     show = actions.add_parser("show", help="show the dispatch record (never the lease token)")
     add_run_argument(show)
     add_json_flag(show)
-    show.set_defaults(run=run_show)
+    show.set_defaults(run=run_show, stores=stores)
     rearm = actions.add_parser(
         "rearm",
         help="re-arm a blocked dispatch (exact version compare-and-set)",
@@ -30,14 +29,14 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     add_run_argument(rearm)
     rearm.add_argument("--expected-version", type=int, required=True, metavar="V")
     add_json_flag(rearm)
-    rearm.set_defaults(run=run_rearm)
+    rearm.set_defaults(run=run_rearm, stores=stores)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with open_read_only(args) as db:
-        record = LocalCancellationDispatchRepository(db).find_by_run_id(args.run_id)
+    with args.stores.open(args, READ) as store:
+        record = store.dispatches.find_by_run_id(args.run_id)
         if record is None:
-            LocalRunRepository(db).get(args.run_id)  # RunNotFoundError when there is no such Run
+            store.runs.get(args.run_id)  # RunNotFoundError when there is no such Run
     if record is None:
         if args.json:
             print_json(None)
@@ -65,11 +64,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_rearm(args: argparse.Namespace) -> int:
-    with open_existing(args) as db:
-        outcome = LocalCancellationDispatchRepository(db).rearm(
-            args.run_id, args.expected_version, event_id=str(uuid.uuid4()), actor_id="cli"
-        )
-    wake_service(args.db)
+    with args.stores.open(args, WRITE) as store:
+        outcome = store.dispatches.rearm(args.run_id, args.expected_version, event_id=str(uuid.uuid4()), actor_id="cli")
+        wake_service(store.wake_workers)
     if args.json:
         print_json(outcome)
     else:

@@ -4,25 +4,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, add_run_argument, format_ms, open_read_only, print_json
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json
 
-_encode = msgspec.json.Encoder().encode
+#: Keys sorted: a payload reads the same whichever store kept it (PostgreSQL's jsonb reorders keys).
+_encode = msgspec.json.Encoder(order="sorted").encode
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser("events", help=help_text)
     add_run_argument(parser)
     add_json_flag(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_read_only(args) as db:
-        events = LocalRunRepository(db).events(args.run_id)
+    with args.stores.open(args, READ) as store:
+        events = store.runs.events(args.run_id)
     if args.json:
         print_json(events)
         return 0

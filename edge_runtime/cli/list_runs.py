@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
-from edge_runtime.cli.common import add_json_flag, format_ms, open_read_only, present, print_json
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json
 from edge_runtime.contract.runs import RunStatus
-from edge_runtime.local.runs import LocalRunRepository
 
 
 def _positive(text: str) -> int:
@@ -17,17 +17,17 @@ def _positive(text: str) -> int:
     return value
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser("list", help=help_text)
     parser.add_argument("--status", choices=[s.value for s in RunStatus], help="only Runs in this status")
     parser.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
     add_json_flag(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_read_only(args) as db:
-        runs = LocalRunRepository(db).list_runs(
+    with args.stores.open(args, READ) as store:
+        runs = store.runs.list_runs(
             limit=args.limit, status=None if args.status is None else RunStatus(args.status)
         )
     if args.json:

@@ -1,4 +1,11 @@
-"""``edge-runtime logs RUN``: the captured output of a Run's Attempt."""
+"""``edge-runtime logs RUN``: the captured output of a Run's Attempt.
+
+An Attempt's log is a file on the host whose worker ran it. On the device (Local) that is always
+this host. Where workers on several hosts share a store (``edge-runtime-cluster``), the file is read
+when the Attempt ran in this host's current boot and the file is here; otherwise the copy the
+worker stored when the Attempt ended (``Store.attempt_logs``: the tail, with a note on stderr when
+the start is cut); a still-running Attempt of another host is refused with where it runs.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +14,13 @@ import os
 import shutil
 import stat
 import sys
+from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import add_run_argument, open_read_only
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import RunStateConflictError
-from edge_runtime.local.runs import LocalRunRepository
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
 from edge_runtime.service.log_capture import open_checked
 
 
@@ -23,34 +30,86 @@ class LogUnreadableError(EdgeRuntimeError):
     code = "LOG_UNREADABLE"
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+class LogElsewhereError(RunStateConflictError):
+    """The Attempt's log is on another host: it is still running there, or it ended without a copy."""
+
+    code = "LOG_ON_OTHER_HOST"
+
+
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser("logs", help=help_text)
     add_run_argument(parser)
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_read_only(args) as db:
-        repository = LocalRunRepository(db)
-        repository.get(args.run_id)
-        attempts = repository.attempts(args.run_id)
-    if args.attempt is not None:
-        attempts = [a for a in attempts if a.attempt == args.attempt]
-    if not attempts:
-        raise RunStateConflictError(f"run {args.run_id} has no attempt{'' if args.attempt is None else f' {args.attempt}'} yet")
-    attempt = attempts[-1]
-    if attempt.log_path is msgspec.UNSET:
-        raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
+    with args.stores.open(args, READ) as store:
+        store.runs.get(args.run_id)
+        attempts = store.runs.attempts(args.run_id)
+        if args.attempt is not None:
+            attempts = [a for a in attempts if a.attempt == args.attempt]
+        if not attempts:
+            raise RunStateConflictError(f"run {args.run_id} has no attempt{'' if args.attempt is None else f' {args.attempt}'} yet")
+        attempt = attempts[-1]
+        if attempt.log_path is msgspec.UNSET:
+            raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
+        copies = store.attempt_logs
+        if copies is None:
+            fd = _open_log(attempt, args.run_id)  # Local: the log is a file on this device
+        else:
+            fd = _open_log_here(attempt, args.run_id)
+            if fd is None:
+                return _print_copy(store, copies, attempt, args.run_id)
+    with open(fd, "rb") as log:
+        shutil.copyfileobj(log, sys.stdout.buffer)
+    sys.stdout.flush()
+    return 0
+
+
+def _open_log(attempt: AttemptRecord, run_id: str) -> int:
     try:
         # Never follows a symlink, never blocks on a FIFO, refuses anything but a regular file.
-        fd = open_checked(attempt.log_path, os.O_RDONLY, stat.S_IFREG)
+        return open_checked(attempt.log_path, os.O_RDONLY, stat.S_IFREG)
     except FileNotFoundError:
-        raise RunStateConflictError(f"log file {attempt.log_path} of run {args.run_id} no longer exists (an empty log is not kept, "
+        raise RunStateConflictError(f"log file {attempt.log_path} of run {run_id} no longer exists (an empty log is not kept, "
                                     f"and log_total_max_bytes removes the oldest logs first)") from None
     except OSError as exc:
         raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
-    with open(fd, "rb") as log:
-        shutil.copyfileobj(log, sys.stdout.buffer)
+
+
+def _open_log_here(attempt: AttemptRecord, run_id: str) -> int | None:
+    """The log file when the Attempt ran in this host's current boot and the file is here (the
+    freshest text, even while it runs); None when its log must come from the store's copy."""
+    from edge_runtime.service.process_identity import read_boot_id
+
+    if attempt.boot_id is msgspec.UNSET or attempt.boot_id != read_boot_id():
+        return None
+    try:
+        return _open_log(attempt, run_id)
+    except RunStateConflictError:
+        return None  # same kernel, other file system (a container's own mount namespace): use the copy
+
+
+def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str) -> int:
+    copy = copies.find(attempt.id)
+    if copy is None:
+        lease = store.leases.find_lease(attempt.id)
+        worker = "an unknown worker" if lease is None else f"worker {lease.worker_id}"
+        if attempt.status in ACTIVE_ATTEMPT_STATUSES:
+            raise LogElsewhereError(
+                f"attempt {attempt.attempt} of run {run_id} is {attempt.status.value} on {worker}, another host: its log "
+                f"is the file {attempt.log_path} there (`edge-runtime-cluster logs` on that host reads it); a copy is "
+                f"stored here when it ends"
+            )
+        raise LogElsewhereError(
+            f"attempt {attempt.attempt} of run {run_id} ended {attempt.status.value} on {worker}, another host, and no "
+            f"copy of its log was stored (its worker did not end it, e.g. it was ended as lost after the worker died): "
+            f"the log is the file {attempt.log_path} on that host"
+        )
+    if copy.truncated:
+        sys.stderr.write(f"Note: attempt {attempt.attempt} ran on worker {copy.worker_id}; its log had {copy.size_bytes} bytes, "
+                         f"the stored copy is the last {len(copy.content)} (the whole log is {attempt.log_path} there)\n")
+    sys.stdout.buffer.write(copy.content)
     sys.stdout.flush()
     return 0

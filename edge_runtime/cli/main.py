@@ -12,7 +12,7 @@ import argparse
 import importlib
 import os
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from edge_runtime import __version__
 from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME, default_db_path
@@ -42,7 +42,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--db"})
 
 
-class _Parser(argparse.ArgumentParser):
+class CliParser(argparse.ArgumentParser):
     def error(self, message: str) -> None:
         # argparse prints the whole usage block; one line that says what to fix reads better in a
         # router's shell and in scripts that capture stderr.
@@ -64,7 +64,7 @@ def _command_in(argv: Sequence[str]) -> str | None:
 def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The full parser; ``load`` names the commands whose modules are imported (default: all)."""
     load = set(COMMANDS) if load is None else set(load)
-    parser = _Parser(
+    parser = CliParser(
         prog="edge-runtime",
         description="QingLong edge runtime: run commands as durable Runs and cancel them reliably.",
     )
@@ -75,7 +75,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         default=None,
         help=f"database file (default: ${DB_ENV_VAR}, else {DEFAULT_STATE_HOME}/edge-runtime/{DB_FILE_NAME})",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
     for name, (module_name, help_text) in COMMANDS.items():
         if name in load:
             importlib.import_module(f"edge_runtime.cli.{module_name}").register(subparsers, help_text)
@@ -84,7 +84,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _require_utf8(what: str, text: str) -> None:
+def require_utf8(what: str, text: str) -> None:
     """Python hands undecodable argument and environment bytes over as lone surrogates, which
     fail deep inside SQLite or msgspec; every id, name, command and path we use is UTF-8 text."""
     try:
@@ -107,7 +107,7 @@ def _quiet_broken_pipe() -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for position, token in enumerate(argv, 1):
-        _require_utf8(f"argument {position}", token)
+        require_utf8(f"argument {position}", token)
     command = _command_in(argv)
     if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
         from edge_runtime.cli.launcher import bind_to_launcher
@@ -118,11 +118,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    try:
+
+    def run() -> int:
         if args.db is None:
             args.db = str(default_db_path())
-            _require_utf8("the database path", args.db)
-        code = args.run(args)
+            require_utf8("the database path", args.db)
+        return args.run(args)
+
+    return execute(run)
+
+
+def execute(run: Callable[[], int]) -> int:
+    """Run a command and turn its errors into the exit codes above (``edge-runtime-cluster`` runs
+    the same user commands through it)."""
+    try:
+        code = run()
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
         return code
     except BrokenPipeError:

@@ -81,7 +81,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
-    wake_service(args.db)  # after the commit: the service recomputes its sleep at once
+    from edge_runtime.local.wake import poke
+
+    wake_service(lambda: poke(args.db))  # after the commit: the service recomputes its sleep at once
     if args.json and record is not None:
         print_json(record)
     else:

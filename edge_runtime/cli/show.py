@@ -5,27 +5,27 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import Any
 
 import msgspec
 
 from edge_runtime.cli.common import (
-    add_json_flag, add_run_argument, format_ms, open_read_only, present, print_json, printable,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
 )
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import EVENT_CANCEL_ESCAPED
-from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser("show", help=help_text)
     add_run_argument(parser)
     add_json_flag(parser)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
-    with open_read_only(args) as db:
-        repository = LocalRunRepository(db)
+    with args.stores.open(args, READ) as store:
+        repository = store.runs
         detail = repository.detail(args.run_id)
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED

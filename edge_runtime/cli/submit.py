@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, open_or_create, print_json, wake_service
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, wake_service
 from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.runs import SubmitRunCommand
-from edge_runtime.local.runs import LocalRunRepository
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser(
         "submit",
         help=help_text,
@@ -24,21 +24,21 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser.add_argument("--timeout", metavar="D", help="cancel the Run (reason timeout) once it ran D (90s, 5m, 1h30m)")
     add_json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
-    # Validate before touching the database: a bad request must not even create the file.
+    # Validate before touching the store: a bad request must not even create the database file.
     command = SubmitRunCommand(
         argv=argv, name=msgspec.UNSET if args.name is None else args.name,
         timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
     )
-    with open_or_create(args) as db:
-        record = LocalRunRepository(db).submit(command)
-    wake_service(args.db)
+    with args.stores.open(args, CREATE) as store:
+        record = store.runs.submit(command)
+        wake_service(store.wake_workers)
     if args.json:
         print_json(record)
     else:

@@ -1,13 +1,17 @@
 """The ports of the device service: what it needs from storage, time and wake-up.
 
 The service (``edge_runtime.service``) talks only to these Protocols; an adapter implements them
-(``edge_runtime.local`` on SQLite, ``cluster_postgres`` on PostgreSQL) and the composition root
-(``edge_runtime.cli.serve``) picks one and passes it in. Time belongs to the store: every ``*_at_ms``
-a port returns is in the store's time, and the service compares it only with ``Store.now_ms()``
+(``edge_runtime.local`` on SQLite, ``cluster_postgres`` on PostgreSQL) and a composition root
+(``edge_runtime.cli.serve``, ``cluster_postgres.serve``; for the user commands
+``edge_runtime.cli.common.LOCAL_STORES``, ``cluster_postgres.commands``) picks one and passes it
+in. Time belongs to the store: every ``*_at_ms`` a port returns is in the store's time, and the
+service compares it only with ``Store.now_ms()``
 (the device's guarded clock on Local, database time on PostgreSQL). The wake-up belongs to the store
 too: a datagram socket that the CLI pokes on Local, ``LISTEN/NOTIFY`` on PostgreSQL.
 
-The Run/Attempt operations are described in ``docs/runs.md``.
+The Run/Attempt operations are described in ``docs/runs.md``. The user commands (``submit``,
+``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch``) are written once against these
+ports too: the edge CLI opens the Local store for them, ``edge-runtime-cluster`` a PostgreSQL one.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from edge_runtime.contract.cancellation_dispatch import (
     ClaimCommand,
     ClaimOutcome,
+    DispatchRecord,
     RecordResultCommand,
     RecordResultOutcome,
 )
@@ -32,13 +37,18 @@ from edge_runtime.contract.run_lease import (
     StartRunCommand,
     StartRunOutcome,
 )
+from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.runs import (
     AttemptRecord,
     AttemptStatus,
+    CancelRunCommand,
     CancellationCandidate,
     KillCandidate,
+    RunDetail,
     RunRecord,
     RunStatus,
+    StoredAttemptLog,
+    SubmitRunCommand,
 )
 from edge_runtime.contract.worker_session import (
     HeartbeatCommand,
@@ -72,6 +82,13 @@ class RunStore(Protocol):
     def kill_candidates(self) -> list[KillCandidate]: ...
     def record_killed(self, attempt_id: str, *, actor_id: str, outcome: str = "killed") -> AttemptRecord: ...
     def next_due_at_ms(self) -> int | None: ...
+    # The user commands' reads and requests (docs/runs.md, "Reads for the CLI").
+    def attempts(self, run_id: str) -> list[AttemptRecord]: ...
+    def detail(self, run_id: str) -> RunDetail: ...
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]: ...
+    def events(self, run_id: str) -> list[RunEvent]: ...
+    def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord: ...
+    def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord: ...
 
 
 class CancellationDispatchStore(Protocol):
@@ -79,6 +96,9 @@ class CancellationDispatchStore(Protocol):
 
     def claim(self, cmd: ClaimCommand) -> ClaimOutcome: ...
     def record_result(self, cmd: RecordResultCommand) -> RecordResultOutcome: ...
+    # The user commands' (``dispatch show|rearm``).
+    def find_by_run_id(self, run_id: str) -> DispatchRecord | None: ...
+    def rearm(self, run_id: str, expected_version: int, *, event_id: str, actor_id: str) -> RecordResultOutcome: ...
 
 
 class WorkerLeaseStore(Protocol):
@@ -99,6 +119,24 @@ class WorkerLeaseStore(Protocol):
     def find_session(self, worker_id: str) -> WorkerSessionRecord | None: ...
     def find_lease(self, attempt_id: str) -> RunLeaseRecord | None: ...
     def list_active_leases(self, worker_id: str) -> list[RunLeaseRecord]: ...
+
+
+class AttemptLogStore(Protocol):
+    """Copies of Attempt logs kept in the store, for ``logs`` run on another host than the worker's.
+
+    An Attempt's log is a file on the host that ran it. Where workers share a store across hosts
+    (PostgreSQL), the service hands the tail of the log (``STORED_LOG_MAX_BYTES`` at most) to
+    ``keep`` once the Attempt has ended; the Local store has none (``Store.attempt_logs`` is None:
+    the CLI runs on the device and reads the file).
+    """
+
+    def keep(self, attempt_id: str, content: bytes, *, size_bytes: int, worker_id: str) -> bool:
+        """Store the copy, in one short transaction; the first copy stands (a repeat stores nothing
+        and returns False). ``size_bytes`` is the whole log's size, ``content`` at most its last
+        ``STORED_LOG_MAX_BYTES``."""
+        ...
+
+    def find(self, attempt_id: str) -> StoredAttemptLog | None: ...
 
 
 class WakeSource(Protocol):
@@ -122,12 +160,21 @@ class Store(Protocol):
     runs: RunStore
     dispatches: CancellationDispatchStore
     leases: WorkerLeaseStore
+    #: Copies of ended Attempts' logs, or None where the logs are only files (Local).
+    attempt_logs: AttemptLogStore | None
 
     def now_ms(self) -> int:
         """The store's time, the only time the service compares stored ``*_at_ms`` values with."""
         ...
 
     def open_wake(self) -> WakeSource: ...
+
+    def wake_workers(self) -> None:
+        """After a committed change a serving worker should act on now (a submit, cancel, rearm):
+        wake it (the Local store pokes the service's socket; PostgreSQL already NOTIFYs in the
+        change's own transaction). Best effort: an error here means only that work waits for the
+        next poll, never that the change is lost."""
+        ...
 
     def keep_time(self, *, final: bool = False) -> None:
         """Persist what the store needs to keep its time monotonic (the Local clock watermark);

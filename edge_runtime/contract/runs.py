@@ -95,6 +95,9 @@ MAX_ARGV_ITEMS = 256
 MAX_ARG_LENGTH = 4096
 MAX_NAME_LENGTH = 128
 MAX_REASON_LENGTH = 256
+#: How much of an Attempt's log a store keeps as its copy (``AttemptLogStore``): the tail, so the
+#: end of the output (where errors are) survives. The cluster schema's CHECK repeats it (tested).
+STORED_LOG_MAX_BYTES = 64 * 1024
 
 Name = identifier_type(MAX_NAME_LENGTH)
 TimeoutMs = bounded_int_type(MIN_DURATION_MS, MAX_DURATION_MS)
@@ -242,6 +245,24 @@ class RunDetail(RunRecord, kw_only=True):
     attempts: list[AttemptRecord]
     #: Absent (not null) when the Run never had a cancellation dispatch.
     dispatch: DispatchRecord | msgspec.UnsetType = msgspec.UNSET
+
+
+class StoredAttemptLog(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """The copy of an Attempt's log a store keeps when the Attempt ends (``AttemptLogStore``).
+
+    ``content`` is the log's last ``STORED_LOG_MAX_BYTES`` at most; ``size_bytes`` is the whole
+    log's size on the worker's host, so ``truncated`` tells the reader that the start is missing.
+    """
+
+    attempt_id: str
+    content: bytes
+    size_bytes: int
+    worker_id: str
+    stored_at_ms: int
+
+    @property
+    def truncated(self) -> bool:
+        return self.size_bytes > len(self.content)
 
 
 class CancellationCandidate(msgspec.Struct, frozen=True, gc=False):

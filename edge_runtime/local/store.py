@@ -1,5 +1,8 @@
 """The Local adapter of the service's ``Store`` port: one SQLite file, the guarded device clock and
-the wake socket beside the database. Only the composition root (``cli/serve.py``) builds it."""
+the wake socket beside the database. Only the composition roots build it: ``cli/serve.py`` for the
+service, ``cli/common.py`` for the user commands (which never touch the lease authority or the wake
+socket's listening side, so those modules are imported only when used: a read command on a router
+pays for no more than it needs)."""
 
 from __future__ import annotations
 
@@ -14,26 +17,43 @@ from edge_runtime.local.clock import SystemClock, read_now_ms
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.local.wake import WakeSocket
-from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
 
 class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
-    __slots__ = ("db", "where", "clock", "runs", "dispatches", "leases")
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "_leases")
+
+    #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
+    attempt_logs = None
 
     def __init__(self, db: LocalDatabase, db_path: str, clock: Clock) -> None:
         self.db, self.where, self.clock = db, db_path, clock
         self.runs = LocalRunRepository(db)
         self.dispatches = LocalCancellationDispatchRepository(db)
-        self.leases = LocalWorkerLeaseRepository(db)
+        self._leases = None
+
+    @property
+    def leases(self):
+        if self._leases is None:
+            from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
+
+            self._leases = LocalWorkerLeaseRepository(self.db)
+        return self._leases
 
     def now_ms(self) -> int:
         return read_now_ms(self.clock)
 
-    def open_wake(self) -> WakeSocket:
+    def open_wake(self):
+        from edge_runtime.local.wake import WakeSocket
+
         return WakeSocket(self.where)
+
+    def wake_workers(self) -> None:
+        """Poke the service's wake socket beside the database (none listening: nothing happens)."""
+        from edge_runtime.local.wake import poke
+
+        poke(self.where)
 
     def keep_time(self, *, final: bool = False) -> None:
         """The guarded clock's watermark and jump events: one short transaction per interval."""

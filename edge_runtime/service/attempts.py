@@ -37,9 +37,9 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.ports import RunStore
+from edge_runtime.contract.ports import AttemptLogStore, RunStore
 from edge_runtime.contract.run_lease import NoCapacityOutcome
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunRecord
+from edge_runtime.contract.runs import STORED_LOG_MAX_BYTES, AttemptRecord, AttemptStatus, RunRecord
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
@@ -51,6 +51,7 @@ from edge_runtime.service.log_capture import (
     create_fifo,
     log_paths,
     open_child_output,
+    read_tail,
 )
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.running import REASON_ADOPTED_EXIT, DeferredEnd, RunningAttempt, describe_exit, exit_code_of
@@ -90,6 +91,7 @@ class AttemptSupervisor:
         boot_id: str,
         env: Mapping[str, str] | None = None,
         log_linger_ms: int = 30_000,
+        log_copies: AttemptLogStore | None = None,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -101,6 +103,8 @@ class AttemptSupervisor:
         self._log_max_bytes = log_max_bytes
         self._boot_id = boot_id
         self._env = task_environment(os.environ if env is None else env)
+        #: Where a copy of each ended Attempt's log goes (``Store.attempt_logs``), or None (Local).
+        self._log_copies = log_copies
         self.running: dict[str, RunningAttempt] = {}
         #: Log captures still being drained, by attempt id (may outlive the Attempt briefly).
         self._captures: dict[str, LogCapture] = {}
@@ -354,6 +358,20 @@ class AttemptSupervisor:
         if capture is not None:
             self._loop.unregister(capture)
             capture.close(unlink_fifo=unlink)
+            if attempt_id not in self.running:  # the Attempt had ended: its log is complete now
+                self.copy_log(attempt_id, capture.log_path)
+
+    def copy_log(self, attempt_id: str, log_path: Path) -> None:
+        """Hand the ended Attempt's log tail to the store's copies (``logs`` on other hosts). Best
+        effort: the file stays here whatever happens, so a failure is logged, never retried."""
+        if self._log_copies is None:
+            return
+        try:
+            content, size = read_tail(log_path, STORED_LOG_MAX_BYTES)
+            self._log_copies.keep(attempt_id, content, size_bytes=size, worker_id=self._worker.worker_id)
+        except (OSError, EdgeRuntimeError) as exc:
+            self._journal.warning("attempt.log_copy_failed", attempt=attempt_id,
+                                  error=getattr(exc, "code", type(exc).__name__), detail=str(exc))
 
     def _on_pidfd(self, running: RunningAttempt) -> None:
         if running.own_child:
@@ -504,6 +522,10 @@ class AttemptSupervisor:
         self.running.pop(running.attempt_id, None)
         if running.attempt_id in self._captures:  # a descendant still holds the output open
             self._linger_until[running.attempt_id] = time.monotonic() + self._log_linger_s
+        if running.attempt_id not in self._captures:  # its output is complete: copy it now
+            log_path = (running.fifo_path.with_suffix(".log") if running.fifo_path is not None
+                        else log_paths(self._log_dir, running.attempt_id)[0])
+            self.copy_log(running.attempt_id, log_path)
         self._complete_lease(running.attempt_id)
         self._journal.info("attempt.finished", run=running.run_id, attempt=running.attempt_id,
                            status=status.value, exit_code=code, reason=reason)

@@ -69,6 +69,20 @@ def log_paths(log_dir: Path, attempt_id: str) -> tuple[Path, Path]:
     return log_dir / f"{stem}.log", log_dir / f"{stem}.fifo"
 
 
+def read_tail(log_path: Path | str, limit: int) -> tuple[bytes, int]:
+    """The last ``limit`` bytes of a log and the log's size; ``(b"", 0)`` when there is no file
+    (an Attempt that wrote nothing leaves none). Never follows a symlink, refuses a non-file."""
+    try:
+        fd = open_checked(log_path, os.O_RDONLY, stat.S_IFREG)
+    except FileNotFoundError:
+        return b"", 0
+    with open(fd, "rb") as log:
+        size = os.fstat(fd).st_size
+        log.seek(max(0, size - limit))
+        content = log.read(limit)
+    return content, max(size, len(content))  # a writer may still append (lingering output)
+
+
 def create_fifo(fifo_path: Path) -> None:
     """Create the Attempt's FIFO (private to the user), replacing a stale one of a failed start."""
     fifo_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -181,6 +181,8 @@ class _Recovery:
             except OSError as exc:
                 journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
         self.runs.finish_attempt(attempt.id, status, actor_id=self.worker.owner, reason=reason)
+        if attempt.log_path is not _UNSET:
+            self.supervisor.copy_log(attempt.id, Path(attempt.log_path))  # with the gap note, if any
         self.worker.complete(attempt.id)
         journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
         return RecoveryOutcome.LOST

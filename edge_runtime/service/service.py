@@ -193,7 +193,7 @@ class DeviceService:
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
-                log_linger_ms=config.log_linger_ms,
+                log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,
