@@ -304,11 +304,26 @@ def _observation_columns(connection: apsw.Connection) -> list[tuple[str, str]]:
     return [column for column in OBSERVED_TIME_COLUMNS if column in present]
 
 
+def observed_time_expression(columns: list[str]) -> str:
+    """The newest of ``columns`` in one row: the expression migration 0009 indexes on each table
+    that grows with history, so that its max() is one index seek. Built the same way for every
+    table; a table whose expression matches no index is scanned (tests/unit/test_hot_path_plans.py
+    fails for a history table)."""
+    if len(columns) == 1:
+        return f'"{columns[0]}"'
+    newest = ", ".join(f'coalesce("{column}", 0)' for column in columns)
+    return f"max({newest})"
+
+
 def observed_floor_ms(db: LocalDatabase) -> int:
     """``max(clock_watermark, every stored observation time)``: the lowest time a restarted
-    runtime may hand out. One scan per column; run once at startup."""
+    runtime may hand out. One index seek per table that grows with history (migration 0009); the
+    few other tables (sessions, schedules, migrations) are small. Run once at startup."""
     connection = db.connection
-    parts = [f'SELECT max("{column}") AS t FROM "{table}"' for table, column in _observation_columns(connection)]
+    by_table: dict[str, list[str]] = {}
+    for table, column in _observation_columns(connection):
+        by_table.setdefault(table, []).append(column)
+    parts = [f'SELECT max({observed_time_expression(columns)}) AS t FROM "{table}"' for table, columns in by_table.items()]
     if not parts:
         return 0
     row = connection.execute(f"SELECT max(t) FROM ({' UNION ALL '.join(parts)})").fetchone()
