@@ -204,7 +204,7 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
     try:
         # The first read: SQLite validates the header and rolls back a hot journal here.
         page_size = connection.execute("PRAGMA page_size").fetchone()[0]
-        page_count = connection.execute("PRAGMA page_count").fetchone()[0]
+        connection.execute("PRAGMA page_count").fetchone()
     except apsw.ReadOnlyError as exc:
         if os.path.exists(f"{path}-journal"):  # SQLite must roll a hot journal back before any read
             raise DatabaseUnusableError(
@@ -217,24 +217,35 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
         raise DatabaseUnusableError(_corrupt(path, str(exc))) from exc
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
+    # Inside one read transaction: SQLite's read lock keeps a checkpoint from moving pages of
+    # this snapshot between the WAL and the file while both are measured.
+    connection.execute("BEGIN")
     try:
-        with open(path, "rb") as file:
-            header = file.read(_SQLITE_HEADER_BYTES)
-            size = os.fstat(file.fileno()).st_size
-        wal_size = os.stat(f"{path}-wal").st_size if os.path.exists(f"{path}-wal") else 0
-    except OSError as exc:
-        raise DatabaseUnusableError(f"cannot read database {path}: {exc.strerror or exc}") from None
+        page_count = connection.execute("PRAGMA page_count").fetchone()[0]
+        try:
+            with open(path, "rb") as file:
+                header = file.read(_SQLITE_HEADER_BYTES)
+                size = os.fstat(file.fileno()).st_size
+            try:
+                wal_size = os.stat(f"{path}-wal").st_size
+            except FileNotFoundError:
+                wal_size = 0
+        except OSError as exc:
+            raise DatabaseUnusableError(f"cannot read database {path}: {exc.strerror or exc}") from None
+    finally:
+        connection.execute("COMMIT")
     if size == 0:
         return  # a new, empty database
     if header[:16] != _SQLITE_MAGIC or _page_size(header) != page_size:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: its header is damaged")
+    if wal_size >= _WAL_WITH_FRAMES_BYTES:
+        # Pages the WAL holds may lie past the file's end, or half-written there by a checkpoint
+        # a power cut stopped, until the next checkpoint: the file cannot be held to a size then.
+        return
     damage = None
     if size % page_size:
         damage = f"it is {size} bytes long, not a whole number of {page_size}-byte pages"
-    elif wal_size < _WAL_WITH_FRAMES_BYTES and page_count * page_size > size:
-        # Without WAL frames every page is in the file. With frames, pages the WAL holds may lie
-        # past the file's end until the next checkpoint (or one a power cut stopped), so then
-        # the count cannot be held to the file.
+    elif page_count * page_size > size:
         damage = f"it holds {size // page_size} pages of the {page_count} it should"
     if damage:
         raise DatabaseUnusableError(_corrupt(path, f"{damage}: truncated?"))

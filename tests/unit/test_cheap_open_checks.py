@@ -131,13 +131,18 @@ def test_a_database_at_the_latest_earlier_migration_is_upgraded_by_0009(tmp_path
     connection = apsw.Connection(str(db_path))
     connection.execute("PRAGMA journal_mode = WAL")
     migrations.apply_pending(connection, str(db_path), list(earlier), ManualClock(1_700_000_000_000))
-    connection.execute("INSERT INTO runs (id, status, created_at_ms, finished_at_ms) VALUES ('old', 'succeeded', 5, 9)")
+    connection.execute("INSERT INTO runs (id, status, created_at_ms, updated_at_ms, finished_at_ms) "
+                       "VALUES ('old', 'succeeded', 5, 7, 9)")
+    # An event newer than its Run's updated_at_ms (a writer whose clock was behind, before 0009).
+    connection.execute("INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, "
+                       "payload, created_at_ms) VALUES ('e', 'old', 1, 'run.created', 'k', 'user', 'cli', '{}', 12)")
     connection.close()
 
     with open_database(db_path, create=False, clock=ManualClock(1_700_000_000_000)) as db:
         assert db.pending == ()
         names = {row[0] for row in db.connection.execute("SELECT name FROM sqlite_schema WHERE type = 'index'")}
-        assert {"runs_created", "runs_status_created", "runs_observed", "run_events_observed"} <= names
+        assert {"runs_created", "runs_status_created", "runs_observed", "run_attempts_observed"} <= names
+        assert db.connection.execute("SELECT updated_at_ms FROM runs WHERE id = 'old'").fetchone() == (12,)
         plan = db.connection.execute(
             "EXPLAIN QUERY PLAN SELECT id FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT 5").fetchall()
         assert "runs_created" in plan[-1][3]
