@@ -1,7 +1,7 @@
 """Opening the one SQLite file, and the single-writer transaction every durable change uses.
 
 Open order matters on a device that may hand us a file from a newer release, a corrupt one or a
-hostile one: first only read (is it a regular file, is it a database, is it intact, do we know its
+hostile one: first only read (is it a regular file, are its header and size intact, do we know its
 migrations, is its schema exactly what they produce), and only then switch it to WAL and migrate.
 A refused file is left exactly as it was. Read-only opens (the CLI's read commands, ``check``)
 never write at all: they neither create, switch to WAL nor migrate.
@@ -23,7 +23,9 @@ import apsw
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
-from edge_runtime.local.errors import DatabaseClosedError, DatabaseUnusableError, MigrationError
+from edge_runtime.local.errors import (
+    DatabaseClosedError, DatabaseUnusableError, MigrationError, damaged_database_message,
+)
 from edge_runtime.local.migrations import apply_pending, known_migrations, verify_applied, verify_schema
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "LocalDatabase", "MigrationError", "open_database"]
@@ -192,10 +194,25 @@ def _close_leaving_files_as_found(connection: apsw.Connection) -> None:
     connection.close()
 
 
+#: The first 16 bytes of every SQLite database file.
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+#: A WAL holding at least one frame: its 32-byte header plus one frame header.
+_WAL_WITH_FRAMES_BYTES = 32 + 24
+
+
 def _check_readable(connection: apsw.Connection, path: str) -> None:
-    """Refuse a file that is not an intact SQLite database, before anything is written to it."""
+    """Refuse a file that is not an intact SQLite database, before anything is written to it.
+
+    Only what costs the same at any size: the header (magic, page size), and the page count
+    against the file's size (a file cut short, by a copy or a full disk, loses its last pages;
+    SQLite would read zeros there much later). A damaged page inside the file is found by the
+    query that meets it (SQLITE_CORRUPT, mapped to a clear error) and by ``check``, which reads
+    every page: a full ``quick_check`` here read the whole file on each CLI call.
+    """
     try:
-        rows = connection.execute("PRAGMA quick_check").fetchall()
+        # The first read: SQLite validates the header and rolls back a hot journal here.
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
+        connection.execute("PRAGMA page_count").fetchone()
     except apsw.ReadOnlyError as exc:
         if os.path.exists(f"{path}-journal"):  # SQLite must roll a hot journal back before any read
             raise DatabaseUnusableError(
@@ -204,11 +221,47 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
                 f"it back first, then checks the file)"
             ) from exc
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
+    except apsw.CorruptError as exc:  # SQLite's own header checks: e.g. fewer pages than it says
+        raise DatabaseUnusableError(_corrupt(path, str(exc))) from exc
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
-    problems = [row[0] for row in rows if row[0] != "ok"]
-    if problems:
-        raise DatabaseUnusableError(f"{path} is corrupt ({problems[0]}); it was not modified")
+    # Inside one read transaction: SQLite's read lock keeps a checkpoint from moving pages of
+    # this snapshot between the WAL and the file while both are measured.
+    connection.execute("BEGIN")
+    try:
+        page_count = connection.execute("PRAGMA page_count").fetchone()[0]
+        try:
+            with open(path, "rb") as file:
+                header = file.read(_SQLITE_HEADER_BYTES)
+                size = os.fstat(file.fileno()).st_size
+            try:
+                wal_size = os.stat(f"{path}-wal").st_size
+            except FileNotFoundError:
+                wal_size = 0
+        except OSError as exc:
+            raise DatabaseUnusableError(f"cannot read database {path}: {exc.strerror or exc}") from None
+    finally:
+        connection.execute("COMMIT")
+    if size == 0:
+        return  # a new, empty database
+    if header[:16] != _SQLITE_MAGIC or _page_size(header) != page_size:
+        raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: its header is damaged")
+    if wal_size >= _WAL_WITH_FRAMES_BYTES:
+        # Pages the WAL holds may lie past the file's end, or half-written there by a checkpoint
+        # a power cut stopped, until the next checkpoint: the file cannot be held to a size then.
+        return
+    damage = None
+    if size % page_size:
+        damage = f"it is {size} bytes long, not a whole number of {page_size}-byte pages"
+    elif page_count * page_size > size:
+        damage = f"it holds {size // page_size} pages of the {page_count} it should"
+    if damage:
+        raise DatabaseUnusableError(_corrupt(path, f"{damage}: truncated?"))
+
+
+def _corrupt(path: str, damage: str) -> str:
+    return (f"{path} is corrupt ({damage}); it was not modified. Run `edge-runtime check` for a full report, "
+            f"and restore a backup")
 
 
 class LocalDatabase:
@@ -377,6 +430,8 @@ def open_database(
             pending = []
     except BaseException as exc:
         _close_leaving_files_as_found(connection)
+        if isinstance(exc, (apsw.CorruptError, apsw.NotADBError)):
+            raise DatabaseUnusableError(f"cannot use database {path}: {damaged_database_message(exc)}") from exc
         if isinstance(exc, apsw.Error):
             raise DatabaseUnusableError(f"cannot use database {path}: {exc}") from exc
         if hot_journal and isinstance(exc, EdgeRuntimeError) and not journal.exists():

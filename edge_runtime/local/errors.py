@@ -32,6 +32,13 @@ class MigrationError(LocalStorageError):
     code = "LOCAL_MIGRATION_REFUSED"
 
 
+def damaged_database_message(exc: BaseException) -> str:
+    """What a query that met a damaged page says (SQLITE_CORRUPT, SQLITE_NOTADB): opening checks
+    only what costs the same at any size, so damage inside the file surfaces where it is read."""
+    return (f"the database file is damaged ({exc}); nothing was changed. Run `edge-runtime check` for a "
+            f"full report, and restore a backup")
+
+
 class DatabaseClosedError(LocalStorageError):
     """The database handle was closed; open a new one."""
 
@@ -99,6 +106,8 @@ class StorageErrors:
             return False
         if issubclass(exc_type, (apsw.BusyError, apsw.LockedError)):
             raise self._target(f"database busy: {exc}", retryable=True) from exc
+        if issubclass(exc_type, (apsw.CorruptError, apsw.NotADBError)):
+            raise self._target(damaged_database_message(exc)) from exc
         if issubclass(exc_type, apsw.Error):
             raise self._target(f"database operation failed: {exc}") from exc
         if issubclass(exc_type, LocalStorageError):

@@ -52,6 +52,7 @@ __all__ = [
     "ClockJump",
     "GuardedClock",
     "list_clock_jumps",
+    "full_observed_floor_ms",
     "observed_floor_ms",
     "restore_floor",
     "watermark_ms",
@@ -95,6 +96,14 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
     ("schedules", "updated_at_ms"),
 )
+#: Observed columns whose every value is at most another observed column's value in a row the
+#: floor reads anyway: the floor need not read them. An event append sets its Run's
+#: ``updated_at_ms`` to at least the event's time, and it never goes down
+#: (edge_runtime/local/run_events.py; migration 0009 brought older rows up to it); ``check``
+#: verifies the floor against every column (edge_runtime/local/health.py).
+DOMINATED_BY: dict[tuple[str, str], tuple[str, str]] = {
+    ("run_events", "created_at_ms"): ("runs", "updated_at_ms"),
+}
 FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
@@ -307,11 +316,38 @@ def _observation_columns(connection: apsw.Connection) -> list[tuple[str, str]]:
     return [column for column in OBSERVED_TIME_COLUMNS if column in present]
 
 
+def observed_time_expression(columns: list[str]) -> str:
+    """The newest of ``columns`` in one row: the expression migration 0009 indexes on each table
+    that grows with history, so that its max() is one index seek. Built the same way for every
+    table; a table whose expression matches no index is scanned (tests/unit/test_hot_path_plans.py
+    fails for a history table)."""
+    if len(columns) == 1:
+        return f'"{columns[0]}"'
+    newest = ", ".join(f'coalesce("{column}", 0)' for column in columns)
+    return f"max({newest})"
+
+
+def full_observed_floor_ms(db: LocalDatabase) -> int:
+    """:func:`observed_floor_ms` the slow way, every observed column of every row (for ``check``,
+    which proves with it that the indexed floor misses nothing)."""
+    parts = [f'SELECT max("{column}") AS t FROM "{table}"' for table, column in _observation_columns(db.connection)]
+    if not parts:
+        return 0
+    return db.connection.execute(f"SELECT max(t) FROM ({' UNION ALL '.join(parts)})").fetchone()[0] or 0
+
+
 def observed_floor_ms(db: LocalDatabase) -> int:
     """``max(clock_watermark, every stored observation time)``: the lowest time a restarted
-    runtime may hand out. One scan per column; run once at startup."""
+    runtime may hand out. One index seek per table that grows with history (migration 0009), the
+    event log read through its Runs (:data:`DOMINATED_BY`); the few other tables (sessions,
+    schedules, migrations) are small. Run once at startup."""
     connection = db.connection
-    parts = [f'SELECT max("{column}") AS t FROM "{table}"' for table, column in _observation_columns(connection)]
+    present = _observation_columns(connection)
+    by_table: dict[str, list[str]] = {}
+    for table, column in present:
+        if DOMINATED_BY.get((table, column)) not in present:
+            by_table.setdefault(table, []).append(column)
+    parts = [f'SELECT max({observed_time_expression(columns)}) AS t FROM "{table}"' for table, columns in by_table.items()]
     if not parts:
         return 0
     row = connection.execute(f"SELECT max(t) FROM ({' UNION ALL '.join(parts)})").fetchone()

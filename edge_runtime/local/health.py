@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import apsw
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
@@ -14,6 +15,8 @@ from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms
 from edge_runtime.local.retention import RetentionPolicy, log_dir_bytes, plan
 from edge_runtime.local.legacy_token_scrub import describe, scrub_status
 from edge_runtime.local.migrations import applied_migrations, known_migrations
@@ -81,6 +84,15 @@ def _invariants(db: LocalDatabase, name: str, what: str, columns: str, table: st
     return HealthCheck(name, True, f"{total} {what} records satisfy the contract")
 
 
+def _clock_floor(db: LocalDatabase) -> HealthCheck:
+    """The floor ``serve`` restores at start reads one index per table (and the event log through
+    its Runs); here every observed column of every row is read, to prove it misses nothing."""
+    fast, full = observed_floor_ms(db), full_observed_floor_ms(db)
+    if fast < full:
+        return HealthCheck("clock_floor", False, f"the indexed clock floor {fast} is below a stored time {full}")
+    return HealthCheck("clock_floor", True, f"{fast} ms, no stored time above it")
+
+
 def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
     ok, detail = describe(scrub_status(db.connection, db.path))
     return HealthCheck("legacy_tokens", ok, detail)
@@ -109,21 +121,32 @@ def _retention(db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None)
                                           f"retain_days={policy.retain_days}); next to remove: {due.runs_to_remove}{log_text}")
 
 
+def _guarded(name: str, check: Callable[..., HealthCheck], *args: Any) -> HealthCheck:
+    """One check; a damaged page it meets (or any other database error) fails that check with
+    what SQLite said, and the report goes on with the others."""
+    try:
+        return check(*args)
+    except (apsw.Error, LocalStorageError) as exc:
+        return HealthCheck(name, False, f"could not be read: {exc}")
+
+
 def check_health(
     db: LocalDatabase, policy: RetentionPolicy | None = None, log_dir: Path | None = None,
     *, config_problem: str | None = None,
 ) -> HealthReport:
     """``policy`` (and ``log_dir``): report what retention removes next; ``config_problem``: the
     service configuration could not be read, reported as a failed check."""
-    checks = [_integrity(db), _migrations(db), _pragmas(db), _storage(db)]
+    checks = [_guarded("integrity", _integrity, db), _guarded("migrations", _migrations, db),
+              _guarded("durability", _pragmas, db), _guarded("storage", _storage, db)]
     if config_problem is not None:
         checks.append(HealthCheck("retention", False, f"not checked: {config_problem}"))
     elif policy is not None and not db.pending:
-        checks.append(_retention(db, policy, log_dir))
+        checks.append(_guarded("retention", _retention, db, policy, log_dir))
     for name, *stored in _STORED_RECORDS:
         if db.pending:  # the stored records may predate the columns the contract reads
             checks.append(HealthCheck(name, False, "not checked: migrations pending"))
         else:
-            checks.append(_invariants(db, name, *stored))
-    checks.append(_legacy_tokens(db))
+            checks.append(_guarded(name, _invariants, db, name, *stored))
+    checks.append(_guarded("clock_floor", _clock_floor, db))
+    checks.append(_guarded("legacy_tokens", _legacy_tokens, db))
     return HealthReport(database=db.path, ok=all(c.ok for c in checks), checks=checks)

@@ -16,9 +16,12 @@ from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.local.errors import RunVersionConflict
 
 _SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
+# updated_at_ms never goes down (a writer whose clock is behind another's leaves it): it stays
+# at least the newest event time of the Run, which lets the clock floor read the event log's
+# newest time from the runs index instead of indexing every event (guarded_clock.DOMINATED_BY).
 _CAS_RUN = (
-    "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, updated_at_ms = ? "
-    "WHERE id = ? AND version = ? AND event_sequence = ?"
+    "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, "
+    "updated_at_ms = max(coalesce(updated_at_ms, 0), ?) WHERE id = ? AND version = ? AND event_sequence = ?"
 )
 _INSERT_EVENT = (
     "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, "

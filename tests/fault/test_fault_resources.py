@@ -32,6 +32,7 @@ from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRe
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import DatabaseUnusableError, LocalStorageError, MigrationError
+from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
 from fault_workloads import DB_NAME, T0_MS, Recording, check_cut, dump
 from vfs_shim import Fault, RecordingVFS
@@ -268,6 +269,10 @@ def _assert_refused_unmodified(path: Path, error_type: type[Exception]) -> str:
 
 
 def test_truncated_or_corrupt_files_are_refused_unmodified(tmp_path: Path, rng: random.Random) -> None:
+    """Opening costs the same at any size (issue 13): a cut-short file or a damaged header is
+    refused at open; garbage inside a page is refused at open when the open reads that page
+    (the schema, the migrations), and otherwise left unmodified by the open, reported by the
+    first query that meets it as a clear storage error naming `check`, and by `check` itself."""
     source = _populated(tmp_path / "source", keep_wal=False)
     cases = _mutations(source.read_bytes(), rng)
     for label, data in cases.items():
@@ -275,8 +280,29 @@ def test_truncated_or_corrupt_files_are_refused_unmodified(tmp_path: Path, rng: 
         directory.mkdir()
         path = directory / DB_NAME
         path.write_bytes(data)
-        message = _assert_refused_unmodified(path, DatabaseUnusableError)
-        assert "not a usable edge-runtime database" in message or "is corrupt" in message, (label, message)
+        if not label.startswith("page-"):
+            message = _assert_refused_unmodified(path, DatabaseUnusableError)
+            assert "not a usable edge-runtime database" in message or "is corrupt" in message, (label, message)
+            continue
+        before = _digest(path)
+        try:
+            db = open_database(path, clock=ManualClock(T0_MS))
+        except (DatabaseUnusableError, MigrationError) as refused:
+            assert _digest(path) == before, f"{label}: refused file was modified"
+            assert str(path) in str(refused)
+            fault_stats.add(fault_stats.FAULTS, campaign=CAMPAIGN)
+            continue
+        with db:
+            try:
+                LocalRunRepository(db).list_runs(limit=10_000)
+            except RunRepositoryError as met:  # the query that meets the damage says so, no traceback
+                assert "damaged" in str(met) and "edge-runtime check" in str(met), (label, str(met))
+        assert _digest(path) == before, f"{label}: opening a damaged file modified it"
+        with open_database(path, create=False, read_only=True) as reader:
+            report = check_health(reader)
+        integrity = next(c for c in report.checks if c.name == "integrity")
+        assert not report.ok and not integrity.ok, (label, report)
+        fault_stats.add(fault_stats.FAULTS, campaign=CAMPAIGN)
 
 
 @pytest.mark.parametrize("keep_wal", [False, True], ids=["checkpointed", "with-live-wal"])

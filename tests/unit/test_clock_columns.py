@@ -32,3 +32,39 @@ def test_a_future_time_never_raises_the_floor_and_an_observed_one_does(db: Local
     assert observed_floor_ms(db) == before
     db.connection.execute("UPDATE runs SET finished_at_ms = ? WHERE id = 'r'", (far,))
     assert observed_floor_ms(db) == far
+
+
+def test_an_event_time_is_covered_by_its_runs_updated_time_even_from_a_clock_behind(db: LocalDatabase, clock) -> None:
+    """The floor reads the event log through runs.updated_at_ms (DOMINATED_BY): an append by a
+    writer whose clock is behind must not lower it below an earlier event's time."""
+    from edge_runtime.contract.runs import SubmitRunCommand
+    from edge_runtime.local.guarded_clock import DOMINATED_BY, full_observed_floor_ms
+    from edge_runtime.local.run_events import append_run_event
+    from edge_runtime.local.runs import LocalRunRepository
+
+    assert all(column in OBSERVED_TIME_COLUMNS and by in OBSERVED_TIME_COLUMNS for column, by in DOMINATED_BY.items())
+    run = LocalRunRepository(db).submit(SubmitRunCommand(argv=["true"]))
+    newest = clock.now_ms() + 60_000
+    for number, now in enumerate((newest, newest - 30_000)):  # the second writer's clock is behind
+        with db.write():
+            append_run_event(db.connection, run_id=run.id, event_id=f"e{number}", event_type="test.note",
+                             dedupe_key=f"k{number}", actor_type="user", actor_id="test", payload={}, now_ms=now)
+    events = db.connection.execute("SELECT max(created_at_ms) FROM run_events WHERE run_id = ?", (run.id,)).fetchone()[0]
+    updated = db.connection.execute("SELECT updated_at_ms FROM runs WHERE id = ?", (run.id,)).fetchone()[0]
+    assert updated == events == newest
+    assert observed_floor_ms(db) == full_observed_floor_ms(db) == newest
+
+
+def test_check_reports_an_event_time_the_indexed_floor_would_miss(db: LocalDatabase, clock) -> None:
+    from edge_runtime.contract.runs import SubmitRunCommand
+    from edge_runtime.local.health import check_health
+    from edge_runtime.local.runs import LocalRunRepository
+
+    clock.advance(60_000)  # the Run and its event are the newest times stored
+    run = LocalRunRepository(db).submit(SubmitRunCommand(argv=["true"]))
+    assert next(c for c in check_health(db).checks if c.name == "clock_floor").ok
+    # Only a writer that bypasses run_events.py (an older build, a hand edit) can do this.
+    db.connection.execute("UPDATE runs SET updated_at_ms = 1, created_at_ms = 1 WHERE id = ?", (run.id,))
+    db.connection.execute("DELETE FROM clock_watermark")
+    floor = next(c for c in check_health(db).checks if c.name == "clock_floor")
+    assert not floor.ok and "below a stored time" in floor.detail
