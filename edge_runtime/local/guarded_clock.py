@@ -99,7 +99,7 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's
 #: ``updated_at_ms`` to at least the event's time, and it never goes down
-#: (edge_runtime/local/run_events.py; migration 0009 brought older rows up to it); ``check``
+#: (edge_runtime/local/run_events.py; migration 0008 brought older rows up to it); ``check``
 #: verifies the floor against every column (edge_runtime/local/health.py).
 DOMINATED_BY: dict[tuple[str, str], tuple[str, str]] = {
     ("run_events", "created_at_ms"): ("runs", "updated_at_ms"),
@@ -317,7 +317,7 @@ def _observation_columns(connection: apsw.Connection) -> list[tuple[str, str]]:
 
 
 def observed_time_expression(columns: list[str]) -> str:
-    """The newest of ``columns`` in one row: the expression migration 0009 indexes on each table
+    """The newest of ``columns`` in one row: the expression migration 0008 indexes on each table
     that grows with history, so that its max() is one index seek. Built the same way for every
     table; a table whose expression matches no index is scanned (tests/unit/test_hot_path_plans.py
     fails for a history table)."""
@@ -338,7 +338,7 @@ def full_observed_floor_ms(db: LocalDatabase) -> int:
 
 def observed_floor_ms(db: LocalDatabase) -> int:
     """``max(clock_watermark, every stored observation time)``: the lowest time a restarted
-    runtime may hand out. One index seek per table that grows with history (migration 0009), the
+    runtime may hand out. One index seek per table that grows with history (migration 0008), the
     event log read through its Runs (:data:`DOMINATED_BY`); the few other tables (sessions,
     schedules, migrations) are small. Run once at startup."""
     connection = db.connection

@@ -107,7 +107,7 @@ def run(workdir: Path, quick: bool) -> None:
                      f"{common.median(cpu[0]):.0f}", f"{common.median(cpu[1]):.0f}",
                      f"{common.median([b / a for a, b in zip(*cpu)]):.2f}x"])
     for name, floor in (("serve start: clock floor, indexed", observed_floor_ms),
-                        ("  the same read by scans (before 0009)", full_observed_floor_ms)):
+                        ("  the same read by scans (before 0008)", full_observed_floor_ms)):
         a, b = _floor_ms(small, floor, repeat), _floor_ms(large, floor, repeat)
         rows.append([name, f"{a:.1f}", f"{b:.1f}", f"{b / a:.2f}x", "", "", ""])
     common.print_table(

@@ -120,20 +120,20 @@ def test_a_damaged_page_met_by_a_query_is_a_clear_error_pointing_to_check(filled
     assert _digest(filled) == before
 
 
-def test_a_database_at_the_latest_earlier_migration_is_upgraded_by_0009(tmp_path: Path) -> None:
+def test_a_database_at_the_latest_earlier_migration_is_upgraded_by_0008(tmp_path: Path) -> None:
     import apsw
 
     from edge_runtime.local.clock import ManualClock
 
     db_path = tmp_path / "edge-runtime.db"
-    earlier = tuple(m for m in migrations.known_migrations() if m.id < "0009")
-    assert earlier and earlier[-1].id < "0009" <= migrations.known_migrations()[-1].id
+    earlier = tuple(m for m in migrations.known_migrations() if m.id < "0008")
+    assert earlier and earlier[-1].id < "0008" <= migrations.known_migrations()[-1].id
     connection = apsw.Connection(str(db_path))
     connection.execute("PRAGMA journal_mode = WAL")
     migrations.apply_pending(connection, str(db_path), list(earlier), ManualClock(1_700_000_000_000))
     connection.execute("INSERT INTO runs (id, status, created_at_ms, updated_at_ms, finished_at_ms) "
                        "VALUES ('old', 'succeeded', 5, 7, 9)")
-    # An event newer than its Run's updated_at_ms (a writer whose clock was behind, before 0009).
+    # An event newer than its Run's updated_at_ms (a writer whose clock was behind, before 0008).
     connection.execute("INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, "
                        "payload, created_at_ms) VALUES ('e', 'old', 1, 'run.created', 'k', 'user', 'cli', '{}', 12)")
     connection.close()
@@ -147,4 +147,4 @@ def test_a_database_at_the_latest_earlier_migration_is_upgraded_by_0009(tmp_path
             "EXPLAIN QUERY PLAN SELECT id FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT 5").fetchall()
         assert "runs_created" in plan[-1][3]
         assert db.connection.execute("SELECT id FROM runs").fetchall() == [("old",)]
-    open_database(db_path, create=False, read_only=True).close()  # its schema is what 0001..0009 produce
+    open_database(db_path, create=False, read_only=True).close()  # its schema is what 0001..0008 produce

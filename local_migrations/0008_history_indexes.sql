@@ -1,4 +1,4 @@
--- 0009: nothing the CLI or the start of `serve` does reads the whole history (issue 13).
+-- 0008: nothing the CLI or the start of `serve` does reads the whole history (issue 13).
 --
 -- `list` walks runs newest first (ORDER BY created_at_ms DESC, rowid DESC LIMIT n); without an
 -- index SQLite scanned every Run and sorted them in a temporary B-tree. `list --status` walks the
