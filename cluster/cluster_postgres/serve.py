@@ -96,6 +96,10 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
     from edge_runtime.service.service import DeviceService
 
     journal = journal or Journal()
+    if config.idle_session_lease_ms is msgspec.UNSET:
+        # No long idle lease here: it saves flash writes on a device, while on a cluster the other
+        # workers would wait that long to end the Attempts of a worker that died soon after idling.
+        config = msgspec.structs.replace(config, idle_session_lease_ms=config.session_lease_ms)
 
     def report(level: str, event: str, **fields: Any) -> None:
         getattr(journal, "warning" if level == "warn" else level)(event, **fields)

@@ -65,6 +65,11 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     retry_max_ms: _Ms = 300_000
     #: Worker session lease; the service heartbeats at a third of it.
     session_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 30_000
+    #: Worker session lease while no Attempt runs (README: Flash writes, heartbeat); unset: 5 minutes
+    #: (``IDLE_SESSION_LEASE_MS``: a heartbeat every ~4.7 minutes, not every 10 s, on flash), except on
+    #: the Cluster Profile, where a dead idle worker must be noticed as soon as a busy one
+    #: (``session_lease_ms``). Never shorter than ``session_lease_ms``.
+    idle_session_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] | msgspec.UnsetType = msgspec.UNSET
     #: Run lease per Attempt; renewed at a third of it while the Attempt runs.
     run_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 60_000
     #: Slow fallback poll in case a wake-up datagram was lost.
@@ -81,6 +86,9 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     def __post_init__(self) -> None:
         if self.retry_max_ms < self.retry_base_ms:
             raise ConfigError(f"retry_max_ms ({self.retry_max_ms}) must be >= retry_base_ms ({self.retry_base_ms})")
+
+    def resolved_idle_session_lease_ms(self, default: int) -> int:
+        return default if self.idle_session_lease_ms is msgspec.UNSET else self.idle_session_lease_ms
 
     def resolved_log_dir(self, db_path: str) -> Path:
         if self.log_dir is not msgspec.UNSET:

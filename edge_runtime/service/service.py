@@ -58,7 +58,7 @@ from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
 from edge_runtime.service.trusted_paths import require_trusted_directory
 from edge_runtime.service.watch import pidfds_supported
-from edge_runtime.service.worker import WorkerSession
+from edge_runtime.service.worker import IDLE_SESSION_LEASE_MS, WorkerSession
 
 #: Poll for exits of re-adopted processes when the kernel has no pidfds.
 ADOPTED_POLL_MS = 2_000
@@ -184,6 +184,7 @@ class DeviceService:
                 slots=config.slots,
                 session_lease_ms=config.session_lease_ms,
                 run_lease_ms=config.run_lease_ms,
+                idle_session_lease_ms=config.resolved_idle_session_lease_ms(IDLE_SESSION_LEASE_MS),
             )
             session = worker.register()
             journal.info(

@@ -91,7 +91,8 @@ class WorkerSession:
                  "_idle_session_lease_ms")
 
     def __init__(
-        self, leases: WorkerLeaseStore, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int
+        self, leases: WorkerLeaseStore, *, worker_id: str, slots: int, session_lease_ms: int, run_lease_ms: int,
+        idle_session_lease_ms: int = IDLE_SESSION_LEASE_MS,
     ) -> None:
         self._repo = leases
         self.worker_id = worker_id
@@ -99,7 +100,7 @@ class WorkerSession:
         self._session: WorkerSessionRecord | None = None
         self._slots = slots
         self._session_lease_ms = session_lease_ms
-        self._idle_session_lease_ms = max(session_lease_ms, IDLE_SESSION_LEASE_MS)
+        self._idle_session_lease_ms = max(session_lease_ms, idle_session_lease_ms)
         self._run_lease_ms = run_lease_ms
 
     @property
@@ -135,7 +136,7 @@ class WorkerSession:
 
     def heartbeat(self, available_slots: int, *, idle: bool = False) -> WorkerSessionRecord:
         """Renew the session lease: for ``session_lease_ms`` while Attempts are watched, for
-        the idle lease (``IDLE_SESSION_LEASE_MS``) while none is (``idle``)."""
+        the idle lease (``idle_session_lease_ms``) while none is (``idle``)."""
         session = self.session
         self._session = self._repo.heartbeat(
             HeartbeatCommand(

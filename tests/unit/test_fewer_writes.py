@@ -119,6 +119,21 @@ def test_an_idle_session_takes_the_long_lease_and_renews_it_near_its_end(tmp_pat
         assert worker.next_heartbeat_at_ms() == T0 + 70_000
 
 
+def test_the_idle_lease_is_a_setting_never_shorter_than_the_busy_one(tmp_path: Path) -> None:
+    from edge_runtime.service.config import load_config
+
+    assert load_config(None, env={}).resolved_idle_session_lease_ms(IDLE_SESSION_LEASE_MS) == IDLE_SESSION_LEASE_MS
+    config = load_config(None, env={"EDGE_RUNTIME_IDLE_SESSION_LEASE_MS": "40000"})
+    assert config.resolved_idle_session_lease_ms(IDLE_SESSION_LEASE_MS) == 40_000
+    clock = ManualClock(T0)
+    with open_database(tmp_path / "e.db", clock=clock) as db:
+        worker = _worker(db, idle_session_lease_ms=40_000)
+        assert worker.heartbeat(2, idle=True).lease_expires_at_ms == T0 + 40_000
+        # An idle lease below the busy one would let an idle session lapse between heartbeats.
+        short = _worker(db, idle_session_lease_ms=1_000)
+        assert short.heartbeat(2, idle=True).lease_expires_at_ms == T0 + SESSION_LEASE_MS
+
+
 def test_the_watermark_is_written_once_per_slack_not_every_loop(tmp_path: Path) -> None:
     wall = ManualClock(T0)
     mono = ManualClock(0)
