@@ -21,6 +21,7 @@ from typing import Any
 
 import msgspec
 
+from edge_runtime.cli.serve import add_service_flags, service_overrides
 from edge_runtime.service.config import CONFIG_ENV_VAR, ConfigError, ServiceConfig, load_config
 
 #: Where the DSN comes from when ``--dsn`` is not given (a password is better in ~/.pgpass or
@@ -41,19 +42,12 @@ def register(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--dsn", help=f"ql3_runtime connection string; several hosts with "
                         f"target_session_attrs=read-write follow a failover (default: ${DSN_ENV_VAR})")
-    parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file (default: ${CONFIG_ENV_VAR})")
-    parser.add_argument("--worker-id", dest="worker_id",
-                        help="this host's worker name, unique among the database's workers (default edge-<hostname>)")
-    parser.add_argument("--slots", type=int, help="how many Attempts may run at once on this host (default 2)")
-    parser.add_argument("--grace-ms", dest="grace_ms", type=int,
-                        help="SIGTERM to SIGKILL grace period of a cancelled Attempt (default 10000)")
-    parser.add_argument("--log-dir", dest="log_dir",
-                        help="per-Attempt logs (default: $XDG_STATE_HOME/edge-runtime-cluster/logs)")
-    parser.add_argument("--log-max-bytes", dest="log_max_bytes", type=int, help="size cap of one Attempt's log")
-    parser.add_argument("--poll-interval-ms", dest="poll_interval_ms", type=int,
-                        help="slow fallback poll in case a notification was lost (default 30000)")
-    parser.add_argument("--stop-runs-on-exit", dest="stop_runs_on_exit", action="store_const", const=True,
-                        help="on SIGTERM/SIGINT also stop running Attempts (default: leave them to be re-adopted)")
+    add_service_flags(parser,
+                      worker_id_help="this host's worker name, unique among the database's workers "
+                      "(default edge-<hostname>)",
+                      slots_help="how many Attempts may run at once on this host (default 2)",
+                      log_dir_help="per-Attempt logs (default: $XDG_STATE_HOME/edge-runtime-cluster/logs)",
+                      wake_word="notification")
 
 
 def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
@@ -62,19 +56,7 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     if not dsn:
         raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
     # Validate the whole configuration before connecting.
-    config = load_config(
-        args.config,
-        env=env,
-        overrides={
-            "worker_id": args.worker_id,
-            "slots": args.slots,
-            "grace_ms": args.grace_ms,
-            "log_dir": args.log_dir,
-            "log_max_bytes": args.log_max_bytes,
-            "poll_interval_ms": args.poll_interval_ms,
-            "stop_runs_on_exit": args.stop_runs_on_exit,
-        },
-    )
+    config = load_config(args.config, env=env, overrides=service_overrides(args))
     return build_service(dsn, config, log_dir=resolved_log_dir(config, env)).run()
 
 

@@ -45,7 +45,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether ``pid`` exists (a test's reaper of leftovers asks: another user's process counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -63,7 +64,7 @@ def reap_orphans() -> list[str]:
             pid = int(Path(path).name[len(PREFIX):].split("-", 1)[0])
         except ValueError:
             continue
-        if _pid_alive(pid) or Path(path).is_symlink():
+        if pid_alive(pid) or Path(path).is_symlink():
             continue
         for data in (Path(path) / "primary", Path(path) / "standby"):
             if (data / "postmaster.pid").exists():

@@ -22,19 +22,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ha_cluster import pid_alive
+
 CLI = Path(sys.executable).parent / "edge-runtime-cluster"
 DIR_PREFIX = "ql3-serve-test-"
 _NS = re.compile(r"ql3w(\d+)n(\d+)")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -71,7 +63,7 @@ def reap_orphans() -> list[str]:
             owner = int(path.name[len(DIR_PREFIX):].split("-", 1)[0])
         except ValueError:
             continue
-        if _pid_alive(owner) or path.is_symlink():
+        if pid_alive(owner) or path.is_symlink():
             continue
         pids = path / "pids"
         if pids.exists():
@@ -85,7 +77,7 @@ def reap_orphans() -> list[str]:
         for line in _ip("netns", "list", check=False).stdout.splitlines():
             name = line.split()[0] if line.split() else ""
             match = _NS.fullmatch(name)
-            if match and not _pid_alive(int(match.group(1))):
+            if match and not pid_alive(int(match.group(1))):
                 _ip("netns", "del", name, check=False)
                 reaped.append(name)
     return reaped

@@ -23,34 +23,43 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         "Settings: a TOML file (--config or $" + CONFIG_ENV_VAR + "), then EDGE_RUNTIME_<KEY> "
         "environment variables, then these flags.",
     )
+    add_service_flags(parser, worker_id_help="stable name of this device's worker",
+                      slots_help="how many Attempts may run at once (default 2)",
+                      log_dir_help="per-Attempt logs (default: 'logs' beside the database)",
+                      wake_word="wake-up")
+    parser.set_defaults(run=run)
+
+
+def add_service_flags(parser: argparse.ArgumentParser, *, worker_id_help: str, slots_help: str, log_dir_help: str,
+                      wake_word: str) -> None:
+    """The flags every composition of the service takes (this ``serve`` and the cluster's), read
+    back by :func:`service_overrides`."""
     parser.add_argument("--config", metavar="FILE", help=f"TOML configuration file (default: ${CONFIG_ENV_VAR})")
-    parser.add_argument("--worker-id", dest="worker_id", help="stable name of this device's worker")
-    parser.add_argument("--slots", type=int, help="how many Attempts may run at once (default 2)")
+    parser.add_argument("--worker-id", dest="worker_id", help=worker_id_help)
+    parser.add_argument("--slots", type=int, help=slots_help)
     parser.add_argument("--grace-ms", dest="grace_ms", type=int,
                         help="SIGTERM to SIGKILL grace period of a cancelled Attempt (default 10000)")
-    parser.add_argument("--log-dir", dest="log_dir", help="per-Attempt logs (default: 'logs' beside the database)")
+    parser.add_argument("--log-dir", dest="log_dir", help=log_dir_help)
     parser.add_argument("--log-max-bytes", dest="log_max_bytes", type=int, help="size cap of one Attempt's log")
     parser.add_argument("--poll-interval-ms", dest="poll_interval_ms", type=int,
-                        help="slow fallback poll in case a wake-up was lost (default 30000)")
+                        help=f"slow fallback poll in case a {wake_word} was lost (default 30000)")
     parser.add_argument("--stop-runs-on-exit", dest="stop_runs_on_exit", action="store_const", const=True,
                         help="on SIGTERM/SIGINT also stop running Attempts (default: leave them to be re-adopted)")
-    parser.set_defaults(run=run)
+
+
+#: The settings ``add_service_flags`` declares, by their ServiceConfig names.
+_FLAG_KEYS = ("worker_id", "slots", "grace_ms", "log_dir", "log_max_bytes", "poll_interval_ms", "stop_runs_on_exit")
+
+
+def service_overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The settings given as flags (None: not given), which win over the file and the environment."""
+    return {key: getattr(args, key) for key in _FLAG_KEYS}
+
 
 
 def run(args: argparse.Namespace) -> int:
     # Validate the whole configuration before touching the database or binding anything.
-    config = load_config(
-        args.config,
-        overrides={
-            "worker_id": args.worker_id,
-            "slots": args.slots,
-            "grace_ms": args.grace_ms,
-            "log_dir": args.log_dir,
-            "log_max_bytes": args.log_max_bytes,
-            "poll_interval_ms": args.poll_interval_ms,
-            "stop_runs_on_exit": args.stop_runs_on_exit,
-        },
-    )
+    config = load_config(args.config, overrides=service_overrides(args))
     ensure_parent(args.db)
     return build_service(args.db, config).run()
 
