@@ -5,6 +5,9 @@
 -- Runs of one status in the same order.
 CREATE INDEX runs_created ON runs (created_at_ms);
 CREATE INDEX runs_status_created ON runs (status, created_at_ms);
+-- The queue scan (status = 'queued', oldest first) walks runs_status_created too: the partial
+-- index of 0003 that served it only cost a page per submit and per start.
+DROP INDEX runs_queued;
 
 -- The guarded clock's floor at `serve` start is the newest observed time stored in any table
 -- (edge_runtime/local/guarded_clock.py, observed_floor_ms). On the tables that grow with history
