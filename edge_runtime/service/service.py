@@ -311,8 +311,8 @@ class DeviceService:
             except EdgeRuntimeError as exc:
                 self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
             identity_due_s = supervisor.seconds_to_identity_deadline()
-            for callback in loop.wait(min(ADOPTED_POLL_MS / 1000, identity_due_s if identity_due_s is not None
-                                          else ADOPTED_POLL_MS / 1000)):
+            wait_s = ADOPTED_POLL_MS / 1000 if identity_due_s is None else min(ADOPTED_POLL_MS / 1000, identity_due_s)
+            for callback in loop.wait(wait_s):
                 callback()
         try:
             supervisor.retry_completions()
