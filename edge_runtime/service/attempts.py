@@ -611,6 +611,9 @@ class AttemptSupervisor:
         if conflict is not None:
             running.record_by = None
             running.failure = conflict
+        else:
+            self._journal.info("attempt.running", run=running.run_id, attempt=running.attempt_id,
+                               pid=running.identity.pid, late=True, exited=True)
 
     def _kill_pending(self, running: RunningAttempt) -> bool:
         """Whether a SIGKILL deadline is still to come and some of the group still runs."""

@@ -205,6 +205,7 @@ def test_a_process_that_exits_before_its_identity_is_recorded_ends_with_its_real
     assert attempt.status.value == "failed" and attempt.exit_code == 3  # its own end, not `lost`
     assert attempt.identity == spawned[0]  # recorded before the end
     assert len(calls) == 3
+    assert "attempt.running" in rig.log.getvalue() and "late=true" in rig.log.getvalue().lower()
     assert rig.executions(run_id) == 1
 
 
