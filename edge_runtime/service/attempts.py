@@ -12,8 +12,17 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    a command that cannot be started at all (not found) fails. A failed compensation is retried
    every tick, never forgotten; the grant keeps its slot until then.
 3. ``record_running``: pid, pgid, start time and boot id stored *before* the Attempt is
-   reported running; if that fails the group is SIGKILLed at once (an unrecorded process could
-   never be cancelled safely) and the Run fails, since the command may have begun.
+   reported running. A retryable failure (the database busy, or away: a lost connection, a
+   COMMIT whose outcome is unknown during a failover) keeps the process, our own child watched
+   by its pidfd, and the recording is retried with the settlements' backoff; a retry that finds
+   the Attempt already ``running`` with this very identity (the unknown COMMIT did commit) is a
+   success. It must succeed while the Run Lease still fences the ``starting`` Attempt from the
+   orphan sweep (``RECORD_WITHIN_LEASE_SHARE`` of the grant's term) and before the service
+   stops. Otherwise, and at once for any other failure or a conflict (the Attempt ended, or runs
+   with another identity), the group is SIGKILLed (an unrecorded process could never be
+   cancelled or re-adopted safely) and the Attempt ends ``lost``, its Run ``failed``, since the
+   command may have begun. A process that exits before its identity is recorded has it recorded
+   first, then ends with its real status.
 4. the leader exits (pidfd readable, or SIGCHLD / a slow ``/proc`` poll without pidfds): reaped,
    and the Attempt ends ``succeeded``, ``failed`` (exit code kept; a signal N is kept as 128+N,
    as shells do) or ``cancelled``; the Run Lease is completed.
@@ -39,7 +48,13 @@ import msgspec
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import AttemptLogStore, RunStore
 from edge_runtime.contract.run_lease import NoCapacityOutcome
-from edge_runtime.contract.runs import STORED_LOG_MAX_BYTES, AttemptRecord, AttemptStatus, RunRecord
+from edge_runtime.contract.runs import (
+    STORED_LOG_MAX_BYTES,
+    AttemptRecord,
+    AttemptStatus,
+    RunRecord,
+    RunStateConflictError,
+)
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
@@ -72,6 +87,13 @@ ADOPTED_EXIT_GRACE_S = 1.0
 RETRY_INTERVAL_S = 1.0
 #: ``_start`` result: end this start pass (no capacity left, or starting is paused).
 _STOP = object()
+#: A process whose identity could not be recorded yet is killed once this share of its Run
+#: Lease's term has passed (its grant is what keeps the orphan sweep off its ``starting``
+#: Attempt). The rest of the term covers a database call blocked up to its timeouts and the
+#: drift between this host's clock and the store's, so the kill comes before the lease expires.
+RECORD_WITHIN_LEASE_SHARE = 2 / 3
+#: Why an unrecorded process was killed when the service stopped (a restart could not re-adopt it).
+REASON_STOPPED_UNRECORDED = "the service stopped before the process identity could be recorded"
 
 
 class AttemptSupervisor:
@@ -214,7 +236,6 @@ class AttemptSupervisor:
     def _spawn(
         self, run: RunRecord, attempt_id: str, grant: RunGrant, log_path: Path, fifo_path: Path, writer: int
     ) -> bool | object:
-        actor = self._worker.owner
         argv = [] if run.command is _UNSET else list(run.command)
         env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt_id)
         try:
@@ -238,15 +259,99 @@ class AttemptSupervisor:
         running.fifo_path = fifo_path
         self._watch(running, capture)
         try:
-            self._runs.record_running(attempt_id, identity, log_path=str(log_path), actor_id=actor)
+            conflict = self._record_identity(running)
         except EdgeRuntimeError as exc:
-            # The identity is not durable, so nobody could cancel this process safely later.
-            running.failure = f"the process identity could not be recorded: {exc}"
-            self._journal.error("attempt.identity_not_recorded", attempt=attempt_id, error=exc.code, detail=str(exc))
-            self._controller.force_kill(identity)
+            if not exc.retryable:
+                self._give_up_identity(running, f"the process identity could not be recorded: {exc}", error=exc.code)
+                return False
+            # Keep it: it is our child, watched by its pidfd; retry_identities records it later.
+            running.record_by = _record_deadline(grant)
+            running.record_error = str(exc)
+            self._journal.warning("attempt.identity_pending", run=run.id, attempt=attempt_id, pid=identity.pid,
+                                  error=exc.code, detail=str(exc),
+                                  give_up_in_s=round(running.record_by - time.monotonic(), 1))
+            return True
+        if conflict is not None:
+            self._give_up_identity(running, conflict)
             return False
         self._journal.info("attempt.running", run=run.id, attempt=attempt_id, pid=identity.pid)
         return True
+
+    def _record_identity(self, running: RunningAttempt) -> str | None:
+        """Store the process identity and move the Attempt ``starting -> running``: None once it is
+        recorded, else why it never can be (a conflict). Idempotent: after a COMMIT whose outcome
+        was unknown the Attempt may already be ``running`` with this very identity, which counts
+        as recorded; ``running`` with another identity, or ended, is a conflict.
+
+        Raises:
+            EdgeRuntimeError: the store failed (``retryable`` when the same call may succeed).
+        """
+        attempt_id = running.attempt_id
+        log_path = log_paths(self._log_dir, attempt_id)[0]
+        try:
+            self._runs.record_running(attempt_id, running.identity, log_path=str(log_path), actor_id=self._worker.owner)
+        except RunStateConflictError as exc:
+            stored = self._runs.get_attempt(attempt_id)
+            if stored is None or stored.status is not AttemptStatus.RUNNING or stored.identity != running.identity:
+                return f"the process identity could not be recorded: {exc}"
+            self._journal.info("attempt.identity_found", attempt=attempt_id, pid=running.identity.pid)
+        running.record_by = None
+        running.record_error = None
+        return None
+
+    def _give_up_identity(self, running: RunningAttempt, reason: str, *, error: str | None = None) -> None:
+        """The identity will not be recorded: SIGKILL the group (nobody could cancel or re-adopt an
+        unrecorded process safely later); its exit then ends the Attempt ``lost`` with ``reason``."""
+        running.failure = reason
+        running.record_by = None
+        outcome = self._controller.force_kill(running.identity)
+        self._journal.error("attempt.identity_not_recorded", attempt=running.attempt_id, pid=running.identity.pid,
+                            error=error, detail=reason, kill=outcome.value)
+
+    def retry_identities(self) -> None:
+        """Record the identities whose recording failed retryably (see ``_spawn``) while their
+        processes run; give up the ones past their bound or failing for good."""
+        self.enforce_identity_deadlines()
+        for running in [r for r in self.running.values() if r.record_by is not None]:
+            try:
+                conflict = self._record_identity(running)
+            except EdgeRuntimeError as exc:
+                if not exc.retryable:
+                    self._give_up_identity(running, f"the process identity could not be recorded: {exc}",
+                                           error=exc.code)
+                    continue
+                running.record_error = str(exc)
+                if self._retry_failed():
+                    self._journal.error("attempt.identity_retry_failed", attempt=running.attempt_id, error=exc.code,
+                                        detail=str(exc), failures=self._retry_failures)
+                continue
+            if conflict is not None:
+                self._give_up_identity(running, conflict)
+            else:
+                self._journal.info("attempt.running", run=running.run_id, attempt=running.attempt_id,
+                                   pid=running.identity.pid, late=True)
+
+    def enforce_identity_deadlines(self) -> None:
+        """Kill the unrecorded processes whose bound has passed. Reads no store (it must work
+        while the database is away), so the service loop calls it on every pass."""
+        now = time.monotonic()
+        for running in list(self.running.values()):
+            if running.record_by is not None and now >= running.record_by:
+                self._give_up_identity(running, "the process identity could not be recorded before its Run Lease "
+                                                f"could lapse: {running.record_error}")
+
+    def seconds_to_identity_deadline(self) -> float | None:
+        """Seconds until the earliest unrecorded process must be given up; None when there is none."""
+        due = min((r.record_by for r in self.running.values() if r.record_by is not None), default=None)
+        return None if due is None else max(0.0, due - time.monotonic())
+
+    def kill_unrecorded(self, reason: str) -> list[str]:
+        """Give up every identity not recorded yet (the service stops, and a restart could not
+        re-adopt such a process); the ids of their Attempts."""
+        pending = [r for r in self.running.values() if r.record_by is not None]
+        for running in pending:
+            self._give_up_identity(running, reason)
+        return [r.attempt_id for r in pending]
 
     # ----------------------------------------------------------------- watch
 
@@ -464,6 +569,8 @@ class AttemptSupervisor:
             self._unfinished[running.attempt_id] = (running, status)
 
     def _decide_end(self, running: RunningAttempt, status: int | None) -> None:
+        if running.record_by is not None and running.failure is None:
+            self._record_before_end(running)
         run = self._runs.get(running.run_id)
         cancel_requested = run.cancel_requested_at_ms is not _UNSET
         code = None if status is None else exit_code_of(status)
@@ -482,6 +589,31 @@ class AttemptSupervisor:
                                pid=running.identity.pid)
             return
         self.finish(running, end, code, reason)
+
+    def _record_before_end(self, running: RunningAttempt) -> None:
+        """The process exited before its identity was recorded: record it now, so the Attempt ends
+        from ``running`` with its process known, as every other one does.
+
+        Raises:
+            EdgeRuntimeError: retryable: ``_end`` keeps the exit and tries again later.
+        """
+        try:
+            conflict = self._record_identity(running)
+        except EdgeRuntimeError as exc:
+            if exc.retryable:
+                raise
+            # The process is gone, so its identity guards nothing any more: the Attempt ends from
+            # ``starting`` with the real exit status (finish_attempt accepts any active Attempt).
+            running.record_by = None
+            self._journal.warning("attempt.identity_not_recorded", attempt=running.attempt_id,
+                                  pid=running.identity.pid, error=exc.code, detail=str(exc), exited=True)
+            return
+        if conflict is not None:
+            running.record_by = None
+            running.failure = conflict
+        else:
+            self._journal.info("attempt.running", run=running.run_id, attempt=running.attempt_id,
+                               pid=running.identity.pid, late=True, exited=True)
 
     def _kill_pending(self, running: RunningAttempt) -> bool:
         """Whether a SIGKILL deadline is still to come and some of the group still runs."""
@@ -543,7 +675,8 @@ class AttemptSupervisor:
 
     def retry_completions(self) -> None:
         """Settle what failed earlier (e.g. the database was busy): unstarted Attempts, ends of
-        exited processes, grants to complete."""
+        exited processes, grants to complete; and records the identities not recorded yet."""
+        self.retry_identities()
         self.retry_unstarted()
         for running, status in list(self._unfinished.values()):
             del self._unfinished[running.attempt_id]
@@ -560,7 +693,12 @@ class AttemptSupervisor:
 
     @property
     def pending_retries(self) -> bool:
-        return bool(self._unstarted or self._unfinished or self._uncompleted)
+        return bool(self._unstarted or self._unfinished or self._uncompleted or self.unrecorded_count)
+
+    @property
+    def unrecorded_count(self) -> int:
+        """Processes of ours whose identity is not recorded yet (see ``_spawn``)."""
+        return sum(1 for running in self.running.values() if running.record_by is not None)
 
     def _retry_failed(self) -> bool:
         """Count one failed settlement; whether to log it (the 1st, 2nd, 4th, 8th...: a full disk
@@ -586,6 +724,8 @@ class AttemptSupervisor:
                 continue
             try:
                 self._worker.renew(grant)
+                if running.record_by is not None:  # still unrecorded: the renewed grant fences it longer
+                    running.record_by = _record_deadline(grant)
             except EdgeRuntimeError as exc:
                 # After the start barrier the grant cannot be taken over; a lapse is not fatal.
                 running.grant = None
@@ -621,12 +761,20 @@ class AttemptSupervisor:
         return signalled
 
     def close(self) -> None:
-        """Stop watching without touching the processes: they keep running and are re-adopted."""
+        """Stop watching without touching the processes: they keep running and are re-adopted.
+        Except a process whose identity was never recorded: nothing could re-adopt it, so it is
+        SIGKILLed (its ``starting`` Attempt is ended ``lost`` by the orphan sweep)."""
+        self.kill_unrecorded(REASON_STOPPED_UNRECORDED)
         for running in list(self.running.values()):
             self._unwatch(running)
         for attempt_id in list(self._captures):
             self._close_capture(attempt_id, unlink=False)
         self.running.clear()
+
+
+def _record_deadline(grant: RunGrant) -> float:
+    """By when (monotonic) a process started under ``grant`` must have its identity recorded."""
+    return grant.asked_at + (grant.held_until - grant.asked_at) * RECORD_WITHIN_LEASE_SHARE
 
 
 def _unlink(path: Path) -> None:

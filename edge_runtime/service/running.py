@@ -42,7 +42,7 @@ class RunningAttempt:
     """What the service holds in memory for one Attempt whose process it watches."""
 
     __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path",
-                 "gone_since")
+                 "gone_since", "record_by", "record_error")
 
     def __init__(
         self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, own_child: bool, grant: RunGrant | None
@@ -58,6 +58,11 @@ class RunningAttempt:
         self.deferred: DeferredEnd | None = None
         #: Set when the process had to be killed because its identity could not be recorded.
         self.failure: str | None = None
+        #: Our own child whose identity is not durable yet (recording it failed retryably): the
+        #: monotonic time by which it must be recorded or the process killed; None once recorded.
+        self.record_by: float | None = None
+        #: Why the last try to record the identity failed (for the reason if it is given up).
+        self.record_error: str | None = None
         #: The Attempt's FIFO, unlinked when the Attempt ends.
         self.fifo_path: Path | None = None
         #: Re-adopted only: when its exit was first seen (monotonic); its parent may record it.

@@ -46,7 +46,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import RunStore, Store
 from edge_runtime.contract.retention import Retention
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
-from edge_runtime.service.attempts import AttemptSupervisor
+from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED, AttemptSupervisor
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.dispatcher import CancellationDispatcher
@@ -245,6 +245,7 @@ class DeviceService:
             if supervisor.needs_poll():
                 supervisor.poll_adopted()
             supervisor.run_capture_timers()
+            supervisor.enforce_identity_deadlines()  # before the tick: it must not wait for the database
             if time.monotonic() >= next_fallback:
                 next_fallback = time.monotonic() + self.config.poll_interval_ms / 1000
             if time.monotonic() >= next_recovery:
@@ -301,15 +302,18 @@ class DeviceService:
         self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children)
         while supervisor.own_children:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
-                return
+                return  # ``supervisor.close`` kills what was never recorded
             if loop.flags.take(signal.SIGCHLD):
                 supervisor.reap_children()
+            supervisor.enforce_identity_deadlines()
             try:
                 supervisor.settle_deferred()
                 supervisor.retry_completions()
             except EdgeRuntimeError as exc:
                 self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
-            for callback in loop.wait(ADOPTED_POLL_MS / 1000):
+            identity_due_s = supervisor.seconds_to_identity_deadline()
+            wait_s = ADOPTED_POLL_MS / 1000 if identity_due_s is None else min(ADOPTED_POLL_MS / 1000, identity_due_s)
+            for callback in loop.wait(wait_s):
                 callback()
         try:
             supervisor.retry_completions()
@@ -420,6 +424,10 @@ class DeviceService:
             sleep_ms = MIN_SLEEP_MS  # overdue but nothing could be done now: do not spin
         if self._tick_failures:
             sleep_ms = max(sleep_ms, failure_backoff_ms(self._tick_failures))
+        identity_due_s = supervisor.seconds_to_identity_deadline()
+        if identity_due_s is not None:
+            # Even while the database is away: an unrecorded process is killed on time (attempts._spawn).
+            sleep_ms = min(sleep_ms, max(identity_due_s * 1000, 1))
         return sleep_ms / 1000
 
     # ----------------------------------------------------------------- stop
@@ -427,6 +435,11 @@ class DeviceService:
     def _shutdown(
         self, loop: EventLoop, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher
     ) -> None:
+        # A process whose identity is not recorded could not be re-adopted by the next start: it
+        # must not outlive this service. Killed, reaped and (database permitting) ended ``lost``.
+        unrecorded = supervisor.kill_unrecorded(REASON_STOPPED_UNRECORDED)
+        if unrecorded:
+            self._wait_for_exits(loop, supervisor, time.monotonic() + _SHUTDOWN_KILL_WAIT_S, only=set(unrecorded))
         if self.config.stop_runs_on_exit and supervisor.running:
             signalled = supervisor.terminate_all()
             self._wait_for_exits(loop, supervisor, time.monotonic() + self.config.grace_ms / 1000)
@@ -443,8 +456,12 @@ class DeviceService:
         except EdgeRuntimeError as exc:
             self.journal.warning("service.offline_failed", error=exc.code, detail=str(exc))
 
-    def _wait_for_exits(self, loop: EventLoop, supervisor: AttemptSupervisor, deadline: float) -> None:
-        while any(r.deferred is None for r in supervisor.running.values()):
+    def _wait_for_exits(
+        self, loop: EventLoop, supervisor: AttemptSupervisor, deadline: float, *, only: set[str] | None = None
+    ) -> None:
+        """Watch exits until every watched Attempt (or every one of ``only``) without a deferred end
+        has ended, or ``deadline`` (monotonic)."""
+        while any(r.deferred is None and (only is None or r.attempt_id in only) for r in supervisor.running.values()):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return

@@ -12,6 +12,7 @@ repository under the write lock, so two services (or two loops) can never over-c
 from __future__ import annotations
 
 import secrets
+import time
 import uuid
 
 import msgspec
@@ -68,13 +69,26 @@ class _Fence:
 
 
 class RunGrant:
-    """A Run Lease this session holds, with its raw token (memory only)."""
+    """A Run Lease this session holds, with its raw token (memory only).
 
-    __slots__ = ("lease", "_token")
+    ``asked_at`` and ``held_until`` place the lease's term on this host's monotonic clock, for
+    decisions taken while the store cannot be asked for its time (the database is away):
+    ``asked_at`` is when the request that set ``lease`` was sent, before the store stamped it, so
+    ``held_until = asked_at + term`` comes no later than the lease's expiry by the store's time.
+    """
 
-    def __init__(self, lease: RunLeaseRecord, token: str) -> None:
-        self.lease = lease
+    __slots__ = ("lease", "_token", "asked_at", "held_until")
+
+    def __init__(self, lease: RunLeaseRecord, token: str, *, asked_at: float) -> None:
         self._token = token
+        self.hold(lease, asked_at)
+
+    def hold(self, lease: RunLeaseRecord, asked_at: float) -> None:
+        """Take ``lease`` (as returned for a request sent at monotonic ``asked_at``)."""
+        self.lease = lease
+        start = lease.renewed_at_ms if lease.renewed_at_ms is not msgspec.UNSET else lease.acquired_at_ms
+        self.asked_at = asked_at
+        self.held_until = asked_at + max(0, lease.expires_at_ms - start) / 1000
 
     @property
     def token(self) -> str:
@@ -201,6 +215,7 @@ class WorkerSession:
     def claim(self, run_id: str, attempt_id: str) -> RunGrant | None:
         """Take the Run Lease of a ``claimed`` Attempt; None when not claimable or no capacity."""
         token = secrets.token_urlsafe(32)
+        asked_at = time.monotonic()
         outcome = self._repo.claim_run(
             ClaimRunCommand(
                 worker_id=self.worker_id,
@@ -215,7 +230,7 @@ class WorkerSession:
             )
         )
         if isinstance(outcome, ClaimedRunOutcome):
-            return RunGrant(outcome.lease, outcome.lease_token)
+            return RunGrant(outcome.lease, outcome.lease_token, asked_at=asked_at)
         return None
 
     def start(self, run_id: str) -> RunGrant | NoCapacityOutcome | None:
@@ -230,6 +245,7 @@ class WorkerSession:
         """
         session = self.session
         token = secrets.token_urlsafe(32)
+        asked_at = time.monotonic()
         outcome = self._repo.start_run(
             StartRunCommand(
                 worker_id=self.worker_id,
@@ -244,7 +260,7 @@ class WorkerSession:
             )
         )
         if isinstance(outcome, ClaimedRunOutcome):
-            return RunGrant(outcome.lease, outcome.lease_token)
+            return RunGrant(outcome.lease, outcome.lease_token, asked_at=asked_at)
         return outcome if isinstance(outcome, NoCapacityOutcome) else None
 
     def abandon_start(self, grant: RunGrant, reason: str) -> RunStatus:
@@ -303,12 +319,14 @@ class WorkerSession:
         grant.lease = outcome.lease
 
     def renew(self, grant: RunGrant) -> None:
-        grant.lease = self._repo.renew(
+        asked_at = time.monotonic()
+        lease = self._repo.renew(
             RenewRunLeaseCommand(
                 **self._held(grant),
                 lease_duration_ms=self._run_lease_ms,
             )
         )
+        grant.hold(lease, asked_at)
 
     def next_renewal_at_ms(self, grant: RunGrant) -> int:
         lease = grant.lease
