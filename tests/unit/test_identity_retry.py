@@ -20,72 +20,22 @@ from typing import Any
 import apsw
 import pytest
 
-from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import ProcessIdentity, RunRepositoryError, SubmitRunCommand
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service import attempts as attempts_module
-from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED, AttemptSupervisor
+from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED
 from edge_runtime.service.config import load_config
-from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.loop import EventLoop
-from edge_runtime.service.process_identity import read_boot_id, read_stat
-from edge_runtime.service.worker import WorkerSession
+from edge_runtime.service.process_identity import read_stat
+from tests.supervisor_rig import SupervisorRig
 
 LOST_CONNECTION = "connection lost during COMMIT: the outcome is unknown"
 
 
-class Rig:
-    """The supervisor on a Local database, driven step by step as the service loop drives it."""
-
+class Rig(SupervisorRig):
     def __init__(self, db: LocalDatabase, tmp_path: Path, *, run_lease_ms: int = 60_000) -> None:
-        self.runs = LocalRunRepository(db)
-        self.worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=1, session_lease_ms=30_000,
-                                    run_lease_ms=run_lease_ms)
-        self.worker.register()
-        self.loop = EventLoop()
-        self.log = io.StringIO()
-        self.out = tmp_path / "executions"
-        self.supervisor = AttemptSupervisor(
-            runs=self.runs, worker=self.worker, controller=LocalProcessController(), loop=self.loop,
-            journal=Journal(self.log), slots=1, log_dir=tmp_path / "logs", log_max_bytes=4096,
-            boot_id=read_boot_id(),
-        )
-
-    def submit(self, then: str = "true") -> str:
-        command = f'echo "$EDGE_RUNTIME_RUN_ID" >> {self.out}; {then}'
-        return self.runs.submit(SubmitRunCommand(argv=["sh", "-c", command])).id
-
-    def step(self, wait_s: float = 0.05) -> None:
-        """One pass of the service loop's supervisor work."""
-        self.supervisor.enforce_identity_deadlines()
-        try:
-            self.supervisor.start_queued()
-            self.supervisor.retry_completions()
-        except EdgeRuntimeError:
-            pass  # a failed tick: the service logs it and tries again after a sleep
-        for callback in self.loop.wait(wait_s):
-            callback()
-        self.supervisor.reap_children()
-
-    def run_until_ended(self, run_id: str, timeout: float = 15.0) -> str:
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.runs.get(run_id).status.value
-            if status in ("succeeded", "failed", "cancelled") and not self.supervisor.running \
-                    and not self.supervisor.pending_retries:
-                return status
-            assert time.monotonic() < deadline, f"liveness guard: run stuck {status}: {self.log.getvalue()[-2000:]}"
-            self.step()
-
-    def executions(self, run_id: str) -> int:
-        return self.out.read_text().split().count(run_id) if self.out.exists() else 0
-
-    def close(self) -> None:
-        self.supervisor.close()
-        self.loop.close()
+        super().__init__(db, tmp_path, slots=1, run_lease_ms=run_lease_ms)
 
 
 @pytest.fixture
@@ -164,7 +114,7 @@ def test_a_retryable_failure_keeps_the_process_and_a_retry_records_it(
     assert attempt.status.value == "succeeded" and attempt.exit_code == 0
     assert attempt.identity == identity  # recorded, by a retry
     assert len(calls) == failures + 1
-    assert rig.executions(run_id) == 1
+    assert rig.executions().count(run_id) == 1
     assert [e.type for e in rig.runs.events(run_id)].count("run.started") == 1
     assert rig.worker.free_slots() == 1
 
@@ -190,7 +140,7 @@ def test_a_retry_after_an_ambiguous_commit_that_did_commit_counts_as_recorded(
     assert only_attempt(rig, run_id).identity == identity
     assert len(calls) == 2
     assert [e.type for e in rig.runs.events(run_id)].count("run.started") == 1  # recorded once
-    assert rig.executions(run_id) == 1
+    assert rig.executions().count(run_id) == 1
 
 
 def test_a_process_that_exits_before_its_identity_is_recorded_ends_with_its_real_status(
@@ -206,7 +156,7 @@ def test_a_process_that_exits_before_its_identity_is_recorded_ends_with_its_real
     assert attempt.identity == spawned[0]  # recorded before the end
     assert len(calls) == 3
     assert "attempt.running" in rig.log.getvalue() and "late=true" in rig.log.getvalue().lower()
-    assert rig.executions(run_id) == 1
+    assert rig.executions().count(run_id) == 1
 
 
 # ----------------------------------------------------------------- killed

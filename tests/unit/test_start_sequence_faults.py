@@ -8,9 +8,7 @@ costs at most one extra Attempt, never one per pass. (kill -9 between the steps:
 from __future__ import annotations
 
 import errno
-import io
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,61 +22,28 @@ from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service import attempts as attempts_module
 from edge_runtime.service import executor
-from edge_runtime.service.attempts import AttemptSupervisor
-from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import ProcfsUnavailableError
-from edge_runtime.service.journal import Journal
-from edge_runtime.service.loop import EventLoop
-from edge_runtime.service.process_identity import read_boot_id
-from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
+from tests.supervisor_rig import SupervisorRig
 
 SLOTS = 2
 ERRORS = {"busy": apsw.BusyError, "io": apsw.IOError, "full": apsw.FullError}
 
 
-class Rig:
+class Rig(SupervisorRig):
     def __init__(self, db: LocalDatabase, tmp_path: Path) -> None:
-        self.runs = LocalRunRepository(db)
-        self.worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=SLOTS, session_lease_ms=30_000, run_lease_ms=60_000)
-        self.worker.register()
-        self.loop = EventLoop()
-        self.log = io.StringIO()
-        self.out = tmp_path / "executions"
-        self.supervisor = AttemptSupervisor(
-            runs=self.runs, worker=self.worker, controller=LocalProcessController(), loop=self.loop,
-            journal=Journal(self.log), slots=SLOTS, log_dir=tmp_path / "logs", log_max_bytes=4096,
-            boot_id=read_boot_id(),
-        )
+        super().__init__(db, tmp_path, slots=SLOTS)
 
-    def submit(self) -> str:
-        command = f'echo "$EDGE_RUNTIME_RUN_ID" >> {self.out}'
-        return self.runs.submit(SubmitRunCommand(argv=["sh", "-c", command])).id
-
-    def run_until_ended(self, run_id: str, timeout: float = 15.0) -> str:
-        """Drive the service's steps (start, watch, retry) until the Run ended; its status."""
-        deadline = time.monotonic() + timeout
-        while True:
-            status = self.runs.get(run_id).status.value
-            if status in ("succeeded", "failed", "cancelled") and not self.supervisor.running \
-                    and not self.supervisor.pending_retries:
-                return status
-            assert time.monotonic() < deadline, f"run stuck {status}: {self.log.getvalue()[-2000:]}"
-            try:
-                self.supervisor.retry_completions()
-                self.supervisor.start_queued()
-            except EdgeRuntimeError:
-                pass  # a failed tick: the service logs it and tries again after a sleep
-            for callback in self.loop.wait(0.05):
-                callback()
-            self.supervisor.reap_children()
-
-    def executions(self) -> list[str]:
-        return self.out.read_text().split() if self.out.exists() else []
-
-    def close(self) -> None:
-        self.supervisor.close()
-        self.loop.close()
+    def step(self, wait_s: float = 0.05) -> None:
+        # This suite's pass: settle what failed before starting anew.
+        try:
+            self.supervisor.retry_completions()
+            self.supervisor.start_queued()
+        except EdgeRuntimeError:
+            pass  # a failed tick: the service logs it and tries again after a sleep
+        for callback in self.loop.wait(wait_s):
+            callback()
+        self.supervisor.reap_children()
 
 
 @pytest.fixture
