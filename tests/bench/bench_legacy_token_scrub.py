@@ -14,12 +14,12 @@ import os
 import shutil
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 import apsw
 
 import common
+from counting_vfs import CountingVFS, file_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared legacy-database builder
 
@@ -30,34 +30,10 @@ from edge_runtime.local.legacy_token_scrub import drop_scrub_backup, rollback_sc
 DB_NAME = "edge-runtime.db"
 
 
-class CountingVFS(apsw.VFS):
-    """The default VFS, counting bytes written and syncs per file kind."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.written: Counter[str] = Counter()
-        self.syncs: Counter[str] = Counter()
-        super().__init__(name, base="")
-
-    def xOpen(self, name, flags):  # noqa: ANN001 - apsw's signature
-        return _CountingFile(self, name, flags)
-
-
-class _CountingFile(apsw.VFSFile):
-    def __init__(self, vfs: CountingVFS, name, flags) -> None:  # noqa: ANN001
-        self._vfs = vfs
-        path = name.filename() if isinstance(name, apsw.URIFilename) else (name or "")
-        base = os.path.basename(str(path))
-        self._kind = base.replace(DB_NAME, "<db>") if DB_NAME in base else "temp (VACUUM, /tmp)"
-        super().__init__("", name, flags)
-
-    def xWrite(self, data, offset) -> None:  # noqa: ANN001
-        super().xWrite(data, offset)
-        self._vfs.written[self._kind] += len(data)
-
-    def xSync(self, flags) -> None:  # noqa: ANN001
-        super().xSync(flags)
-        self._vfs.syncs[self._kind] += 1
+def _kind(name: object) -> str:
+    """The database's own files by their suffix; anything else is VACUUM's temp file."""
+    base = os.path.basename(file_path(name))
+    return base.replace(DB_NAME, "<db>") if DB_NAME in base else "temp (VACUUM, /tmp)"
 
 
 def _fresh(workdir: Path, template: Path) -> Path:
@@ -117,7 +93,7 @@ def run(workdir: Path, quick: bool) -> None:
 
         vacuums.append(_timed(vacuum))
 
-    vfs = CountingVFS(f"bench-scrub-{os.getpid()}")
+    vfs = CountingVFS(f"bench-scrub-{os.getpid()}", _kind)
     try:
         path = _fresh(workdir, template)
         scrub_legacy_tokens(str(path), vfs=vfs.name)

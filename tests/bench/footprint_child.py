@@ -23,45 +23,17 @@ import selectors
 import sys
 import threading
 import time
-from collections import Counter
 
-import apsw
-
-
-class CountingVFS(apsw.VFS):
-    """The default VFS, counting bytes written and syncs per file kind (by file name suffix)."""
-
-    def __init__(self) -> None:
-        self.written: Counter[str] = Counter()
-        self.syncs: Counter[str] = Counter()
-        self.base = base = apsw.vfs_names()[0]  # the platform default ("unix"), before this one replaces it
-        super().__init__("bench-footprint", base=base, makedefault=True)
-
-    def xOpen(self, name, flags):  # noqa: ANN001 - apsw's signature
-        return _CountingFile(self, name, flags)
+from counting_vfs import CountingVFS, file_path
 
 
 def _kind(name: object) -> str:
-    path = name.filename() if isinstance(name, apsw.URIFilename) else str(name or "")
+    """The file kind by name suffix: db, wal, shm, journal, other."""
+    path = file_path(name)
     for suffix in ("-wal", "-shm", "-journal"):
         if path.endswith(suffix):
             return suffix[1:]
     return "db" if path.endswith(".db") else "other"
-
-
-class _CountingFile(apsw.VFSFile):
-    def __init__(self, vfs: CountingVFS, name, flags) -> None:  # noqa: ANN001
-        self._vfs = vfs
-        self._kind = _kind(name)
-        super().__init__(vfs.base, name, flags)
-
-    def xWrite(self, data, offset) -> None:  # noqa: ANN001
-        super().xWrite(data, offset)
-        self._vfs.written[self._kind] += len(data)
-
-    def xSync(self, flags) -> None:  # noqa: ANN001
-        super().xSync(flags)
-        self._vfs.syncs[self._kind] += 1
 
 
 def _speed_up(speed: float) -> None:
@@ -91,7 +63,7 @@ def _speed_up(speed: float) -> None:
 def main() -> int:
     counters_path, speed = sys.argv[1], float(sys.argv[2])
     argv = sys.argv[4:] if sys.argv[3] == "--" else sys.argv[3:]
-    vfs = CountingVFS()
+    vfs = CountingVFS("bench-footprint", _kind, makedefault=True)
     lock = threading.Lock()
 
     def dump() -> None:
