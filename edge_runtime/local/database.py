@@ -211,7 +211,6 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
     """
     try:
         # The first read: SQLite validates the header and rolls back a hot journal here.
-        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
         connection.execute("PRAGMA page_count").fetchone()
     except apsw.ReadOnlyError as exc:
         if os.path.exists(f"{path}-journal"):  # SQLite must roll a hot journal back before any read
@@ -226,10 +225,13 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
     except apsw.Error as exc:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: {exc}") from exc
     # Inside one read transaction: SQLite's read lock keeps a checkpoint from moving pages of
-    # this snapshot between the WAL and the file while both are measured.
+    # this snapshot between the WAL and the file while both are measured, and keeps another
+    # process that is creating the file right now (its first transaction) from writing it under
+    # us: the page size and count are this snapshot's, not those of a file seen empty earlier.
     connection.execute("BEGIN")
     try:
         page_count = connection.execute("PRAGMA page_count").fetchone()[0]
+        page_size = connection.execute("PRAGMA page_size").fetchone()[0]
         try:
             with open(path, "rb") as file:
                 header = file.read(_SQLITE_HEADER_BYTES)
@@ -242,8 +244,8 @@ def _check_readable(connection: apsw.Connection, path: str) -> None:
             raise DatabaseUnusableError(f"cannot read database {path}: {exc.strerror or exc}") from None
     finally:
         connection.execute("COMMIT")
-    if size == 0:
-        return  # a new, empty database
+    if size == 0 or page_count == 0:
+        return  # a new, empty database (or one created after our snapshot began: not ours to judge)
     if header[:16] != _SQLITE_MAGIC or _page_size(header) != page_size:
         raise DatabaseUnusableError(f"{path} is not a usable edge-runtime database: its header is damaged")
     if wal_size >= _WAL_WITH_FRAMES_BYTES:
