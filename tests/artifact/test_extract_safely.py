@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
+
 
 def _tarball(path: Path, members: list[tuple[str, str | None, bytes]]) -> Path:
     """members: (name, symlink target or None, content)."""
@@ -55,3 +57,10 @@ def test_paths_leaving_the_tree_are_refused_and_nothing_escapes(extract, tmp_pat
     with tarfile.open(archive) as tar, pytest.raises(tarfile.TarError):
         extract(tar, out)
     assert not (tmp_path / "deep" / "escape").exists() and not (tmp_path / "outside").exists()
+
+
+def test_the_build_tools_extract_only_through_extract_safely() -> None:
+    """A bare ``extractall(..., filter="data")`` is a TypeError on Python 3.11.2 (build/measure.py had one)."""
+    offenders = [str(path.relative_to(ROOT)) for path in sorted((ROOT / "build").rglob("*.py"))
+                 if ".extractall(" in path.read_text(encoding="utf-8")]
+    assert offenders == []

@@ -7,7 +7,7 @@ import io
 import os
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import redirect_stdout
+from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 
 import apsw
@@ -19,7 +19,7 @@ from edge_runtime.local import legacy_token_scrub as scrub_module
 from edge_runtime.local import migrations as migrations_module
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
-from edge_runtime.local.database import open_database
+from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, MigrationError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.legacy_token_scrub import (
     SCRUB_MIGRATION_ID,
@@ -102,8 +102,35 @@ def build_with(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[Path], Non
 # --------------------------------------------------------------------------- bytes at rest
 
 
+def wal(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + "-wal")
+
+
+def shm(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + "-shm")
+
+
+def _scan_at_close(
+    monkeypatch: pytest.MonkeyPatch, directory: Path, needles: tuple[bytes, ...]
+) -> list[tuple[set[str], dict[bytes, set[str]]]]:
+    """Scan ``directory`` each time the scrub's connection is about to close: the files present,
+    and for each needle the names of the files holding it."""
+    scans: list[tuple[set[str], dict[bytes, set[str]]]] = []
+    real_open = scrub_module._open
+
+    @contextmanager
+    def scanned_before_close(*args, **kwargs) -> Iterator[LocalDatabase]:
+        with real_open(*args, **kwargs) as db:
+            yield db
+            present = {path.name for path in directory.iterdir() if path.is_file()}
+            scans.append((present, {needle: _holders(directory, needle) for needle in needles}))
+
+    monkeypatch.setattr(scrub_module, "_open", scanned_before_close)
+    return scans
+
+
 def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the_drop(
-    legacy_db: Path, clock: ManualClock
+    legacy_db: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     directory = legacy_db.parent
     before = _lease_tokens(legacy_db)
@@ -123,13 +150,19 @@ def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the
     assert code == 0 and f"legacy layout: {ROWS - ROWS // 5 - 1} of {ROWS} dispatch(es) store a raw lease token" in out
     assert "edge-runtime migrate --scrub-legacy-tokens" in out
 
+    at_close = _scan_at_close(monkeypatch, directory, (NEEDLE, completed))
     code, out = _cli(legacy_db, "migrate", "--scrub-legacy-tokens")
     assert code == 0, out
     backup = Path(backup_path_for(str(legacy_db)))
     assert f"the backup {backup} is now the only place the old raw tokens remain" in out
     assert f"{ROWS - ROWS // 5 - 1} raw lease token(s) rewritten" in out
     assert os.stat(backup).st_mode & 0o777 == 0o600
-    # Only the backup holds raw bytes: not the database, its -wal or -shm (present or not).
+    # The -wal and -shm as the scrub left them, just before its connection closed (closing the
+    # last connection checkpoints and deletes them; a power cut right then would not): only the
+    # backup holds raw bytes, not the database, its -wal or its -shm.
+    (present, holders), = at_close
+    assert {legacy_db.name, wal(legacy_db).name, shm(legacy_db).name} <= present, present
+    assert holders == {NEEDLE: {backup.name}, completed: {backup.name}}
     assert _holders(directory) == {backup.name}
     assert _holders(directory, completed) == {backup.name}
 
@@ -155,9 +188,15 @@ def test_raw_tokens_are_only_in_the_backup_after_the_scrub_and_nowhere_after_the
     assert f"legacy_tokens: scrubbed ({SCRUB_MIGRATION_ID}) at " in out
     assert f"the backup {backup} still holds the old raw tokens" in out
 
-    code, out = _cli(legacy_db, "migrate", "--drop-scrub-backup")
-    assert code == 0 and "overwritten" in out and "deleted" in out
-    assert not backup.exists()
+    # Hold the backup's inode open across the drop: what it holds after the unlink is what the
+    # drop left in those blocks.
+    size = backup.stat().st_size
+    with open(backup, "rb") as held:
+        code, out = _cli(legacy_db, "migrate", "--drop-scrub-backup")
+        assert code == 0 and f"overwritten ({size:,} bytes) and deleted" in out
+        assert not backup.exists()
+        assert os.fstat(held.fileno()).st_nlink == 0
+        assert held.read() == bytes(size)
     assert _holders(directory) == set()
     code, out = _cli(legacy_db, "check")
     assert code == 0 and "its backup was dropped" in out

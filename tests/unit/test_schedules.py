@@ -10,7 +10,8 @@ import pytest
 
 from edge_runtime.contract.cron import InvalidCronExpressionError
 from edge_runtime.contract.durations import InvalidDurationError
-from edge_runtime.contract.runs import InvalidRunCommandError, SubmitRunCommand
+from edge_runtime.contract.cancellation_dispatch import DispatchResult
+from edge_runtime.contract.runs import AttemptStatus, InvalidRunCommandError, RunStatus, SubmitRunCommand
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     FireOutcome,
@@ -19,12 +20,14 @@ from edge_runtime.contract.schedules import (
     ScheduleNotFoundError,
     ScheduleRepositoryError,
 )
+from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.scheduler import Scheduler
+from dispatcher_support import IDENTITY, FakeController, make_dispatcher, start_attempt
 
 MINUTE = 60_000
 
@@ -240,3 +243,38 @@ def test_next_due_is_the_earliest_unpaused_fire(db: LocalDatabase, clock: Manual
     assert repo.next_due_at_ms() == repo.get(early).next_fire_at_ms
     repo.set_paused(early, True)
     assert repo.next_due_at_ms() == repo.get(late).next_fire_at_ms
+
+
+def test_a_schedules_timeout_reaches_its_run_and_cancels_it_through_the_dispatch(
+    db: LocalDatabase, clock: ManualClock
+) -> None:
+    repo, runs = LocalScheduleRepository(db), LocalRunRepository(db)
+    schedule_id = _add(db, "0 * * * *", timeout_ms=5_000)
+    scheduler, journal = _scheduler(db)
+    clock.set(repo.get(schedule_id).next_fire_at_ms)
+    assert scheduler.tick()
+    (run_id, _, _), = _runs(db, schedule_id)
+    assert runs.get(run_id).timeout_ms == 5_000  # the fire copied the schedule's timeout to its Run
+    attempt_id = start_attempt(db, run_id)
+    controller, log = FakeController(DispatchResult.TERMINATION_REQUESTED), io.StringIO()
+    dispatcher = make_dispatcher(db, clock, controller, log)
+    started = runs.get_attempt(attempt_id).started_at_ms
+    assert scheduler.next_due_at_ms() == started + 5_000  # the service sleeps until then, not until the next slot
+
+    clock.advance(4_999)
+    scheduler.tick()
+    assert dispatcher.dispatch_due() == 0 and controller.terminated == []
+    clock.advance(1)
+    assert scheduler.tick()
+    assert dispatcher.dispatch_due() == 1
+    assert controller.terminated == [IDENTITY]  # SIGTERM to the Run's process, through its dispatch
+    dispatch = LocalCancellationDispatchRepository(db).find_by_run_id(run_id)
+    assert (dispatch.status.value, dispatch.last_result.value) == ("dispatched", "termination_requested")
+    # The process exits on the SIGTERM: the service ends an Attempt whose Run has a cancel request as cancelled.
+    runs.finish_attempt(attempt_id, AttemptStatus.CANCELLED, actor_id="w", exit_code=None, reason="signal 15")
+    run = runs.get(run_id)
+    assert (run.status, run.cancel_reason) == (RunStatus.CANCELLED, "timeout")
+    events = runs.events(run_id)
+    assert [e.payload.get("reason") for e in events if e.type == "run.cancel_requested"] == ["timeout"]
+    assert "run.cancel_dispatched" in [e.type for e in events]
+    assert f"run={run_id}" in journal.getvalue() and "reason=timeout" in journal.getvalue()

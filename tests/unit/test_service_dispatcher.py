@@ -8,43 +8,14 @@ import msgspec
 import pytest
 
 from edge_runtime.contract.cancellation_dispatch import MAX_RETRY_DELAY_MS, DispatchResult
-from edge_runtime.contract.runs import CancelRunCommand, ProcessIdentity, SubmitRunCommand
+from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import KillOutcome
-from edge_runtime.service.dispatcher import CancellationDispatcher, retry_delay_ms
-from edge_runtime.service.journal import Journal
-from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
-from edge_runtime.service.worker import WorkerSession
-
-GRACE_MS = 10_000
-BASE_MS = 1_000
-IDENTITY = ProcessIdentity(4242, 4242, 777, "boot-a")
-
-
-class FakeController:
-    """Answers with scripted results and records what it was asked to signal."""
-
-    def __init__(self, *results: DispatchResult, kill: KillOutcome = KillOutcome.KILLED) -> None:
-        self.results = list(results)
-        self.kill = kill
-        self.terminated: list[ProcessIdentity | None] = []
-        self.killed: list[ProcessIdentity] = []
-        #: Descendants outside the group that the scan "finds" after a delivered SIGTERM.
-        self.escaped: list[int] = []
-
-    def escaped_descendants(self, identity: ProcessIdentity) -> list[int]:
-        return list(self.escaped)
-
-    def request_termination(self, identity: ProcessIdentity | None) -> DispatchResult:
-        self.terminated.append(identity)
-        return self.results.pop(0)
-
-    def force_kill(self, identity: ProcessIdentity) -> KillOutcome:
-        self.killed.append(identity)
-        return self.kill
+from edge_runtime.service.dispatcher import retry_delay_ms
+from dispatcher_support import BASE_MS, GRACE_MS, IDENTITY, FakeController, make_dispatcher, start_attempt
 
 
 def test_retry_delay_doubles_and_is_capped() -> None:
@@ -55,23 +26,10 @@ def test_retry_delay_doubles_and_is_capped() -> None:
 
 def _running_run(db: LocalDatabase) -> tuple[str, str]:
     runs = LocalRunRepository(db)
-    worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
-    worker.register()
     run = runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
-    attempt = runs.create_attempt(run.id, actor_id=worker.owner)
-    grant = worker.claim(run.id, attempt.id)
-    worker.begin_start(grant)
-    runs.record_running(attempt.id, IDENTITY, log_path="/dev/null", actor_id=worker.owner)
+    attempt_id = start_attempt(db, run.id)
     runs.request_cancel(CancelRunCommand(run_id=run.id))
-    return run.id, attempt.id
-
-
-def _dispatcher(db: LocalDatabase, clock: ManualClock, controller: FakeController, log: io.StringIO):
-    return CancellationDispatcher(
-        dispatches=LocalCancellationDispatchRepository(db), runs=LocalRunRepository(db), controller=controller,
-        owner=lambda: "w#1", now_ms=clock.now_ms, journal=Journal(log), grace_ms=GRACE_MS, lease_ms=30_000,
-        retry_base_ms=BASE_MS, retry_max_ms=60_000,
-    )
+    return run.id, attempt_id
 
 
 def test_termination_stores_the_kill_deadline_and_sigkill_is_enforced_once(db: LocalDatabase,
@@ -79,7 +37,7 @@ def test_termination_stores_the_kill_deadline_and_sigkill_is_enforced_once(db: L
     run_id, attempt_id = _running_run(db)
     controller = FakeController(DispatchResult.TERMINATION_REQUESTED)
     log = io.StringIO()
-    dispatcher = _dispatcher(db, clock, controller, log)
+    dispatcher = make_dispatcher(db, clock, controller, log)
     runs = LocalRunRepository(db)
 
     assert dispatcher.dispatch_due() == 1
@@ -105,7 +63,7 @@ def test_a_retryable_result_backs_off_exponentially(db: LocalDatabase, clock: Ma
     run_id, _ = _running_run(db)
     controller = FakeController(DispatchResult.DISPATCH_ERROR, DispatchResult.DISPATCH_ERROR,
                                 DispatchResult.TERMINATION_REQUESTED)
-    dispatcher = _dispatcher(db, clock, controller, io.StringIO())
+    dispatcher = make_dispatcher(db, clock, controller, io.StringIO())
     repo = LocalCancellationDispatchRepository(db)
 
     assert dispatcher.dispatch_due() == 1
@@ -128,7 +86,7 @@ def test_a_blocking_result_is_never_retried_and_sets_no_deadline(db: LocalDataba
                                                                 result: DispatchResult) -> None:
     run_id, attempt_id = _running_run(db)
     controller = FakeController(result)
-    dispatcher = _dispatcher(db, clock, controller, io.StringIO())
+    dispatcher = make_dispatcher(db, clock, controller, io.StringIO())
     assert dispatcher.dispatch_due() == 1
     dispatch = LocalCancellationDispatchRepository(db).find_by_run_id(run_id)
     assert (dispatch.status.value, dispatch.last_result) == ("blocked", result)
@@ -143,7 +101,7 @@ def test_a_blocking_result_is_never_retried_and_sets_no_deadline(db: LocalDataba
 def test_a_failed_sigkill_is_retried_from_memory_without_recording(db: LocalDatabase, clock: ManualClock) -> None:
     run_id, attempt_id = _running_run(db)
     controller = FakeController(DispatchResult.TERMINATION_REQUESTED, kill=KillOutcome.ERROR)
-    dispatcher = _dispatcher(db, clock, controller, io.StringIO())
+    dispatcher = make_dispatcher(db, clock, controller, io.StringIO())
     dispatcher.dispatch_due()
     clock.advance(GRACE_MS)
     assert dispatcher.enforce_kills() == []
