@@ -266,6 +266,10 @@ def _corrupt(path: str, damage: str) -> str:
             f"and restore a backup")
 
 
+#: ``PRAGMA synchronous`` levels (SQLite numbers them OFF=0, NORMAL=1, FULL=2, EXTRA=3).
+_SYNC_NORMAL = 1
+
+
 class LocalDatabase:
     """One apsw connection to the runtime's database, its path and its injected clock.
 
@@ -288,9 +292,16 @@ class LocalDatabase:
             raise DatabaseClosedError(f"database {self.path} is closed")
         return connection
 
-    def write(self) -> "WriteTransaction":
-        """A ``BEGIN IMMEDIATE`` transaction; ``as`` gives ``now_ms`` read after the lock is held."""
-        return WriteTransaction(self.connection, self.clock)
+    def write(self, *, synced: bool = True) -> "WriteTransaction":
+        """A ``BEGIN IMMEDIATE`` transaction; ``as`` gives ``now_ms`` read after the lock is held.
+
+        ``synced=False`` commits without syncing the WAL (``synchronous = NORMAL`` for this one
+        transaction): the commit survives the process (it is in the OS's page cache, visible to
+        every later open), and is made durable by the next synced commit or checkpoint, since WAL
+        frames are replayed in order. Only for a record that a power cut makes worthless anyway
+        (see ``LocalRunRepository.record_running``); everything else stays synced.
+        """
+        return WriteTransaction(self.connection, self.clock, synced=synced)
 
     def snapshot(self) -> "ReadSnapshot":
         """A read transaction: several reads see one committed state of the database (WAL)."""
@@ -316,14 +327,26 @@ class WriteTransaction:
     transaction back and propagates. Never hold one across a sleep, a signal or process I/O.
     """
 
-    __slots__ = ("_connection", "_clock")
+    __slots__ = ("_connection", "_clock", "_synced", "_restore_sync")
 
-    def __init__(self, connection: apsw.Connection, clock: Clock) -> None:
+    def __init__(self, connection: apsw.Connection, clock: Clock, *, synced: bool = True) -> None:
         self._connection = connection
         self._clock = clock
+        self._synced = synced
+        #: The connection's ``synchronous`` level to put back after an unsynced commit, or None.
+        self._restore_sync: int | None = None
 
     def __enter__(self) -> int:
-        self._connection.execute("BEGIN IMMEDIATE")
+        if not self._synced:
+            level = self._connection.execute("PRAGMA synchronous").fetchone()[0]
+            if level > _SYNC_NORMAL:  # never raise it: a weaker setting (tests) stays as it is
+                self._connection.execute(f"PRAGMA synchronous = {_SYNC_NORMAL}")
+                self._restore_sync = level
+        try:
+            self._connection.execute("BEGIN IMMEDIATE")
+        except BaseException:
+            self._put_back_sync()
+            raise
         try:
             return read_now_ms(self._clock)
         except BaseException:
@@ -333,18 +356,26 @@ class WriteTransaction:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if exc_type is not None:
-            self._rollback()
-            return
         try:
-            self._connection.execute("COMMIT")
-        except BaseException:
-            self._rollback()
-            raise
+            if exc_type is not None:
+                self._rollback()
+                return
+            try:
+                self._connection.execute("COMMIT")
+            except BaseException:
+                self._rollback()
+                raise
+        finally:
+            self._put_back_sync()
 
     def _rollback(self) -> None:
         if self._connection.in_transaction:
             self._connection.execute("ROLLBACK")
+
+    def _put_back_sync(self) -> None:
+        if self._restore_sync is not None:
+            self._connection.execute(f"PRAGMA synchronous = {self._restore_sync}")
+            self._restore_sync = None
 
 
 class ReadSnapshot:

@@ -48,7 +48,9 @@ T0_MS = 1_700_000_000_000
 DB_NAME = "edge-runtime.db"
 
 Dump = dict[str, list[tuple[Any, ...]]]
-Ack = Callable[[], None]
+#: Called after each operation returns; ``volatile_commit=True`` for one committed without a sync
+#: (``record_running``), which a cut may lose until a later synced commit makes it durable.
+Ack = Callable[..., None]
 
 
 def dump(db: LocalDatabase) -> Dump:
@@ -273,13 +275,13 @@ def _register(ctx: WorkloadContext) -> WorkerSession:
 
 def _lease_cycle(ctx: WorkloadContext, runs: LocalRunRepository, worker: WorkerSession, identity: ProcessIdentity) -> None:
     """One Run through the lease authority; each repository call is acknowledged on its own."""
-    def step(action: Callable[[], Any]) -> Any:
+    def step(action: Callable[[], Any], *, volatile: bool = False) -> Any:
         try:
             return action()
         except (EdgeRuntimeError, RunError):
             return None
         finally:
-            ctx.ack()
+            ctx.ack(volatile_commit=volatile)
             ctx.clock.advance(ctx.rng.randint(0, 1_000))
 
     run = step(lambda: runs.submit(SubmitRunCommand(argv=["/bin/true"])))
@@ -291,7 +293,7 @@ def _lease_cycle(ctx: WorkloadContext, runs: LocalRunRepository, worker: WorkerS
         step(lambda: worker.release(grant, ReleaseReason.DECLINED))
         return
     step(lambda: worker.begin_start(grant))
-    step(lambda: runs.record_running(attempt.id, identity, log_path="/dev/null", actor_id=worker.owner))
+    step(lambda: runs.record_running(attempt.id, identity, log_path="/dev/null", actor_id=worker.owner), volatile=True)
     if ctx.rng.random() < 0.5:
         step(lambda: worker.renew(grant))
     step(lambda: runs.finish_attempt(attempt.id, ctx.rng.choice(("succeeded", "failed")), actor_id=worker.owner))
@@ -315,6 +317,8 @@ class Recording:
     acks: list[int]
     snapshots: list[Dump]
     tokens: set[str]
+    #: Indexes of the acks whose operation committed without a sync (see ``Ack``).
+    volatile: set[int] = field(default_factory=set)
 
     @property
     def db_path(self) -> Path:
@@ -344,6 +348,7 @@ def record(
     acks: list[int] = []
     snapshots: list[Dump] = []
     tokens: set[str] = set()
+    volatile: set[int] = set()
     db = open_database(directory / DB_NAME, clock=clock, vfs=vfs.name)
     try:
         if checkpoint_pages is not None:
@@ -351,7 +356,9 @@ def record(
         for pragma in pragmas:
             db.connection.execute(pragma)
 
-        def ack() -> None:
+        def ack(*, volatile_commit: bool = False) -> None:
+            if volatile_commit:
+                volatile.add(len(acks))
             acks.append(vfs.position())
             snapshots.append(dump(db))
 
@@ -363,7 +370,7 @@ def record(
     # Closing checkpoints and removes the WAL: cuts after the last ack see that too.
     acks.append(vfs.position())
     snapshots.append(snapshots[-1])
-    return Recording(vfs, directory, acks, snapshots, tokens)
+    return Recording(vfs, directory, acks, snapshots, tokens, volatile)
 
 
 @dataclass
@@ -381,7 +388,12 @@ def check_cut(recording: Recording, position: int, workdir: Path, rng: random.Ra
     copies = recording.vfs.materialise(position, workdir, rng)
     path = workdir / DB_NAME
     acked = sum(1 for at in recording.acks if at <= position)
-    allowed = {max(acked - 1, 0), min(acked, len(recording.snapshots) - 1)}
+    # The last durable acknowledgement, or any later one (unsynced commits that reached the disk
+    # anyway, and the operation in flight at the cut).
+    durable = max(acked - 1, 0)
+    while durable > 0 and durable in recording.volatile:
+        durable -= 1
+    allowed = set(range(durable, min(acked, len(recording.snapshots) - 1) + 1))
     result = CutResult(position, rng is not None, 0, [])
     try:
         db = open_database(path, clock=ManualClock(T0_MS))
