@@ -52,12 +52,17 @@ def test_missed_slots_fire_once_after_downtime(harness: Harness) -> None:
     service = harness.serve()
     wait_for(lambda: _slots(harness, schedule_id), "a first fire")
     assert service.stop() == 0
-    stopped_ms = time.time_ns() // 1_000_000
+    before = [slot for slot, _ in _slots(harness, schedule_id)]
     time.sleep(5.5)  # two or three slots pass while no service runs
     restarted_ms = time.time_ns() // 1_000_000
     harness.serve().wait_log("coalesced=True")
-    missed = [slot for slot, _ in _slots(harness, schedule_id) if stopped_ms < slot <= restarted_ms]
-    assert len(missed) == 1, f"the slots missed during downtime fired {len(missed)} times, not once"
+    # Judged by the slots stored, not by when the stop returned: a slot may pass while the service
+    # is stopping. The first slot after the last stored one is the one fire for the downtime; no
+    # other slot from before the restart fires (no burst); later slots fire as they come.
+    after = [slot for slot, _ in _slots(harness, schedule_id) if slot > before[-1]]
+    assert after and after[0] <= restarted_ms, f"no fire for the downtime: {before[-1]} then {after}"
+    burst = [slot for slot in after[1:] if slot <= restarted_ms]
+    assert not burst, f"slots missed during downtime fired one by one: {after[0]} then {burst}"
     assert _schedule(harness, schedule_id)["coalescedCount"] == 1
 
 
