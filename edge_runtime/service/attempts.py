@@ -6,7 +6,9 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    Attempt is created, its Run Lease claimed and the start barrier crossed (``starting``), only
    if this session is still the current one and its leases, counted under the write lock, leave
    a slot. A refusal writes nothing; a failed transaction leaves the Run queued.
-2. spawn in a new session and process group, output into the Attempt's FIFO.
+2. spawn in a new session and process group, output into the Attempt's FIFO. The FIFO's
+   writer, the capture's reader and the log file are all opened before the spawn, so a lack of
+   descriptors hits before a process exists (issue 10 point 8).
    Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
    the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
    a command that cannot be started at all (not found) fails. A failed compensation is retried
@@ -186,16 +188,41 @@ class AttemptSupervisor:
         if isinstance(grant, NoCapacityOutcome):
             return _STOP  # nothing was written; a slot frees when one of ours ends
         attempt_id = grant.lease.attempt_id
+        log_path, fifo_path = log_paths(self._log_dir, attempt_id)
         try:
             run = self._runs.get(run_id)
-            log_path, fifo_path = log_paths(self._log_dir, attempt_id)
             create_fifo(fifo_path)
-            writer = open_child_output(fifo_path)
+            writer, capture = self._open_output(attempt_id, log_path, fifo_path)
         except (EdgeRuntimeError, OSError) as exc:
+            _unlink(fifo_path)
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
-        return self._spawn(run, attempt_id, grant, log_path, fifo_path, writer)
+        return self._spawn(run, attempt_id, grant, fifo_path, writer, capture)
+
+    def _open_output(self, attempt_id: str, log_path: Path, fifo_path: Path) -> tuple[int, LogCapture | None]:
+        """The child's end of the output and the service's capture of it, both opened before the
+        spawn: once a process exists, a lack of descriptors could only cost its output or the Run
+        (issue 10 point 8). A start needs these three at once; after the spawn it needs one at a
+        time (``/proc``, then the pidfd), and ``spawn`` has just closed ``writer``.
+
+        Returns ``(writer, capture)``; capture is None when the log cannot be opened for a reason
+        other than a lack of resources (a planted symlink or FIFO: the task runs, uncaptured).
+
+        Raises:
+            OSError: no descriptor (or another failure) for the FIFO; nothing is left open.
+        """
+        writer = open_child_output(fifo_path)
+        capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
+        try:
+            capture.open()  # our writer is open, so the reader never sees a false EOF
+        except OSError as exc:
+            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                os.close(writer)
+                raise
+            capture = None
+            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
+        return writer, capture
 
     def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
         """No process was recorded: give the Run back to the queue (issue 9), or end it for good
@@ -234,27 +261,21 @@ class AttemptSupervisor:
             del self._unstarted[attempt_id]
 
     def _spawn(
-        self, run: RunRecord, attempt_id: str, grant: RunGrant, log_path: Path, fifo_path: Path, writer: int
+        self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,
+        capture: LogCapture | None,
     ) -> bool | object:
         argv = [] if run.command is _UNSET else list(run.command)
         env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt_id)
         try:
             identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id)
         except SpawnError as exc:
-            os.close(writer)
+            if capture is not None:
+                capture.abandon()
             _unlink(fifo_path)
             # A process that existed for an instant may have begun the command: the Run ends.
             return self._not_started(grant, str(exc), retryable=exc.retryable,
                                      end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)
         self._start_failures = 0
-        try:
-            capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
-            capture.open()  # our writer copy is still open, so the reader never sees a false EOF
-        except OSError as exc:
-            capture = None
-            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
-        finally:
-            os.close(writer)
         running = RunningAttempt(attempt_id, run.id, identity, own_child=True, grant=grant)
         running.fifo_path = fifo_path
         self._watch(running, capture)
@@ -407,7 +428,14 @@ class AttemptSupervisor:
 
     def _watch(self, running: RunningAttempt, capture: LogCapture | None) -> None:
         self.running[running.attempt_id] = running
-        pidfd = open_pidfd(running.identity.pid)
+        try:
+            pidfd = open_pidfd(running.identity.pid)
+        except OSError as exc:
+            # Out of descriptors (ENFILE: another process took the one just freed). The exit is
+            # then found as without pidfds: SIGCHLD for our children, a /proc poll for the others.
+            pidfd = None
+            self._journal.warning("attempt.pidfd_unavailable", attempt=running.attempt_id, pid=running.identity.pid,
+                                  detail=str(exc))
         if pidfd is not None:
             running.pidfd = pidfd
             self._loop.register(pidfd, lambda: self._on_pidfd(running))

@@ -213,6 +213,18 @@ class LogCapture:
                 pass
 
 
+    def abandon(self) -> None:
+        """A start that made no process: close, and remove the FIFO and the log file the capture
+        created (still empty: nothing could write to it), as if the start had never opened them."""
+        created = self._log_fd is not None and os.fstat(self._log_fd).st_size == 0
+        self.close(unlink_fifo=True)
+        if created:
+            try:
+                self.log_path.unlink()
+            except FileNotFoundError:
+                pass
+
+
 def mark_gap(log_path: Path | str, text: str) -> None:
     """Append an ``[edge-runtime: ...]`` line to an Attempt's log no service is capturing.
 
