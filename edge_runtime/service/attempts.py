@@ -67,6 +67,7 @@ from edge_runtime.service.log_capture import (
     LogCapture,
     create_fifo,
     log_paths,
+    mark_gap,
     open_child_output,
     read_tail,
 )
@@ -94,6 +95,9 @@ _STOP = object()
 #: Attempt). The rest of the term covers a database call blocked up to its timeouts and the
 #: drift between this host's clock and the store's, so the kill comes before the lease expires.
 RECORD_WITHIN_LEASE_SHARE = 2 / 3
+#: The log's note when a re-adopted Attempt's output could not be read in time (see ``adopt``).
+_REOPEN_GAP = ("output gap: no descriptor was free to re-open this attempt's output after a service restart "
+               "before it ended; what it wrote since the restart, up to 64 KiB, may be lost")
 #: Why an unrecorded process was killed when the service stopped (a restart could not re-adopt it).
 REASON_STOPPED_UNRECORDED = "the service stopped before the process identity could be recorded"
 
@@ -134,8 +138,13 @@ class AttemptSupervisor:
         self._captures: dict[str, LogCapture] = {}
         #: Captures past their cap, off the loop until this monotonic time (read at a slow pace).
         self._paused: dict[str, float] = {}
-        #: Captures of ended Attempts (a descendant holds the output open), closed at this time.
+        #: Captures of ended Attempts (a descendant holds the output open), closed at this time;
+        #: also the re-opens still pending when their Attempt ended, given up at this time.
         self._linger_until: dict[str, float] = {}
+        #: Captures of re-adopted Attempts that a lack of descriptors kept from re-opening their
+        #: FIFO (the output waits there, up to 64 KiB): retried every RETRY_INTERVAL_S.
+        self._reopen: dict[str, LogCapture] = {}
+        self._next_reopen = 0.0
         self._log_linger_s = log_linger_ms / 1000
         #: Ended Attempts whose Run Lease could not be completed yet.
         self._uncompleted: set[str] = set()
@@ -396,8 +405,13 @@ class AttemptSupervisor:
                 try:
                     capture.open()
                 except OSError as exc:
+                    if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                        self._reopen[attempt.id] = capture
+                        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
+                        self._journal.warning("attempt.log_reopen_pending", attempt=attempt.id, detail=str(exc))
+                    else:
+                        self._journal.warning("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
                     capture = None
-                    self._journal.warning("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
         self._watch(running, capture)
         if not self._controller.leader_alive(identity):
             self.running.pop(attempt.id, None)
@@ -463,8 +477,11 @@ class AttemptSupervisor:
             self._paused[capture.attempt_id] = time.monotonic() + DISCARD_INTERVAL_S
 
     def run_capture_timers(self) -> None:
-        """Resume paused captures and stop lingering ones whose time has come."""
+        """Resume paused captures, retry pending re-opens and stop lingering captures (or give up
+        pending re-opens) whose time has come."""
         now = time.monotonic()
+        if self._reopen and self._next_reopen <= now:
+            self._retry_reopens()
         for attempt_id, at in list(self._paused.items()):
             capture = self._captures.get(attempt_id)
             if capture is not None and at <= now:
@@ -472,6 +489,8 @@ class AttemptSupervisor:
                 self._on_output(capture)
         for attempt_id, at in list(self._linger_until.items()):
             capture = self._captures.get(attempt_id)
+            if attempt_id in self._reopen and at <= now:
+                self._give_up_reopen(attempt_id)
             if capture is not None and at <= now:
                 self._on_output(capture)
                 if capture.is_open:
@@ -481,12 +500,58 @@ class AttemptSupervisor:
                     self._close_capture(attempt_id, unlink=True)
 
     def seconds_to_capture_timer(self) -> float | None:
-        due = min((*self._paused.values(), *self._linger_until.values()), default=None)
+        reopen = (self._next_reopen,) if self._reopen else ()
+        due = min((*self._paused.values(), *self._linger_until.values(), *reopen), default=None)
         return None if due is None else max(0.0, due - time.monotonic())
+
+    def _retry_reopens(self) -> None:
+        """Open the captures a lack of descriptors refused at re-adoption (see ``adopt``)."""
+        for attempt_id in list(self._reopen):
+            self._try_reopen(attempt_id, ended=attempt_id not in self.running)
+        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
+
+    def _try_reopen(self, attempt_id: str, *, ended: bool) -> None:
+        """Open a pending capture; it stays pending while descriptors still lack. Once its Attempt
+        ``ended``, a FIFO found empty and without a writer lost what it held with its last holder
+        (if anything): the gap is marked in the log, as for output written while no service ran."""
+        capture = self._reopen[attempt_id]
+        try:
+            capture.open()
+        except OSError as exc:
+            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                return  # retried after RETRY_INTERVAL_S; given up log_linger_ms after the end
+            del self._reopen[attempt_id]
+            self._journal.warning("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
+            return
+        del self._reopen[attempt_id]
+        self._journal.info("attempt.log_reopened", attempt=attempt_id, ended=ended)
+        self._captures[attempt_id] = capture
+        self._loop.register(capture, lambda: self._on_output(capture))
+        try:
+            if ended and not capture.pump() and not capture.received:
+                capture.note(_REOPEN_GAP)
+        except OSError as exc:
+            self._journal.error("attempt.log_write_failed", attempt=attempt_id, detail=str(exc))
+        self._on_output(capture)  # what waited in the FIFO; closes the capture if no writer is left
+
+    def _give_up_reopen(self, attempt_id: str) -> None:
+        """The Attempt ended ``log_linger_ms`` ago and its FIFO could still not be re-opened: what it
+        held is lost. Say so in the log (as for output written while no service ran)."""
+        capture = self._reopen.pop(attempt_id)
+        self._linger_until.pop(attempt_id, None)
+        _unlink(capture.fifo_path)
+        self._journal.error("attempt.output_lost", attempt=attempt_id,
+                            detail="its output could not be re-opened for lack of descriptors")
+        try:
+            mark_gap(capture.log_path, _REOPEN_GAP)
+        except OSError as exc:
+            self._journal.warning("attempt.log_not_marked", attempt=attempt_id, detail=str(exc))
+        self.copy_log(attempt_id, capture.log_path)
 
     def _close_capture(self, attempt_id: str, *, unlink: bool) -> None:
         self._paused.pop(attempt_id, None)
         self._linger_until.pop(attempt_id, None)
+        self._reopen.pop(attempt_id, None)
         capture = self._captures.pop(attempt_id, None)
         if capture is not None:
             self._loop.unregister(capture)
@@ -673,16 +738,19 @@ class AttemptSupervisor:
 
     def finish(self, running: RunningAttempt, status: AttemptStatus, code: int | None, reason: str | None) -> None:
         self._unwatch(running)
-        if running.fifo_path is not None:
+        if running.attempt_id in self._reopen:
+            self._try_reopen(running.attempt_id, ended=True)  # the last chance before the unlink
+        reopen_pending = running.attempt_id in self._reopen
+        if running.fifo_path is not None and not reopen_pending:
             # Before the end is committed, so nobody who sees the Attempt ended finds its FIFO;
             # open descriptors (leftover grandchildren) keep working and are drained until EOF.
             _unlink(running.fifo_path)
         self._runs.finish_attempt(running.attempt_id, status, actor_id=self._worker.owner, exit_code=code,
                                   reason=reason)
         self.running.pop(running.attempt_id, None)
-        if running.attempt_id in self._captures:  # a descendant still holds the output open
+        if running.attempt_id in self._captures or reopen_pending:  # a descendant may still hold the output
             self._linger_until[running.attempt_id] = time.monotonic() + self._log_linger_s
-        if running.attempt_id not in self._captures:  # its output is complete: copy it now
+        else:  # its output is complete: copy it now
             log_path = (running.fifo_path.with_suffix(".log") if running.fifo_path is not None
                         else log_paths(self._log_dir, running.attempt_id)[0])
             self.copy_log(running.attempt_id, log_path)
@@ -797,6 +865,9 @@ class AttemptSupervisor:
             self._unwatch(running)
         for attempt_id in list(self._captures):
             self._close_capture(attempt_id, unlink=False)
+        for attempt_id in [a for a in self._reopen if a not in self.running]:
+            self._give_up_reopen(attempt_id)  # ended: no later service re-opens its FIFO
+        self._reopen.clear()  # running: the next service re-adopts them and re-opens their FIFOs
         self.running.clear()
 
 

@@ -124,13 +124,16 @@ class LogCapture:
     the spawn): a FIFO with no writer reads as end-of-file at once.
     """
 
-    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "_fd", "_log_fd", "_written", "_truncated")
+    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "received", "_fd", "_log_fd", "_written",
+                 "_truncated")
 
     def __init__(self, attempt_id: str, log_path: Path, fifo_path: Path, cap_bytes: int = DEFAULT_LOG_CAP_BYTES):
         self.attempt_id = attempt_id
         self.log_path = log_path
         self.fifo_path = fifo_path
         self.cap_bytes = cap_bytes
+        #: Bytes read from the FIFO since this capture was opened (kept or not).
+        self.received = 0
         self._fd: int | None = None
         self._log_fd: int | None = None
         self._written = 0
@@ -177,6 +180,7 @@ class LogCapture:
                 continue
             if not data:
                 return False
+            self.received += len(data)
             self._keep(data)
         return True
 
