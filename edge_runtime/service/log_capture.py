@@ -13,7 +13,8 @@ could then enforce the size cap, and a chatty task would fill the router's flash
 With the FIFO opened ``O_RDWR``, the child itself holds a read end, so a write never raises
 SIGPIPE, whether or not a service is running. The trade-off: while no service is pumping, the
 child blocks once the kernel's pipe buffer (64 KiB on Linux) is full, and resumes when the
-restarted service re-opens the FIFO by its path and drains it. What is lost: if the task exits
+restarted service re-opens the FIFO by its path and drains it (a re-open refused for lack of
+descriptors is retried: ``AttemptSupervisor.adopt``). What is lost: if the task exits
 while no service runs, what it wrote since the service stopped (at most the 64 KiB the pipe
 held) goes with the FIFO's last descriptor; the next service then appends a line saying so to
 the log (``mark_gap``). Past the cap one truncation marker is written and the rest is read at a
