@@ -6,7 +6,9 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    Attempt is created, its Run Lease claimed and the start barrier crossed (``starting``), only
    if this session is still the current one and its leases, counted under the write lock, leave
    a slot. A refusal writes nothing; a failed transaction leaves the Run queued.
-2. spawn in a new session and process group, output into the Attempt's FIFO.
+2. spawn in a new session and process group, output into the Attempt's FIFO. The FIFO's
+   writer, the capture's reader and the log file are all opened before the spawn, so a lack of
+   descriptors hits before a process exists (issue 10 point 8).
    Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
    the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
    a command that cannot be started at all (not found) fails. A failed compensation is retried
@@ -65,6 +67,7 @@ from edge_runtime.service.log_capture import (
     LogCapture,
     create_fifo,
     log_paths,
+    mark_gap,
     open_child_output,
     read_tail,
 )
@@ -92,6 +95,9 @@ _STOP = object()
 #: Attempt). The rest of the term covers a database call blocked up to its timeouts and the
 #: drift between this host's clock and the store's, so the kill comes before the lease expires.
 RECORD_WITHIN_LEASE_SHARE = 2 / 3
+#: The log's note when a re-adopted Attempt's output could not be read in time (see ``adopt``).
+_REOPEN_GAP = ("output gap: no descriptor was free to re-open this attempt's output after a service restart "
+               "before it ended; what it wrote since the restart, up to 64 KiB, may be lost")
 #: Why an unrecorded process was killed when the service stopped (a restart could not re-adopt it).
 REASON_STOPPED_UNRECORDED = "the service stopped before the process identity could be recorded"
 
@@ -132,8 +138,13 @@ class AttemptSupervisor:
         self._captures: dict[str, LogCapture] = {}
         #: Captures past their cap, off the loop until this monotonic time (read at a slow pace).
         self._paused: dict[str, float] = {}
-        #: Captures of ended Attempts (a descendant holds the output open), closed at this time.
+        #: Captures of ended Attempts (a descendant holds the output open), closed at this time;
+        #: also the re-opens still pending when their Attempt ended, given up at this time.
         self._linger_until: dict[str, float] = {}
+        #: Captures of re-adopted Attempts that a lack of descriptors kept from re-opening their
+        #: FIFO (the output waits there, up to 64 KiB): retried every RETRY_INTERVAL_S.
+        self._reopen: dict[str, LogCapture] = {}
+        self._next_reopen = 0.0
         self._log_linger_s = log_linger_ms / 1000
         #: Ended Attempts whose Run Lease could not be completed yet.
         self._uncompleted: set[str] = set()
@@ -186,16 +197,41 @@ class AttemptSupervisor:
         if isinstance(grant, NoCapacityOutcome):
             return _STOP  # nothing was written; a slot frees when one of ours ends
         attempt_id = grant.lease.attempt_id
+        log_path, fifo_path = log_paths(self._log_dir, attempt_id)
         try:
             run = self._runs.get(run_id)
-            log_path, fifo_path = log_paths(self._log_dir, attempt_id)
             create_fifo(fifo_path)
-            writer = open_child_output(fifo_path)
+            writer, capture = self._open_output(attempt_id, log_path, fifo_path)
         except (EdgeRuntimeError, OSError) as exc:
+            _unlink(fifo_path)
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
-        return self._spawn(run, attempt_id, grant, log_path, fifo_path, writer)
+        return self._spawn(run, attempt_id, grant, fifo_path, writer, capture)
+
+    def _open_output(self, attempt_id: str, log_path: Path, fifo_path: Path) -> tuple[int, LogCapture | None]:
+        """The child's end of the output and the service's capture of it, both opened before the
+        spawn: once a process exists, a lack of descriptors could only cost its output or the Run
+        (issue 10 point 8). A start needs these three at once; after the spawn it needs one at a
+        time (``/proc``, then the pidfd), and ``spawn`` has just closed ``writer``.
+
+        Returns ``(writer, capture)``; capture is None when the log cannot be opened for a reason
+        other than a lack of resources (a planted symlink or FIFO: the task runs, uncaptured).
+
+        Raises:
+            OSError: no descriptor (or another failure) for the FIFO; nothing is left open.
+        """
+        writer = open_child_output(fifo_path)
+        capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
+        try:
+            capture.open()  # our writer is open, so the reader never sees a false EOF
+        except OSError as exc:
+            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                os.close(writer)
+                raise
+            capture = None
+            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
+        return writer, capture
 
     def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
         """No process was recorded: give the Run back to the queue (issue 9), or end it for good
@@ -234,27 +270,21 @@ class AttemptSupervisor:
             del self._unstarted[attempt_id]
 
     def _spawn(
-        self, run: RunRecord, attempt_id: str, grant: RunGrant, log_path: Path, fifo_path: Path, writer: int
+        self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,
+        capture: LogCapture | None,
     ) -> bool | object:
         argv = [] if run.command is _UNSET else list(run.command)
         env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt_id)
         try:
             identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id)
         except SpawnError as exc:
-            os.close(writer)
+            if capture is not None:
+                capture.abandon()
             _unlink(fifo_path)
             # A process that existed for an instant may have begun the command: the Run ends.
             return self._not_started(grant, str(exc), retryable=exc.retryable,
                                      end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)
         self._start_failures = 0
-        try:
-            capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
-            capture.open()  # our writer copy is still open, so the reader never sees a false EOF
-        except OSError as exc:
-            capture = None
-            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
-        finally:
-            os.close(writer)
         running = RunningAttempt(attempt_id, run.id, identity, own_child=True, grant=grant)
         running.fifo_path = fifo_path
         self._watch(running, capture)
@@ -375,8 +405,13 @@ class AttemptSupervisor:
                 try:
                     capture.open()
                 except OSError as exc:
+                    if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                        self._reopen[attempt.id] = capture
+                        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
+                        self._journal.warning("attempt.log_reopen_pending", attempt=attempt.id, detail=str(exc))
+                    else:
+                        self._journal.warning("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
                     capture = None
-                    self._journal.warning("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
         self._watch(running, capture)
         if not self._controller.leader_alive(identity):
             self.running.pop(attempt.id, None)
@@ -407,7 +442,14 @@ class AttemptSupervisor:
 
     def _watch(self, running: RunningAttempt, capture: LogCapture | None) -> None:
         self.running[running.attempt_id] = running
-        pidfd = open_pidfd(running.identity.pid)
+        try:
+            pidfd = open_pidfd(running.identity.pid)
+        except OSError as exc:
+            # Out of descriptors (ENFILE: another process took the one just freed). The exit is
+            # then found as without pidfds: SIGCHLD for our children, a /proc poll for the others.
+            pidfd = None
+            self._journal.warning("attempt.pidfd_unavailable", attempt=running.attempt_id, pid=running.identity.pid,
+                                  detail=str(exc))
         if pidfd is not None:
             running.pidfd = pidfd
             self._loop.register(pidfd, lambda: self._on_pidfd(running))
@@ -435,8 +477,11 @@ class AttemptSupervisor:
             self._paused[capture.attempt_id] = time.monotonic() + DISCARD_INTERVAL_S
 
     def run_capture_timers(self) -> None:
-        """Resume paused captures and stop lingering ones whose time has come."""
+        """Resume paused captures, retry pending re-opens and stop lingering captures (or give up
+        pending re-opens) whose time has come."""
         now = time.monotonic()
+        if self._reopen and self._next_reopen <= now:
+            self._retry_reopens()
         for attempt_id, at in list(self._paused.items()):
             capture = self._captures.get(attempt_id)
             if capture is not None and at <= now:
@@ -444,6 +489,8 @@ class AttemptSupervisor:
                 self._on_output(capture)
         for attempt_id, at in list(self._linger_until.items()):
             capture = self._captures.get(attempt_id)
+            if attempt_id in self._reopen and at <= now:
+                self._give_up_reopen(attempt_id)
             if capture is not None and at <= now:
                 self._on_output(capture)
                 if capture.is_open:
@@ -453,12 +500,58 @@ class AttemptSupervisor:
                     self._close_capture(attempt_id, unlink=True)
 
     def seconds_to_capture_timer(self) -> float | None:
-        due = min((*self._paused.values(), *self._linger_until.values()), default=None)
+        reopen = (self._next_reopen,) if self._reopen else ()
+        due = min((*self._paused.values(), *self._linger_until.values(), *reopen), default=None)
         return None if due is None else max(0.0, due - time.monotonic())
+
+    def _retry_reopens(self) -> None:
+        """Open the captures a lack of descriptors refused at re-adoption (see ``adopt``)."""
+        for attempt_id in list(self._reopen):
+            self._try_reopen(attempt_id, ended=attempt_id not in self.running)
+        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
+
+    def _try_reopen(self, attempt_id: str, *, ended: bool) -> None:
+        """Open a pending capture; it stays pending while descriptors still lack. Once its Attempt
+        ``ended``, a FIFO found empty and without a writer lost what it held with its last holder
+        (if anything): the gap is marked in the log, as for output written while no service ran."""
+        capture = self._reopen[attempt_id]
+        try:
+            capture.open()
+        except OSError as exc:
+            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
+                return  # retried after RETRY_INTERVAL_S; given up log_linger_ms after the end
+            del self._reopen[attempt_id]
+            self._journal.warning("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
+            return
+        del self._reopen[attempt_id]
+        self._journal.info("attempt.log_reopened", attempt=attempt_id, ended=ended)
+        self._captures[attempt_id] = capture
+        self._loop.register(capture, lambda: self._on_output(capture))
+        try:
+            if ended and not capture.pump() and not capture.received:
+                capture.note(_REOPEN_GAP)
+        except OSError as exc:
+            self._journal.error("attempt.log_write_failed", attempt=attempt_id, detail=str(exc))
+        self._on_output(capture)  # what waited in the FIFO; closes the capture if no writer is left
+
+    def _give_up_reopen(self, attempt_id: str) -> None:
+        """The Attempt ended ``log_linger_ms`` ago and its FIFO could still not be re-opened: what it
+        held is lost. Say so in the log (as for output written while no service ran)."""
+        capture = self._reopen.pop(attempt_id)
+        self._linger_until.pop(attempt_id, None)
+        _unlink(capture.fifo_path)
+        self._journal.error("attempt.output_lost", attempt=attempt_id,
+                            detail="its output could not be re-opened for lack of descriptors")
+        try:
+            mark_gap(capture.log_path, _REOPEN_GAP)
+        except OSError as exc:
+            self._journal.warning("attempt.log_not_marked", attempt=attempt_id, detail=str(exc))
+        self.copy_log(attempt_id, capture.log_path)
 
     def _close_capture(self, attempt_id: str, *, unlink: bool) -> None:
         self._paused.pop(attempt_id, None)
         self._linger_until.pop(attempt_id, None)
+        self._reopen.pop(attempt_id, None)
         capture = self._captures.pop(attempt_id, None)
         if capture is not None:
             self._loop.unregister(capture)
@@ -645,16 +738,19 @@ class AttemptSupervisor:
 
     def finish(self, running: RunningAttempt, status: AttemptStatus, code: int | None, reason: str | None) -> None:
         self._unwatch(running)
-        if running.fifo_path is not None:
+        if running.attempt_id in self._reopen:
+            self._try_reopen(running.attempt_id, ended=True)  # the last chance before the unlink
+        reopen_pending = running.attempt_id in self._reopen
+        if running.fifo_path is not None and not reopen_pending:
             # Before the end is committed, so nobody who sees the Attempt ended finds its FIFO;
             # open descriptors (leftover grandchildren) keep working and are drained until EOF.
             _unlink(running.fifo_path)
         self._runs.finish_attempt(running.attempt_id, status, actor_id=self._worker.owner, exit_code=code,
                                   reason=reason)
         self.running.pop(running.attempt_id, None)
-        if running.attempt_id in self._captures:  # a descendant still holds the output open
+        if running.attempt_id in self._captures or reopen_pending:  # a descendant may still hold the output
             self._linger_until[running.attempt_id] = time.monotonic() + self._log_linger_s
-        if running.attempt_id not in self._captures:  # its output is complete: copy it now
+        else:  # its output is complete: copy it now
             log_path = (running.fifo_path.with_suffix(".log") if running.fifo_path is not None
                         else log_paths(self._log_dir, running.attempt_id)[0])
             self.copy_log(running.attempt_id, log_path)
@@ -769,6 +865,9 @@ class AttemptSupervisor:
             self._unwatch(running)
         for attempt_id in list(self._captures):
             self._close_capture(attempt_id, unlink=False)
+        for attempt_id in [a for a in self._reopen if a not in self.running]:
+            self._give_up_reopen(attempt_id)  # ended: no later service re-opens its FIFO
+        self._reopen.clear()  # running: the next service re-adopts them and re-opens their FIFOs
         self.running.clear()
 
 

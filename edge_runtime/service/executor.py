@@ -67,37 +67,41 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) 
 def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str) -> ProcessIdentity:
     """Start ``argv`` in a new session with stdout and stderr on ``output_fd``.
 
+    ``output_fd`` is closed here, whatever happens, as soon as the child has its copy: reading the
+    identity needs a descriptor, and with the table full (issue 10 point 8) that is the one freed.
+
     Raises:
         SpawnError: the command could not be started; no process is left behind.
     """
-    if not argv:
-        raise SpawnError("the command is empty")
-    # dup2 onto 1 and 2 must not clobber its own source; also keeps the spawned fd >= 3.
     try:
-        source = fcntl.fcntl(output_fd, fcntl.F_DUPFD_CLOEXEC, 3)
-    except OSError as exc:  # EMFILE: out of descriptors, nothing started
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
-    try:
-        pid = os.posix_spawnp(
-            argv[0],
-            list(argv),
-            dict(env),
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                (os.POSIX_SPAWN_DUP2, source, 1),
-                (os.POSIX_SPAWN_DUP2, source, 2),
-            ],
-            setsid=True,
-            setsigdef=_DEFAULT_SIGNALS,
-            setsigmask=(),  # nothing blocked, whatever the service's own mask is
-        )
-    except OSError as exc:
-        raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
+        if not argv:
+            raise SpawnError("the command is empty")
+        # dup2 onto 1 and 2 must not clobber its own source: one below 3 is moved up first.
+        source = output_fd if output_fd > 2 else _move_above_stderr(output_fd, argv[0])
+        try:
+            pid = os.posix_spawnp(
+                argv[0],
+                list(argv),
+                dict(env),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, source, 1),
+                    (os.POSIX_SPAWN_DUP2, source, 2),
+                ],
+                setsid=True,
+                setsigdef=_DEFAULT_SIGNALS,
+                setsigmask=(),  # nothing blocked, whatever the service's own mask is
+            )
+        except OSError as exc:
+            raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
+        finally:
+            if source != output_fd:
+                os.close(source)
     finally:
-        os.close(source)
+        os.close(output_fd)
     try:
         identity = _identity_as_group_leader(pid, boot_id)
-    except ProcfsUnavailableError:  # e.g. EMFILE opening /proc/<pid>/stat
+    except ProcfsUnavailableError:  # e.g. ENFILE opening /proc/<pid>/stat for the whole wait
         identity = None
     if identity is None:
         # Unreaped, so the pid (and its group, setsid) is still ours: never leave it unidentified.
@@ -108,6 +112,18 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
         os.waitpid(pid, 0)
         raise SpawnError(f"process {pid} could not be identified after its start; it was killed", started=True)
     return identity
+
+
+def _move_above_stderr(fd: int, program: str) -> int:
+    """A close-on-exec copy of ``fd`` numbered 3 or above.
+
+    Raises:
+        SpawnError: no descriptor left (retryable: nothing was started).
+    """
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    except OSError as exc:  # EMFILE: out of descriptors, nothing started
+        raise SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
 
 
 #: How long ``spawn`` waits for a child to show its own group in /proc (a few ms under emulation;
@@ -123,7 +139,14 @@ def _identity_as_group_leader(pid: int, boot_id: str) -> ProcessIdentity | None:
     """
     deadline = time.monotonic() + _SETSID_WAIT_S
     while True:
-        identity = read_identity(pid, boot_id=boot_id)
+        try:
+            identity = read_identity(pid, boot_id=boot_id)
+        except ProcfsUnavailableError:
+            # ENFILE (the system's table full) passes: the child is unreaped, its pid still ours.
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
+            continue
         if identity is None:
             return None
         # Also done when it already exited: setsid failing or exec failing exits the child (127).

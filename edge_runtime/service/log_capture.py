@@ -13,7 +13,8 @@ could then enforce the size cap, and a chatty task would fill the router's flash
 With the FIFO opened ``O_RDWR``, the child itself holds a read end, so a write never raises
 SIGPIPE, whether or not a service is running. The trade-off: while no service is pumping, the
 child blocks once the kernel's pipe buffer (64 KiB on Linux) is full, and resumes when the
-restarted service re-opens the FIFO by its path and drains it. What is lost: if the task exits
+restarted service re-opens the FIFO by its path and drains it (a re-open refused for lack of
+descriptors is retried: ``AttemptSupervisor.adopt``). What is lost: if the task exits
 while no service runs, what it wrote since the service stopped (at most the 64 KiB the pipe
 held) goes with the FIFO's last descriptor; the next service then appends a line saying so to
 the log (``mark_gap``). Past the cap one truncation marker is written and the rest is read at a
@@ -124,13 +125,16 @@ class LogCapture:
     the spawn): a FIFO with no writer reads as end-of-file at once.
     """
 
-    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "_fd", "_log_fd", "_written", "_truncated")
+    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "received", "_fd", "_log_fd", "_written",
+                 "_truncated")
 
     def __init__(self, attempt_id: str, log_path: Path, fifo_path: Path, cap_bytes: int = DEFAULT_LOG_CAP_BYTES):
         self.attempt_id = attempt_id
         self.log_path = log_path
         self.fifo_path = fifo_path
         self.cap_bytes = cap_bytes
+        #: Bytes read from the FIFO since this capture was opened (kept or not).
+        self.received = 0
         self._fd: int | None = None
         self._log_fd: int | None = None
         self._written = 0
@@ -177,6 +181,7 @@ class LogCapture:
                 continue
             if not data:
                 return False
+            self.received += len(data)
             self._keep(data)
         return True
 
@@ -209,6 +214,18 @@ class LogCapture:
         if unlink_fifo:
             try:
                 self.fifo_path.unlink()
+            except FileNotFoundError:
+                pass
+
+
+    def abandon(self) -> None:
+        """A start that made no process: close, and remove the FIFO and the log file the capture
+        created (still empty: nothing could write to it), as if the start had never opened them."""
+        created = self._log_fd is not None and os.fstat(self._log_fd).st_size == 0
+        self.close(unlink_fifo=True)
+        if created:
+            try:
+                self.log_path.unlink()
             except FileNotFoundError:
                 pass
 

@@ -60,10 +60,7 @@ def groups() -> Iterator[list[int]]:
 
 def _spawn(argv: list[str], out: Path, groups: list[int]) -> ProcessIdentity:
     fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        identity = spawn(argv, output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())
-    finally:
-        os.close(fd)
+    identity = spawn(argv, output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())  # closes fd
     groups.append(identity.pgid)
     return identity
 

@@ -67,10 +67,7 @@ def setup(db: LocalDatabase, tmp_path: Path) -> Setup:
 @pytest.fixture
 def live_group(tmp_path: Path) -> Iterator[ProcessIdentity]:
     fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        identity = spawn(["sleep", "60"], output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())
-    finally:
-        os.close(fd)
+    identity = spawn(["sleep", "60"], output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())  # closes fd
     yield identity
     try:
         os.killpg(identity.pgid, signal.SIGKILL)

@@ -118,9 +118,9 @@ def test_no_resources_at_spawn_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatc
     assert first.status.value == "lost" and os.strerror(code) in first.end_reason
 
 
-def test_no_descriptor_to_dup_the_output_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_descriptor_for_the_capture_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, executor.fcntl, "fcntl", OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+    raise_once(monkeypatch, attempts_module.LogCapture, "open", OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
     check_end(rig, run_id, "succeeded", executions=1, attempts=2)
 
 
@@ -161,7 +161,8 @@ def test_an_unreadable_identity_kills_the_process_and_fails_the_run(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, executor, "read_identity", ProcfsUnavailableError("EMFILE"))
+    monkeypatch.setattr(executor, "_SETSID_WAIT_S", 0.05)  # retried that long (a passing ENFILE), then given up
+    monkeypatch.setattr(executor, "read_identity", lambda *a, **k: (_ for _ in ()).throw(ProcfsUnavailableError("x")))
     check_end(rig, run_id, "failed", executions=None, attempts=1)
 
 
