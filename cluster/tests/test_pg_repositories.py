@@ -112,6 +112,43 @@ def test_two_connections_racing_for_one_dispatch_give_exactly_one_claimed(owner:
         assert sorted((results[0][i], results[1][i])) == ["claimed", "leased"], i
 
 
+def test_concurrent_registrations_of_one_worker_are_serialised_by_the_advisory_lock(owner: Any, runtime: Any) -> None:
+    # ADR-0057 §3/§4: registration takes the advisory lock by worker id before anything else, so
+    # racing first registrations never both INSERT (a 23505 for the loser) and every replacement
+    # sees the one before it: generations 1..N, one current session, every call succeeds.
+    threads_per_round, rounds = 6, 5
+    repos = [PostgresWorkerLeaseRepository(runtime()) for _ in range(threads_per_round)]
+    for r in range(rounds):
+        worker_id = f"w-race-{r}"
+        barrier = threading.Barrier(threads_per_round)
+        outcomes: dict[int, Any] = {}
+        errors: dict[int, BaseException] = {}
+
+        def register(t: int) -> None:
+            barrier.wait(timeout=30)
+            try:
+                outcomes[t] = repos[t].register(RegisterWorkerCommand(
+                    worker_id=worker_id, session_id=f"s-{r}-{t}", capabilities={}, max_concurrent_runs=1,
+                    lease_duration_ms=60_000))
+            except Exception as exc:  # reported below, with the round, instead of lost in the thread
+                errors[t] = exc
+
+        threads = [threading.Thread(target=register, args=(t,)) for t in range(threads_per_round)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == {}, (r, {t: f"{type(e).__name__}: {e}" for t, e in errors.items()})
+        sessions = sorted((o.session for o in outcomes.values()), key=lambda s: s.generation)
+        assert [o.status for o in outcomes.values()] == ["registered"] * threads_per_round, r
+        assert [s.generation for s in sessions] == list(range(1, threads_per_round + 1)), r
+        assert [s.version for s in sessions] == list(range(threads_per_round)), r
+        assert sorted(o.replaced_session for o in outcomes.values()) == [False] + [True] * (threads_per_round - 1), r
+        rows = owner.execute("SELECT session_id, generation FROM worker_sessions WHERE worker_id = %s",
+                             (worker_id,)).fetchall()
+        assert rows == [(sessions[-1].session_id, threads_per_round)], r
+
+
 def test_concurrent_dispatchers_never_oversell_a_worker_slot(owner: Any, runtime: Any) -> None:
     leases = PostgresWorkerLeaseRepository(runtime())
     session = leases.register(RegisterWorkerCommand(worker_id="w", session_id="s1", capabilities={},
