@@ -85,6 +85,44 @@ def test_time_is_read_after_the_row_lock_so_a_lock_wait_is_not_hidden(owner: Any
     assert record.updated_at_ms >= released_at[0] >= started + 500
 
 
+@pytest.mark.parametrize("held", ["advisory lock of a first registration", "worker row of a replacement"])
+def test_a_registration_reads_time_after_its_locks_so_the_session_lease_counts_from_after_the_wait(
+        owner: Any, runtime: Any, held: str) -> None:
+    # ADR-0057 §3: the registration's observation follows the advisory lock by worker id and the
+    # Worker row lock. Another transaction holds one of them for 0.6 s (below the runtime role's
+    # 1 s lock_timeout); the session's heartbeat and expiry must count from after that wait.
+    real_clock(owner)
+    repo = PostgresWorkerLeaseRepository(runtime())
+    command = RegisterWorkerCommand(worker_id="w-wait", session_id="s-2", capabilities={}, max_concurrent_runs=1,
+                                    lease_duration_ms=60_000)
+    holder = runtime()
+    holder.execute("BEGIN")
+    if held.startswith("advisory"):
+        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))", (command.worker_id,))
+    else:
+        repo.register(RegisterWorkerCommand(worker_id="w-wait", session_id="s-1", capabilities={},
+                                            max_concurrent_runs=1, lease_duration_ms=60_000))
+        holder.execute("SELECT 1 FROM ql3.worker_sessions WHERE worker_id = %s FOR UPDATE", (command.worker_id,))
+    released_at: list[int] = []
+
+    def release() -> None:
+        time.sleep(0.6)
+        released_at.append(db_ms(owner))
+        holder.execute("COMMIT")
+
+    thread = threading.Thread(target=release)
+    started = db_ms(owner)
+    thread.start()
+    outcome = repo.register(command)
+    thread.join()
+    session = outcome.session
+    assert (outcome.status, session.session_id, session.generation) == (
+        "registered", "s-2", 1 if held.startswith("advisory") else 2)
+    # A time read before the lock would be ~`started`, 600 ms before the holder let go.
+    assert session.heartbeat_at_ms >= released_at[0] >= started + 500
+    assert session.lease_expires_at_ms == session.heartbeat_at_ms + 60_000
+
+
 # --------------------------------------------------------------------------- races
 
 
