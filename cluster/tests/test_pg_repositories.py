@@ -238,8 +238,9 @@ def test_lock_timeout_is_retryable_after_about_a_second_and_the_connection_is_re
     holder.execute("ROLLBACK")
     assert caught.value.retryable is True
     assert caught.value.code == "CLUSTER_STORAGE_FAILED"
-    assert "SQLSTATE 55P03" in str(caught.value)
-    assert 0.9 <= waited < 4.0
+    assert "SQLSTATE 55P03" in str(caught.value)  # lock_timeout, not statement_timeout (57014, at 5 s)
+    print(f"claim gave up on the held row lock after {waited:.2f} s")
+    assert waited >= 0.9  # never before the role's 1 s lock_timeout; how much later is the machine's load
     assert repo.claim(claim()).status == "claimed"  # same connection, same repository
 
 
