@@ -14,7 +14,8 @@ import sys
 import pytest
 
 #: What may never appear in ``sys.modules`` of a cluster process.
-_FORBIDDEN = "sorted(m for m in sys.modules if m == 'apsw' or m == 'edge_runtime.local' or m.startswith('edge_runtime.local.'))"
+_FORBIDDEN = ("sorted(m for m in sys.modules"
+              " if m == 'apsw' or m == 'edge_runtime.local' or m.startswith('edge_runtime.local.'))")
 
 #: Each command of ``edge-runtime-cluster`` and the modules it runs.
 COMMAND_MODULES = {
@@ -22,7 +23,8 @@ COMMAND_MODULES = {
     "migrate": ["cluster_postgres.cli", "cluster_postgres.migrations"],
     "check": ["cluster_postgres.cli", "cluster_postgres.readiness"],
     "serve": ["cluster_postgres.cli", "cluster_postgres.serve"],
-    **{name: ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.store", f"edge_runtime.cli.{module}"]
+    **{name: ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.store",
+              f"edge_runtime.cli.{module}"]
        for name, module in (("submit", "submit"), ("cancel", "cancel"), ("show", "show"), ("list", "list_runs"),
                             ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"))},
 }

@@ -47,7 +47,8 @@ def open_or_create(args: argparse.Namespace) -> LocalDatabase:
     return open_guarded_with_clock(args.db, create=True, make_parent=True)[0]
 
 
-def open_guarded_with_clock(path: str, *, create: bool, make_parent: bool = False) -> tuple[LocalDatabase, GuardedClock]:
+def open_guarded_with_clock(path: str, *, create: bool,
+                            make_parent: bool = False) -> tuple[LocalDatabase, GuardedClock]:
     """The database at ``path`` and the clock its writes use, floored at the stored watermark."""
     from edge_runtime.local.clock import SystemClock
     from edge_runtime.local.database import open_database
