@@ -30,9 +30,13 @@ RUNTIME_FORBIDDEN = [
     "DROP TABLE ql3.run_events",
 ]
 ADMIN_FORBIDDEN = [
-    "SELECT 1 FROM ql3.worker_sessions",
-    "SELECT 1 FROM ql3.run_dispatch_leases",
-    "SELECT 1 FROM ql3.run_cancellation_dispatches",
+    # Nothing of the three lease tables: no read, no write.
+    *[f"SELECT 1 FROM ql3.{t}" for t in ("worker_sessions", "run_dispatch_leases", "run_cancellation_dispatches")],
+    "INSERT INTO ql3.worker_sessions (worker_id) VALUES ('w')",
+    "INSERT INTO ql3.run_dispatch_leases (attempt_id) VALUES ('a')",
+    "INSERT INTO ql3.run_cancellation_dispatches (run_id) VALUES ('r')",
+    *[f"UPDATE ql3.{t} SET version = 0" for t in ("worker_sessions", "run_dispatch_leases", "run_cancellation_dispatches")],
+    *[f"DELETE FROM ql3.{t}" for t in ("worker_sessions", "run_dispatch_leases", "run_cancellation_dispatches")],
     "SELECT 1 FROM ql3.run_attempts",
     "SELECT 1 FROM ql3.attempt_logs",
     "INSERT INTO ql3.runs (id, status, created_at_ms) VALUES ('x', 'queued', 0)",
@@ -49,6 +53,25 @@ def test_every_forbidden_operation_of_the_runtime_role_fails_with_42501(pg_datab
         with pytest.raises(psycopg.Error) as caught:
             conn.execute(statement)
     assert caught.value.sqlstate == "42501", caught.value
+
+
+def test_the_runtime_role_may_not_reference_a_table_even_where_it_may_create_one(pg_database: Any, owner: Any) -> None:
+    # REFERENCES needs a table of one's own to fail on, and the runtime role may create none
+    # (CREATE fails first, above): give it a scratch schema for this test only.
+    with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
+        admin.execute("CREATE SCHEMA scratch_references")
+        admin.execute("GRANT USAGE, CREATE ON SCHEMA scratch_references TO ql3_runtime")
+        try:
+            with psycopg.connect(pg_database.runtime_dsn, autocommit=True) as conn:
+                conn.execute("CREATE TABLE scratch_references.own (id int)")  # what the scratch schema allows
+                for table, column in (*[(t, "id") for t in ("runs", "run_attempts", "run_events")],
+                                      ("worker_sessions", "worker_id"), ("run_dispatch_leases", "attempt_id"),
+                                      ("run_cancellation_dispatches", "run_id")):
+                    with pytest.raises(psycopg.Error) as caught:
+                        conn.execute(f"CREATE TABLE scratch_references.fk (x text REFERENCES ql3.{table} ({column}))")
+                    assert caught.value.sqlstate == "42501", (table, caught.value)
+        finally:
+            admin.execute("DROP SCHEMA scratch_references CASCADE")
 
 
 @pytest.mark.parametrize("statement", ADMIN_FORBIDDEN)

@@ -1,5 +1,9 @@
 """Helpers shared by the CLI commands: opening the store, printing, waking the service.
 
+Nothing here imports the Local adapter at import time (the Local openers are in
+``edge_runtime.cli.local_database``, imported when a Local store is opened): the user commands'
+modules also serve ``edge-runtime-cluster``, which must never load it.
+
 The user commands (submit, cancel, show, list, events, logs, dispatch) are written against the
 service's ``Store`` port (edge_runtime/contract/ports.py) and get their store from ``args.stores``,
 which their ``register`` sets: ``LOCAL_STORES`` (the SQLite file at ``--db``) here, a PostgreSQL
@@ -17,56 +21,9 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.db_path import ensure_parent
-from edge_runtime.local.clock import SystemClock
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.local.database import LocalDatabase, open_database
-from edge_runtime.local.errors import MigrationError
-from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
 
 _json_encoder = msgspec.json.Encoder()
-
-
-def open_read_only(args: argparse.Namespace) -> LocalDatabase:
-    """Open the database for a read command: never created, switched to WAL nor migrated.
-
-    A database an older release wrote (migrations pending) is refused with what to run; a file
-    that is not an edge-runtime database is refused and left byte-for-byte as it was.
-    """
-    db = open_database(args.db, create=False, read_only=True)
-    if db.pending:
-        db.close()
-        raise MigrationError(
-            f"database {args.db} needs migration {', '.join(db.pending)} (written by an older release); "
-            f"run `edge-runtime migrate` first"
-        )
-    return db
-
-
-def open_existing(args: argparse.Namespace) -> LocalDatabase:
-    """Open (and migrate) the database for a write command that must not create one (cancel, rearm)."""
-    return _open_guarded_with_clock(args.db, create=False)[0]
-
-
-def open_or_create(args: argparse.Namespace) -> LocalDatabase:
-    """Open the database, creating it (and its directory) if needed."""
-    return _open_guarded_with_clock(args.db, create=True, make_parent=True)[0]
-
-
-def _open_guarded_with_clock(path: str, *, create: bool, make_parent: bool = False) -> tuple[LocalDatabase, GuardedClock]:
-    # A router's clock may sit at 1970 until NTP syncs: writes from the CLI never take a time
-    # below the service's persisted watermark (the service itself guards against every stored
-    # time; see edge_runtime/local/guarded_clock.py).
-    if make_parent:
-        ensure_parent(path)
-    clock = GuardedClock(SystemClock())
-    db = open_database(path, clock=clock, create=create)
-    try:
-        clock.raise_floor(watermark_ms(db))
-    except BaseException:
-        db.close()
-        raise
-    return db, clock
 
 
 #: How a user command uses its store: READ never creates, switches to WAL nor migrates it; WRITE
@@ -80,12 +37,14 @@ class LocalStores:
     @staticmethod
     def open(args: argparse.Namespace, access: str) -> contextlib.closing:
         """The ``LocalStore`` of ``args.db`` for ``access``, closed when the ``with`` block ends."""
+        from edge_runtime.cli.local_database import open_guarded_with_clock, open_read_only
+        from edge_runtime.local.clock import SystemClock
         from edge_runtime.local.store import LocalStore
 
         if access == READ:
             db, clock = open_read_only(args), SystemClock()
         else:
-            db, clock = _open_guarded_with_clock(args.db, create=access == CREATE, make_parent=access == CREATE)
+            db, clock = open_guarded_with_clock(args.db, create=access == CREATE, make_parent=access == CREATE)
         return contextlib.closing(LocalStore(db, args.db, clock))
 
 

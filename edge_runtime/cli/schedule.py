@@ -8,9 +8,8 @@ import sys
 
 import msgspec
 
-from edge_runtime.cli.common import (
-    add_json_flag, format_ms, open_existing, open_or_create, open_read_only, present, print_json, printable, wake_service,
-)
+from edge_runtime.cli.common import add_json_flag, format_ms, present, print_json, printable, wake_service
+from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, ScheduleRecord
 from edge_runtime.local.schedules import LocalScheduleRepository
