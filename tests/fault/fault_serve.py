@@ -152,7 +152,7 @@ def _install_undo_failures() -> None:
     def spawn_failing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
         if not spawned:
             spawned.append(True)
-            raise SpawnError("cannot start: Too many open files (injected)", os_errno=errno.EMFILE)
+            raise SpawnError("cannot start '/bin/sh': Too many open files (injected)", os_errno=errno.EMFILE)
         return spawn(*args, **kwargs)
 
     def abandon_failing(self, grant, reason):  # type: ignore[no-untyped-def]
