@@ -196,7 +196,7 @@ class ServiceCampaign:
             over = db.connection.execute(
                 "SELECT worker_id, session_generation, count(*) FROM run_dispatch_leases WHERE status = 'leased' "
                 "GROUP BY worker_id, session_generation HAVING count(*) > ?", (SLOTS,)).fetchall()
-        problems += [f"run {self.labels.get(run_id, run_id)} failed but never crossed the start barrier"
+        problems += [f"run {self.labels.get(run_id, run_id)} failed though no process may have started"
                      for run_id in never_started]
         problems += [f"session {worker}#{generation} holds {count} grants, above its {SLOTS} slots"
                      for worker, generation, count in over]
