@@ -10,7 +10,8 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
    the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
    a command that cannot be started at all (not found) fails. A failed compensation is retried
-   every tick, never forgotten; the grant keeps its slot until then.
+   every tick, never forgotten, and for ``UNDO_AT_STOP_S`` more when the service stops (what is
+   still left is logged; the next service's orphan sweep ends it); the grant keeps its slot until then.
 3. ``record_running``: pid, pgid, start time and boot id stored *before* the Attempt is
    reported running. A retryable failure (the database busy, or away: a lost connection, a
    COMMIT whose outcome is unknown during a failover) keeps the process, our own child watched
