@@ -51,11 +51,9 @@ def start_attempt(db: LocalDatabase, run_id: str) -> str:
     runs = LocalRunRepository(db)
     worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=2, session_lease_ms=30_000, run_lease_ms=60_000)
     worker.register()
-    attempt = runs.create_attempt(run_id, actor_id=worker.owner)
-    grant = worker.claim(run_id, attempt.id)
-    worker.begin_start(grant)
-    runs.record_running(attempt.id, IDENTITY, log_path="/dev/null", actor_id=worker.owner)
-    return attempt.id
+    attempt_id = worker.start(run_id).lease.attempt_id
+    runs.record_running(attempt_id, IDENTITY, log_path="/dev/null", actor_id=worker.owner)
+    return attempt_id
 
 
 def make_dispatcher(

@@ -45,14 +45,15 @@ from edge_runtime.contract.run_lease import (
     StartRunOutcome,
 )
 from edge_runtime.contract.ids import new_id
-from edge_runtime.contract.runs import RunStatus
+from edge_runtime.contract.runs import EVENT_ATTEMPT_CREATED, RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_lease import lease_event, lease_mismatch, run_problem
 from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, read_run_fence, run_from_row
-from edge_runtime.local.runs import end_unstarted, insert_attempt
+from edge_runtime.local.run_events import append_run_event
+from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
     move_projection,
@@ -64,6 +65,9 @@ from edge_runtime.local.worker_session import WorkerSessions, bump, expect
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
+
+#: The executor every Local Attempt runs on.
+EXECUTOR_LOCAL_PROCESS = "local_process"
 
 # The reasons are the contract's (edge_runtime.contract.run_lease), shared with the Cluster Profile.
 
@@ -86,10 +90,32 @@ def _new_event_id() -> str:
     return new_id()
 
 
+def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int, actor_id: str) -> int:
+    """Insert the Run's next Attempt as ``claimed`` with its ``run.attempt_created`` event; its number.
+
+    Private to :meth:`RunStarts.start_run`, inside its write transaction, after the session fence
+    was checked and the Run moved to ``dispatching``: no other path creates an Attempt (issue 9,
+    "taking work is fenced"; ``tests/unit/test_run_start.py`` keeps it that way).
+    """
+    number = connection.execute(
+        "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
+    ).fetchone()[0]
+    connection.execute(
+        "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
+        "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
+        (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+    )
+    append_run_event(connection, run_id=run_id, event_id=_new_event_id(), event_type=EVENT_ATTEMPT_CREATED,
+                     dedupe_key=f"attempt-created:{attempt_id}", actor_type="worker", actor_id=actor_id,
+                     attempt_id=attempt_id, payload={"attempt_id": attempt_id, "attempt": number}, now_ms=now)
+    return number
+
+
 def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
     _, status, created_at_ms, lease_status, expires_at_ms, owner_live = row
     if lease_status is None:
-        # claim_run follows create_attempt within milliseconds in a live service.
+        # Only an Attempt left by the separate steps of an earlier version (create, then claim_run)
+        # or a store written by another tool has no grant: give its creator a Run Lease to claim it.
         return created_at_ms <= now - abandon_after_ms
     if lease_status != LeaseStatus.LEASED.value:
         return True
@@ -145,7 +171,7 @@ class RunStarts:
                                          available_slots=session.available_slots)
             connection.execute("UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued'",
                                (cmd.run_id,))
-            insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
+            _insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
                 session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,

@@ -2,9 +2,11 @@
 
 Every mutation is one ``BEGIN IMMEDIATE`` transaction with the clock read after the lock, and
 appends its event through :func:`append_run_event` (Run version CAS + sequence). The Worker/Run
-lease authority (``local.worker_lease``) owns the ``claimed -> starting`` barrier; this module owns
-Run creation, cancel requests, ``starting -> running`` once the process identity is known, the end
-of an Attempt, and the SIGKILL deadline bookkeeping.
+lease authority (``local.worker_lease``) owns the ``claimed -> starting`` barrier, and the creation
+of an Attempt: only its fenced ``start_run`` (``local.run_start``) creates one, in the transaction
+that checks the caller's worker session (issue 9: a fenced-out service takes nothing). This module
+owns Run creation, cancel requests, ``starting -> running`` once the process identity is known, the
+end of an Attempt, and the SIGKILL deadline bookkeeping.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.runs import (
-    EVENT_ATTEMPT_CREATED,
     EVENT_CANCEL_ESCAPED,
     EVENT_CANCEL_REQUESTED,
     EVENT_KILL_SENT,
@@ -61,9 +62,6 @@ from edge_runtime.local.run_rows import (
 
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
-
-EXECUTOR_LOCAL_PROCESS = "local_process"
-
 
 #: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
 _ESCAPED_PIDS_KEPT = 32
@@ -200,31 +198,6 @@ class LocalRunRepository:
             return self._run_row(cmd.run_id)
 
     # ----------------------------------------------------------------- attempt lifecycle
-
-    def create_attempt(self, run_id: str, *, actor_id: str) -> AttemptRecord | None:
-        """Take a queued Run: CAS it to ``dispatching`` and create its next Attempt as ``claimed``.
-
-        Returns None when the Run is no longer queued or was cancel-requested meanwhile (another
-        service took it, or the user cancelled it): never two Attempts for one queued Run.
-
-        Not fenced by a worker session: it is the first of ADR-0057's separate steps, kept for
-        tools and tests. The device service takes work only through the fenced, composed
-        ``LocalWorkerLeaseRepository.start_run``; an Attempt left ``claimed`` here is requeued by
-        the orphan sweep.
-        """
-        _check_run_id(run_id)
-        with run_repository_errors(), self._db.write() as now:
-            connection = self._db.connection
-            connection.execute(
-                "UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued' "
-                "AND cancel_requested_at_ms IS NULL AND execution_owner = 'runtime'",
-                (run_id,),
-            )
-            if connection.changes() != 1:
-                return None
-            attempt_id = _new_id()
-            insert_attempt(connection, run_id, attempt_id, now=now, actor_id=actor_id)
-            return self._attempt_row(attempt_id)
 
     def requeue_unstarted(self, attempt_id: str, *, actor_id: str, reason: str) -> AttemptRecord:
         """An Attempt that never got its Run Lease: end it and put its Run back in the queue.
@@ -546,24 +519,6 @@ def end_run(
     connection.execute("UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id))
     _event(connection, run_id, run_ended_event(status), "run.finished", actor_id,
            {"status": status.value, **extra}, now, attempt_id=attempt_id)
-
-
-def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *, now: int, actor_id: str) -> int:
-    """Insert the Run's next Attempt as ``claimed`` with its ``run.attempt_created`` event; its number.
-
-    Runs inside the caller's write transaction, after the Run was moved to ``dispatching``.
-    """
-    number = connection.execute(
-        "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
-    ).fetchone()[0]
-    connection.execute(
-        "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
-        "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
-        (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
-    )
-    _event(connection, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
-           {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
-    return number
 
 
 def insert_run(

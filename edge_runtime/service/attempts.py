@@ -12,7 +12,8 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
    the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
    a command that cannot be started at all (not found) fails. A failed compensation is retried
-   every tick, never forgotten; the grant keeps its slot until then.
+   every tick, never forgotten, and for ``UNDO_AT_STOP_S`` more when the service stops (what is
+   still left is logged; the next service's orphan sweep ends it); the grant keeps its slot until then.
 3. ``record_running``: pid, pgid, start time and boot id stored *before* the Attempt is
    reported running. A retryable failure (the database busy, or away: a lost connection, a
    COMMIT whose outcome is unknown during a failover) keeps the process, our own child watched
@@ -88,6 +89,11 @@ START_BACKOFF_MS = (500, 30_000)
 ADOPTED_EXIT_GRACE_S = 1.0
 #: How soon a failed settlement (a requeue, an Attempt's end, a grant's completion) is retried.
 RETRY_INTERVAL_S = 1.0
+#: When the service stops, the undos of failed starts still pending are retried for this long, this
+#: often, before it exits: each is the Run's way back to the queue (a passing busy database
+#: usually clears within it), and the rest of a stop must stay short for procd's/systemd's timeout.
+UNDO_AT_STOP_S = 3.0
+UNDO_AT_STOP_INTERVAL_S = 0.1
 #: ``_start`` result: end this start pass (no capacity left, or starting is paused).
 _STOP = object()
 #: A process whose identity could not be recorded yet is killed once this share of its Run
@@ -268,6 +274,25 @@ class AttemptSupervisor:
             else:
                 self._journal.info("attempt.unstarted", run=grant.lease.run_id, attempt=attempt_id, status=status)
             del self._unstarted[attempt_id]
+
+    def undo_before_exit(self) -> list[str]:
+        """The service stops: retry the pending undos of failed starts until none is left or
+        ``UNDO_AT_STOP_S`` passed; the Attempts still pending (each one logged). Those keep their
+        grant, so the next service's orphan sweep ends them once it ran out: within one Run Lease."""
+        deadline = time.monotonic() + UNDO_AT_STOP_S
+        tries = 0
+        while self._unstarted:
+            if tries:
+                time.sleep(min(UNDO_AT_STOP_INTERVAL_S, max(0.0, deadline - time.monotonic())))
+            tries += 1
+            self.retry_unstarted()
+            if time.monotonic() >= deadline:
+                break
+        for attempt_id, (grant, reason, _) in self._unstarted.items():
+            self._journal.error(
+                "attempt.undo_left", run=grant.lease.run_id, attempt=attempt_id, detail=reason, tries=tries,
+                next_step="the next service's orphan sweep ends it once its Run Lease ran out")
+        return list(self._unstarted)
 
     def _spawn(
         self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,

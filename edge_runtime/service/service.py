@@ -210,6 +210,7 @@ class DeviceService:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
                 self._linger(loop, supervisor, lost)
+                supervisor.undo_before_exit()  # grant-fenced: works although the session was replaced
                 raise
             self._shutdown(loop, worker, supervisor, dispatcher)
             journal.info("service.stopped", running_left=len(supervisor.running))
@@ -435,6 +436,8 @@ class DeviceService:
     def _shutdown(
         self, loop: EventLoop, worker: WorkerSession, supervisor: AttemptSupervisor, dispatcher: CancellationDispatcher
     ) -> None:
+        # A start that made no process and whose undo failed: its Run's way back to the queue.
+        supervisor.undo_before_exit()
         # A process whose identity is not recorded could not be re-adopted by the next start: it
         # must not outlive this service. Killed, reaped and (database permitting) ended ``lost``.
         unrecorded = supervisor.kill_unrecorded(REASON_STOPPED_UNRECORDED)

@@ -61,6 +61,12 @@ class _SetUp:
         self._exec("INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms) "
                    "VALUES (?, ?, ?, ?, 'local_process', ?)", (attempt_id, run_id, attempt, status, CREATED_AT_MS))
 
+    def take_queued_run(self, run_id: str, *, actor_id: str) -> Any:
+        """A queued Run's next Attempt as ``claimed``, unfenced: what the separate steps of an
+        earlier version left (the runtime creates Attempts only in the fenced ``start_run``).
+        The AttemptRecord, or None when the Run is not startable."""
+        raise NotImplementedError
+
     def request_cancel(self, run_id: str, at_ms: int) -> None:
         self._exec("UPDATE runs SET cancel_requested_at_ms = ? WHERE id = ?", (at_ms, run_id))
 
@@ -124,6 +130,11 @@ class LocalBackend(_SetUp):
     def now(self) -> int:
         return self.clock.now_ms()
 
+    def take_queued_run(self, run_id: str, *, actor_id: str) -> Any:
+        from unfenced_attempts import take_queued_run
+
+        return take_queued_run(self.db, run_id, actor_id=actor_id)
+
     def advance(self, ms: int) -> int:
         return self.clock.advance(ms)
 
@@ -159,6 +170,9 @@ class PostgresBackend(_SetUp):
 
     def now(self) -> int:
         return self.owner.execute("SELECT ql3.now_ms()").fetchone()[0]
+
+    def take_queued_run(self, run_id: str, *, actor_id: str) -> Any:
+        return self.runs.create_attempt(run_id, actor_id=actor_id)  # the cluster adapter still has it
 
     def advance(self, ms: int) -> int:
         return self.owner.execute("UPDATE ql3_test.clock SET now_ms = now_ms + %s RETURNING now_ms", (ms,)).fetchone()[0]

@@ -161,7 +161,7 @@ def test_a_claimed_attempt_of_a_replaced_session_is_requeued_at_once(
 ) -> None:
     old = session(backend)
     run_id = submit(runs)
-    attempt = runs.create_attempt(run_id, actor_id="old")  # the separate ADR-0057 steps
+    attempt = backend.take_queued_run(run_id, actor_id="old")  # the separate ADR-0057 steps
     old.claim(run_id, attempt.id)
     new = session(backend)
     assert new.sweep_orphans(RUN_LEASE_MS) == [(attempt.id, runs.get(run_id).status)]
@@ -177,7 +177,7 @@ def test_a_claimed_attempt_without_a_lease_is_requeued_after_one_run_lease(
 ) -> None:
     worker = session(backend)
     run_id = submit(runs)
-    attempt = runs.create_attempt(run_id, actor_id="gone")
+    attempt = backend.take_queued_run(run_id, actor_id="gone")
     assert worker.sweep_orphans(RUN_LEASE_MS) == []  # its creator may be claiming it right now
     backend.advance(RUN_LEASE_MS)
     worker.heartbeat(2)
@@ -217,7 +217,7 @@ def test_orphans_of_a_dead_worker_are_found_by_another_worker(
 ) -> None:
     dead = session(backend, worker_id="dead")
     run_id = submit(runs)
-    attempt = runs.create_attempt(run_id, actor_id="dead")
+    attempt = backend.take_queued_run(run_id, actor_id="dead")
     dead.claim(run_id, attempt.id)
     backend.advance(RUN_LEASE_MS)
     other = session(backend, worker_id="alive")
@@ -228,7 +228,7 @@ def test_orphans_of_a_dead_worker_are_found_by_another_worker(
 def test_a_fenced_out_session_sweeps_nothing(backend: Any, runs: Any) -> None:
     old = session(backend)
     run_id = submit(runs)
-    attempt = runs.create_attempt(run_id, actor_id="x")
+    attempt = backend.take_queued_run(run_id, actor_id="x")
     old.claim(run_id, attempt.id)
     session(backend)
     before = backend.snapshot()

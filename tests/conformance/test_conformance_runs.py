@@ -31,7 +31,7 @@ def runs(backend: Any) -> Any:
 
 def _start(backend: Any, runs: Any, run_id: str) -> str:
     """Create an Attempt and move it through the start barrier (owned by the lease authority)."""
-    attempt = runs.create_attempt(run_id, actor_id="w1")
+    attempt = backend.take_queued_run(run_id, actor_id="w1")
     backend.set_attempt_status(attempt.id, "starting")
     runs.record_running(attempt.id, IDENTITY, log_path="/tmp/a.log", actor_id="w1")
     return attempt.id
@@ -53,15 +53,6 @@ def test_submit_stores_a_queued_runtime_run_with_one_event(backend, runs) -> Non
     assert "hi" not in msgspec.json.encode(events).decode()
 
 
-def test_create_attempt_takes_a_queued_run_once(backend, runs) -> None:
-    run = runs.submit(SubmitRunCommand(argv=["true"]))
-    attempt = runs.create_attempt(run.id, actor_id="w1")
-    assert (attempt.status, attempt.attempt, attempt.run_id) == (AttemptStatus.CLAIMED, 1, run.id)
-    assert runs.get(run.id).status is RunStatus.DISPATCHING
-    assert runs.create_attempt(run.id, actor_id="w2") is None
-    assert runs.queued_run_ids(10) == []
-
-
 def test_cancel_of_a_queued_run_ends_it_at_once_and_is_refused_afterwards(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
     backend.advance(5)
@@ -69,7 +60,6 @@ def test_cancel_of_a_queued_run_ends_it_at_once_and_is_refused_afterwards(backen
     assert cancelled.status is RunStatus.CANCELLED
     assert cancelled.cancel_requested_at_ms == backend.now()
     assert _types(runs, run.id) == ["run.created", "run.cancel_requested", "run.cancelled"]
-    assert runs.create_attempt(run.id, actor_id="w1") is None
     with pytest.raises(RunStateConflictError, match="already ended as cancelled"):
         runs.request_cancel(CancelRunCommand(run_id=run.id))
 
@@ -101,7 +91,7 @@ def test_unknown_and_malformed_run_ids(backend, runs) -> None:
 
 def test_record_running_needs_the_start_barrier_and_stores_the_identity(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
-    attempt = runs.create_attempt(run.id, actor_id="w1")
+    attempt = backend.take_queued_run(run.id, actor_id="w1")
     with pytest.raises(RunStateConflictError, match="not starting"):
         runs.record_running(attempt.id, IDENTITY, log_path="/tmp/a.log", actor_id="w1")
     assert runs.get_attempt(attempt.id).identity is None
@@ -151,13 +141,13 @@ def test_kill_deadline_is_durable_first_one_stands_and_kill_is_recorded_once(bac
 
 def test_requeue_unstarted_puts_the_run_back_in_the_queue(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
-    attempt = runs.create_attempt(run.id, actor_id="w1")
+    attempt = backend.take_queued_run(run.id, actor_id="w1")
     lost = runs.requeue_unstarted(attempt.id, actor_id="w1", reason="no free slot")
     assert (lost.status, lost.end_reason) == (AttemptStatus.LOST, "no free slot")
     assert runs.get(run.id).status is RunStatus.QUEUED
     assert runs.queued_run_ids(5) == [run.id]
     assert _types(runs, run.id)[-1] == "run.requeued"
-    second = runs.create_attempt(run.id, actor_id="w1")
+    second = backend.take_queued_run(run.id, actor_id="w1")
     assert second.attempt == 2
     with pytest.raises(RunStateConflictError):
         runs.requeue_unstarted(attempt.id, actor_id="w1", reason="again")
@@ -165,7 +155,7 @@ def test_requeue_unstarted_puts_the_run_back_in_the_queue(backend, runs) -> None
 
 def test_requeue_unstarted_of_a_cancel_requested_run_cancels_it(backend, runs) -> None:
     run = runs.submit(SubmitRunCommand(argv=["true"]))
-    attempt = runs.create_attempt(run.id, actor_id="w1")
+    attempt = backend.take_queued_run(run.id, actor_id="w1")
     backend.request_cancel(run.id, 1)
     ended = runs.requeue_unstarted(attempt.id, actor_id="w1", reason="no free slot")
     assert (ended.status, ended.end_reason) == (AttemptStatus.CANCELLED, "cancelled before the process was started")

@@ -14,6 +14,11 @@ appends a line to the file, counting the hits). Only the WAL: its writes and syn
 a commit, so their errors are the commit's own (apsw re-raises a Python VFS exception even where
 SQLite ignores the error, as it does for an automatic checkpoint of the main file).
 
+When ``$FAULT_UNDO_FAIL_FILE`` is set, the first spawn fails for lack of descriptors (EMFILE: no
+process, so the start must be undone), and while that file exists every undo of a failed start
+(``WorkerSession.abandon_start``) fails as a busy database would: the test removes the file to
+end the failure.
+
 The service generates its lease tokens in memory and never shows them; this launcher lets the
 campaign know every raw token so it can prove none reached the database, the WAL or a log. The
 token log lives outside the runtime's directory and is excluded from the scan.
@@ -131,6 +136,36 @@ def _install_kill_points() -> None:
 
 if os.environ.get("FAULT_KILL_AT"):
     _install_kill_points()
+
+
+def _install_undo_failures() -> None:
+    import errno
+
+    from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
+    from edge_runtime.service import attempts
+    from edge_runtime.service.errors import SpawnError
+    from edge_runtime.service.worker import WorkerSession
+
+    spawn, abandon = attempts.spawn, WorkerSession.abandon_start
+    spawned = []
+
+    def spawn_failing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not spawned:
+            spawned.append(True)
+            raise SpawnError("cannot start '/bin/sh': Too many open files (injected)", os_errno=errno.EMFILE)
+        return spawn(*args, **kwargs)
+
+    def abandon_failing(self, grant, reason):  # type: ignore[no-untyped-def]
+        if os.path.exists(os.environ["FAULT_UNDO_FAIL_FILE"]):
+            raise WorkerLeaseRepositoryError("database is locked (injected)", retryable=True)
+        return abandon(self, grant, reason)
+
+    attempts.spawn = spawn_failing_once  # type: ignore[assignment]
+    WorkerSession.abandon_start = abandon_failing  # type: ignore[method-assign]
+
+
+if os.environ.get("FAULT_UNDO_FAIL_FILE"):
+    _install_undo_failures()
 
 if __name__ == "__main__":
     from edge_runtime.cli import main

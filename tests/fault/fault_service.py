@@ -21,6 +21,8 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.process_identity import group_members
 from edge_runtime.local.wake import poke
+from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
+from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED
 from fault_workloads import stored_problems
 
 HERE = Path(__file__).resolve().parent
@@ -172,20 +174,34 @@ class ServiceCampaign:
             events = {row[0] for row in db.connection.execute("SELECT id FROM run_events")}
             cancels = {row[0] for row in db.connection.execute(
                 "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL")}
-            past_barrier = Counter(row[0] for row in db.connection.execute(
-                "SELECT run_id FROM run_attempts WHERE status <> 'claimed'"))
-            # Issue 9: a Run fails only if a process may have started (an Attempt crossed the
-            # start barrier), and no session ever holds more grants than its capacity.
+            # Issue 9: a Run fails only if a process may have started: one was recorded (pid), or
+            # the service died or stopped between the start barrier and recording one. (Every
+            # Attempt crosses the barrier in the start transaction, so "it has a started lease"
+            # would hold for any Run that ever had an Attempt: no check at all.)
             never_started = [row[0] for row in db.connection.execute(
-                "SELECT r.id FROM runs r WHERE r.status = 'failed' AND NOT EXISTS (SELECT 1 FROM "
-                "run_dispatch_leases l WHERE l.run_id = r.id AND l.started_at_ms IS NOT NULL)")]
+                "SELECT r.id FROM runs r WHERE r.status = 'failed' AND NOT EXISTS (SELECT 1 FROM run_attempts a "
+                "WHERE a.run_id = r.id AND (a.pid IS NOT NULL OR a.end_reason IN (?, ?) "
+                "OR a.end_reason LIKE 'the process identity could not be recorded%' "
+                "OR a.end_reason LIKE 'process % could not be identified after its start%'))",
+                (REASON_ORPHAN_STARTING, REASON_STOPPED_UNRECORDED))]
+            # No churn: a Run goes back to the queue only for a start that certainly made no
+            # process (a claimed orphan, a spawn that failed), never for a refusal or a fence.
+            churn = db.connection.execute(
+                "SELECT run_id, json_extract(payload, '$.reason') FROM run_events WHERE type = 'run.requeued' "
+                "AND json_extract(payload, '$.reason') <> ? "
+                "AND json_extract(payload, '$.reason') NOT LIKE 'the process was not started:%' "
+                "AND json_extract(payload, '$.reason') NOT LIKE 'cannot start %'",
+                (REASON_ORPHAN_UNSTARTED,)).fetchall()
+            succeeded = [row[0] for row in db.connection.execute("SELECT id FROM runs WHERE status = 'succeeded'")]
             over = db.connection.execute(
                 "SELECT worker_id, session_generation, count(*) FROM run_dispatch_leases WHERE status = 'leased' "
                 "GROUP BY worker_id, session_generation HAVING count(*) > ?", (SLOTS,)).fetchall()
-        problems += [f"run {self.labels.get(run_id, run_id)} failed but never crossed the start barrier"
+        problems += [f"run {self.labels.get(run_id, run_id)} failed though no process may have started"
                      for run_id in never_started]
         problems += [f"session {worker}#{generation} holds {count} grants, above its {SLOTS} slots"
                      for worker, generation, count in over]
+        problems += [f"run {self.labels.get(run_id, run_id)} was requeued for no failed start: {reason}"
+                     for run_id, reason in churn]
         missing = len(self.seen_events - events) + len(self.acked_cancels - cancels)
         if missing:
             self.lost += missing
@@ -193,13 +209,16 @@ class ServiceCampaign:
         self.seen_events |= events
         starts = [line.split() for line in lines(self.starts)]
         by_label = {label: run_id for run_id, label in self.labels.items()}
-        for attempt_id, count in Counter(fields[1] for fields in starts).items():
-            if count > 1:
-                problems.append(f"attempt {attempt_id} ran {count} times")
+        # A command never runs twice: at most one start per Run, whatever its Attempts (a start
+        # per Attempt would allow a Run requeued after its process began to run again).
         for label, count in Counter(fields[0] for fields in starts).items():
-            attempts = past_barrier[by_label.get(label, "")]
-            if count > attempts:
-                problems.append(f"{label} started {count} processes for {attempts} attempts past the start barrier")
+            if count > 1:
+                run_id = by_label.get(label, "")
+                problems.append(f"{label} ran {count} times (attempts {sorted(f[1] for f in starts if f[0] == label)}, "
+                                f"run {run_id})")
+        started_labels = {fields[0] for fields in starts}
+        problems += [f"run {self.labels[run_id]} succeeded but its command never started" for run_id in succeeded
+                     if run_id in self.labels and self.labels[run_id] not in started_labels]
         self.violations += [f"{when}: {problem}" for problem in problems]
 
     def drain(self, stall_s: float = 15.0) -> None:
@@ -253,14 +272,6 @@ class ServiceCampaign:
                 alive = [stat.pid for stat in group_members(identity.pgid, session=identity.pgid)]
                 if alive:
                     self.violations.append(f"process group {identity.pgid} alive after its kill deadline: {alive}")
-        with open_database(self.db_path, create=False) as db:
-            # A queued Run must wait for capacity, never fail because the lease authority saw a
-            # stale slot count (the reason text is the service's; see service.py _tick).
-            refused = db.connection.execute(
-                "SELECT count(*) FROM run_attempts WHERE end_reason LIKE 'no run lease could be taken%'"
-            ).fetchone()[0]
-        if refused:
-            self.violations.append(f"{refused} Attempts failed because a Run Lease was refused for capacity")
         for run_id, status, dispatch in self._unsettled():
             self.violations.append(f"cancel of run {self.labels[run_id]} never ended: run {status}, dispatch {dispatch}")
         process.send_signal(signal.SIGTERM)

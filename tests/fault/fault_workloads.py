@@ -42,6 +42,7 @@ from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS,
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
+from unfenced_attempts import take_queued_run
 from vfs_shim import RecordingVFS
 
 T0_MS = 1_700_000_000_000
@@ -213,7 +214,7 @@ def runs_workload(ctx: WorkloadContext) -> None:
                 if ctx.rng.random() < 0.3:
                     runs.request_cancel(CancelRunCommand(run_id=run_id, reason="user"))
                 else:
-                    attempt = runs.create_attempt(run_id, actor_id="service")
+                    attempt = take_queued_run(ctx.db, run_id, actor_id="service")
                     if attempt is not None:
                         claimed.append((run_id, attempt.id))
             elif choice < 0.6 and claimed:
@@ -285,7 +286,7 @@ def _lease_cycle(ctx: WorkloadContext, runs: LocalRunRepository, worker: WorkerS
             ctx.clock.advance(ctx.rng.randint(0, 1_000))
 
     run = step(lambda: runs.submit(SubmitRunCommand(argv=["/bin/true"])))
-    attempt = run and step(lambda: runs.create_attempt(run.id, actor_id=worker.owner))
+    attempt = run and step(lambda: take_queued_run(ctx.db, run.id, actor_id=worker.owner))
     grant = attempt and step(lambda: worker.claim(run.id, attempt.id))
     if grant is None:
         return

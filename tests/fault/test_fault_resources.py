@@ -34,6 +34,7 @@ from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import DatabaseUnusableError, LocalStorageError, MigrationError
 from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
+from unfenced_attempts import take_queued_run
 from fault_workloads import DB_NAME, T0_MS, Recording, check_cut, dump
 from vfs_shim import Fault, RecordingVFS
 
@@ -80,7 +81,7 @@ class _Harness:
     def cancel_requested_run(self) -> tuple[str, str, int]:
         run = self.runs.submit(SubmitRunCommand(argv=["/bin/true"]))
         self.ack()
-        attempt = self.runs.create_attempt(run.id, actor_id="service")
+        attempt = take_queued_run(self.db, run.id, actor_id="service")
         self.ack()
         run = self.runs.request_cancel(CancelRunCommand(run_id=run.id))
         self.ack()

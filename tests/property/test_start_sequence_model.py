@@ -72,6 +72,9 @@ class StartSequenceMachine(RuleBasedStateMachine):
         #: attempt id -> [service index, generation, run id, phase ("started" | "running"), expires, grant]
         self.grants: dict[str, list[Any]] = {}
         self.barrier_crossed: set[str] = set()
+        #: Starts whose undo failed: the service retries them (every tick, and at its stop), and
+        #: never spawns them.
+        self.undo_pending: set[str] = set()
 
     def teardown(self) -> None:
         WriteTransaction.__exit__ = _CommitFaults.original  # type: ignore[method-assign]
@@ -98,6 +101,7 @@ class StartSequenceMachine(RuleBasedStateMachine):
 
     def _drop(self, attempt_id: str) -> None:
         self.grants.pop(attempt_id, None)
+        self.undo_pending.discard(attempt_id)
 
     # ----------------------------------------------------------------- rules
 
@@ -147,7 +151,7 @@ class StartSequenceMachine(RuleBasedStateMachine):
         self.barrier_crossed.add(run_id)
 
     def _grant(self, data: st.DataObject, phase: str) -> tuple[str, list[Any]] | None:
-        choices = [a for a, g in self.grants.items() if g[3] == phase]  # insertion order: uuids differ per run
+        choices = [a for a, g in self.grants.items() if g[3] == phase and a not in self.undo_pending]  # insertion order: uuids differ per run
         if not choices:
             return None
         attempt_id = data.draw(st.sampled_from(choices))
@@ -166,11 +170,30 @@ class StartSequenceMachine(RuleBasedStateMachine):
         except EdgeRuntimeError:
             assert fault is not None
             event("abandon_start: failed, kept for a retry")
+            self.undo_pending.add(attempt_id)
             return  # the service keeps it and retries
+        self._undone(attempt_id, run_id, status)
+
+    def _undone(self, attempt_id: str, run_id: str, status: Any) -> None:
         self.status[run_id] = "cancelled" if run_id in self.cancel else "queued"
         event("abandon_start: requeued")
         assert status.value == self.status[run_id]
         self._drop(attempt_id)
+
+    @precondition(lambda self: self.undo_pending)
+    @rule(data=st.data(), fault=FAULTS)
+    def retry_undo(self, data: st.DataObject, fault: type[BaseException] | None) -> None:
+        """The service's retry of a failed undo (a later tick, or its stop): grant-fenced, so it
+        works after a takeover; refused only once the orphan sweep settled the Attempt."""
+        attempt_id = data.draw(st.sampled_from(sorted(self.undo_pending)))
+        index, _, run_id, _, _, grant = self.grants[attempt_id]
+        self._faulty(fault)
+        try:
+            status = self.services[index].abandon_start(grant, "no descriptors")
+        except EdgeRuntimeError:
+            assert fault is not None
+            return
+        self._undone(attempt_id, run_id, status)
 
     @rule(data=st.data(), fault=FAULTS)
     def spawn_succeeds(self, data: st.DataObject, fault: type[BaseException] | None) -> None:
@@ -279,7 +302,9 @@ class StartSequenceMachine(RuleBasedStateMachine):
 
 
 StartSequenceMachine.TestCase.settings = settings(
-    max_examples=150, stateful_step_count=50, deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    # No deadline and no speed health checks: a shared, loaded machine makes any one step slow.
+    max_examples=150, stateful_step_count=50, deadline=None, database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large,
+                           HealthCheck.large_base_example],
 )
 test_start_sequence_model = StartSequenceMachine.TestCase

@@ -77,3 +77,44 @@ def test_a_failed_abandon_changes_nothing_and_can_be_retried(
         worker.abandon_start(grant, "x")
     assert state(db) == before
     assert worker.abandon_start(grant, "x").value == "queued"
+
+
+def _functions_containing(predicate: Any) -> set[str]:
+    """``module:Class.function`` of every function in edge_runtime/ whose own body (not a nested
+    function's) has a node for which ``predicate`` holds."""
+    import ast
+    from pathlib import Path
+
+    import edge_runtime
+
+    root = Path(edge_runtime.__file__).parent
+    found = set()
+    for path in sorted(root.rglob("*.py")):
+        module = path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+
+        def visit(node: ast.AST, scope: str) -> None:
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    visit(child, f"{scope}.{child.name}" if scope else child.name)
+                    continue
+                if predicate(child):
+                    found.add(f"{module}:{scope}")
+                visit(child, scope)
+
+        visit(ast.parse(path.read_text()), "")
+    return found
+
+
+def test_only_the_fenced_start_creates_an_attempt() -> None:
+    """Issue 9, "taking work is fenced": no public operation of the runtime creates an Attempt
+    but ``start_run``, which checks the caller's session (generation and version) in the same
+    transaction (a fenced-out caller writes nothing: tests/conformance/test_conformance_run_start.py)."""
+    import ast
+
+    inserts = _functions_containing(
+        lambda n: isinstance(n, ast.Constant) and isinstance(n.value, str) and "INSERT INTO run_attempts" in n.value)
+    assert inserts == {"local.run_start:_insert_attempt"}
+    callers = _functions_containing(
+        lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_insert_attempt")
+    assert callers == {"local.run_start:RunStarts.start_run"}
+    assert not hasattr(LocalRunRepository, "create_attempt")

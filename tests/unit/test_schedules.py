@@ -27,6 +27,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.scheduler import Scheduler
+from unfenced_attempts import take_queued_run
 from dispatcher_support import IDENTITY, FakeController, make_dispatcher, start_attempt
 
 MINUTE = 60_000
@@ -219,7 +220,7 @@ def test_submit_timeout_is_validated_and_stored(db: LocalDatabase) -> None:
 def test_a_run_past_its_timeout_is_cancelled_with_reason_timeout(db: LocalDatabase, clock: ManualClock) -> None:
     runs = LocalRunRepository(db)
     run = runs.submit(SubmitRunCommand(argv=["sleep", "60"], timeout_ms=5_000))
-    attempt = runs.create_attempt(run.id, actor_id="t")
+    attempt = take_queued_run(db, run.id, actor_id="t")
     with db.write() as now:
         db.connection.execute("UPDATE run_attempts SET status = 'running', started_at_ms = ? WHERE id = ?",
                               (now, attempt.id))

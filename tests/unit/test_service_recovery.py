@@ -27,6 +27,7 @@ from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHA
 from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, REASON_START_UNCONFIRMED, recover
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
+from unfenced_attempts import take_queued_run
 
 RUN_LEASE_MS = 60_000
 
@@ -46,7 +47,7 @@ class Setup:
 
     def attempt(self, *, until: str, identity: ProcessIdentity | None = None) -> str:
         run = self.runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
-        attempt = self.runs.create_attempt(run.id, actor_id="old")
+        attempt = take_queued_run(self.db, run.id, actor_id="old")
         if until == "unleased":
             return attempt.id
         grant = self.old.claim(run.id, attempt.id)

@@ -1,0 +1,32 @@
+"""Arrange an Attempt the way no current service can: created outside the fenced start.
+
+The runtime creates an Attempt only inside ``start_run`` (issue 9: taking work is fenced by the
+worker session, in the same transaction). Tests of what the orphan sweep, recovery, the dispatcher
+or a power cut do with a ``claimed`` Attempt (left by the separate steps of an earlier version,
+or by another tool) seed one here, with the rows and event ``start_run`` would write.
+"""
+
+from __future__ import annotations
+
+from edge_runtime.contract.ids import new_id
+from edge_runtime.contract.runs import AttemptRecord
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.run_start import _insert_attempt
+from edge_runtime.local.runs import LocalRunRepository
+
+
+def take_queued_run(db: LocalDatabase, run_id: str, *, actor_id: str) -> AttemptRecord | None:
+    """Move a queued, runtime-owned Run without a cancel request to ``dispatching`` and give it
+    its next Attempt as ``claimed``, unfenced; None when the Run is not such a Run."""
+    with db.write() as now:
+        connection = db.connection
+        connection.execute(
+            "UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued' "
+            "AND cancel_requested_at_ms IS NULL AND execution_owner = 'runtime'",
+            (run_id,),
+        )
+        if connection.changes() != 1:
+            return None
+        attempt_id = new_id()
+        _insert_attempt(connection, run_id, attempt_id, now=now, actor_id=actor_id)
+    return LocalRunRepository(db).get_attempt(attempt_id)
