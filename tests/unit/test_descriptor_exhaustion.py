@@ -151,8 +151,7 @@ class _Adopted:
                             run_lease_ms=60_000)
         old.register()
         run = self.runs.submit(SubmitRunCommand(argv=["sh", "-c", script]))
-        attempt = self.runs.create_attempt(run.id, actor_id="old")
-        old.begin_start(old.claim(run.id, attempt.id))
+        attempt = self.runs.get_attempt(old.start(run.id).lease.attempt_id)  # the fenced start
         self.log_path, fifo_path = log_paths(tmp_path / "logs", attempt.id)
         create_fifo(fifo_path)
         self.identity = spawn(["sh", "-c", script], output_fd=open_child_output(fifo_path), env=dict(os.environ),
