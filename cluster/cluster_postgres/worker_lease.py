@@ -46,7 +46,8 @@ from edge_runtime.contract.run_lease import (
     dedupe_key_for,
     lease_record_problem,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStatus
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
@@ -75,7 +76,7 @@ from edge_runtime.contract.worker_session import (
 )
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
-from cluster_postgres.runs import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
+from cluster_postgres.runs import RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
 
 
 _UNSET = msgspec.UNSET
@@ -115,10 +116,12 @@ _UPDATE_LEASE = (
 )
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM ql3.run_dispatch_leases "
-    "WHERE worker_id = %s AND session_generation = %s AND status = 'leased' AND attempt_id <> %s"
+    f"WHERE worker_id = %s AND session_generation = %s AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> %s"
 )
 _SELECT_ACTIVE = (
-    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s AND status = 'leased' "
+    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s "
+    f"AND status = {sql_literal(LeaseStatus.LEASED)} "
     "ORDER BY session_generation, attempt_id"
 )
 _LOCK_RUN = (
@@ -143,12 +146,12 @@ _NO_PROJECTION = (None,) * 8
 _ORPHAN_CANDIDATES = f"""
 SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
        coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
-                AND s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false), t.now
+                AND s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > t.now, false), t.now
 FROM ql3.run_attempts a
 CROSS JOIN (SELECT ql3.now_ms() AS now) t
 LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
 LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> {sql_literal(AttemptStatus.RUNNING)} AND a.pid IS NULL
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms, a.id"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = %s"
@@ -163,9 +166,9 @@ JOIN ql3.runs r ON r.id = a.run_id
 JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
 CROSS JOIN (SELECT ql3.now_ms() AS now) t
 LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status = 'running' AND l.status = 'leased' AND l.expires_at_ms <= t.now
-  AND r.cancel_requested_at_ms IS NULL
-  AND NOT coalesce(s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false)
+WHERE a.status = {sql_literal(AttemptStatus.RUNNING)} AND l.status = {sql_literal(LeaseStatus.LEASED)}
+  AND l.expires_at_ms <= t.now AND r.cancel_requested_at_ms IS NULL
+  AND NOT coalesce(s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > t.now, false)
 """
 _ALL_DEAD_WORKER_ATTEMPTS = _DEAD_WORKER_ATTEMPTS + "ORDER BY a.created_at_ms, a.id"
 _ONE_DEAD_WORKER_ATTEMPT = _DEAD_WORKER_ATTEMPTS + "AND a.id = %s"
@@ -556,7 +559,7 @@ class PostgresWorkerLeaseRepository:
                 return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
                                          available_slots=session.available_slots)
             run = self._run_version(run_row)
-            cur.execute("UPDATE ql3.runs SET status = 'dispatching' WHERE id = %s", (cmd.run_id,))
+            cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, cmd.run_id))
             insert_attempt(cur, run, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,

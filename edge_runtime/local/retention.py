@@ -31,7 +31,9 @@ from pathlib import Path
 import apsw
 import msgspec
 
-from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES
+from edge_runtime.contract.run_lease import LeaseStatus
+from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, OPEN_DISPATCH_SQL, sql_in, sql_literal
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, ensure_incremental_vacuum
 from edge_runtime.local.errors import LocalStorageError
 
@@ -49,14 +51,14 @@ WAL_TRUNCATE_WAIT_MS = 100
 LOG_MIN_AGE_MS = 5 * 60_000
 
 _DAY_MS = 86_400_000
-_ACTIVE_ATTEMPT = "('claimed', 'starting', 'running')"
-_FINISHED = "status IN (" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_RUN_STATUSES)) + ") AND finished_at_ms IS NOT NULL"
+_FINISHED = f"status IN {sql_in(RunStatus, TERMINAL_RUN_STATUSES)} AND finished_at_ms IS NOT NULL"
 # A finished Run whose cancellation dispatch or Run Lease is still live is kept until they settle.
 _SETTLED = (
-    f"NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = runs.id AND a.status IN {_ACTIVE_ATTEMPT})"
+    f"NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = runs.id AND a.status IN {ACTIVE_ATTEMPT_SQL})"
     " AND NOT EXISTS (SELECT 1 FROM run_cancellation_dispatches d WHERE d.run_id = runs.id"
-    " AND d.status IN ('pending', 'leased', 'retry_wait'))"
-    " AND NOT EXISTS (SELECT 1 FROM run_dispatch_leases l WHERE l.run_id = runs.id AND l.status = 'leased')"
+    f" AND d.status IN {OPEN_DISPATCH_SQL})"
+    " AND NOT EXISTS (SELECT 1 FROM run_dispatch_leases l WHERE l.run_id = runs.id"
+    f" AND l.status = {sql_literal(LeaseStatus.LEASED)})"
 )
 
 
@@ -205,7 +207,7 @@ class LocalRetention:
             known = {os.path.basename(p) for (p,) in connection.execute(
                 "SELECT log_path FROM run_attempts WHERE log_path IS NOT NULL")}
             active = {os.path.basename(p) for (p,) in connection.execute(
-                f"SELECT log_path FROM run_attempts WHERE status IN {_ACTIVE_ATTEMPT} AND log_path IS NOT NULL")}
+                f"SELECT log_path FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} AND log_path IS NOT NULL")}
         young_after_ns = time.time_ns() - LOG_MIN_AGE_MS * 1_000_000  # file times are wall-clock times
         logs = []
         with os.scandir(fd) as entries:

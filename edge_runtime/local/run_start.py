@@ -45,13 +45,14 @@ from edge_runtime.contract.run_lease import (
     StartRunOutcome,
 )
 from edge_runtime.contract.ids import new_id
-from edge_runtime.contract.runs import RunStatus
+from edge_runtime.contract.runs import AttemptStatus, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_lease import lease_event, lease_mismatch, run_problem
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, read_run_fence, run_from_row
+from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted, insert_attempt
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -72,11 +73,11 @@ _replace = msgspec.structs.replace
 _ORPHAN_CANDIDATES = f"""
 SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
        coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
-                AND s.status <> 'offline' AND s.lease_expires_at_ms > ?1, 0)
+                AND s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > ?1, 0)
 FROM run_attempts a
 LEFT JOIN run_dispatch_leases l ON l.attempt_id = a.id
 LEFT JOIN worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> {sql_literal(AttemptStatus.RUNNING)} AND a.pid IS NULL
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = ?2"
@@ -94,7 +95,7 @@ def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
     if lease_status != LeaseStatus.LEASED.value:
         return True
     expired = expires_at_ms <= now
-    if status == "claimed":
+    if status == AttemptStatus.CLAIMED:
         return expired or not owner_live
     # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
     return expired and not owner_live
@@ -143,8 +144,8 @@ class RunStarts:
             if active >= session.max_concurrent_runs or active >= session.available_slots:
                 return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
                                          available_slots=session.available_slots)
-            connection.execute("UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued'",
-                               (cmd.run_id,))
+            connection.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
+                               (RunStatus.DISPATCHING.value, cmd.run_id, RunStatus.QUEUED.value))
             insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,

@@ -42,6 +42,14 @@ from edge_runtime.contract.runs import (
     SubmitRunCommand,
     run_ended_event,
 )
+from edge_runtime.contract.cancellation_dispatch import DispatchStatus
+from edge_runtime.contract.sql_vocabulary import (
+    ACTIVE_ATTEMPT_SQL,
+    ACTIVE_RUN_SQL,
+    WAITING_DISPATCH_SQL,
+    sql_in,
+    sql_literal,
+)
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.ids import new_id
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
@@ -50,8 +58,6 @@ from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event, list_run_events
 from edge_runtime.local.run_lease import complete_with_attempt_end
 from edge_runtime.local.run_rows import (
-    ACTIVE_ATTEMPT_SQL,
-    ACTIVE_RUN_SQL,
     ATTEMPT_COLUMNS,
     RUN_COLUMNS,
     attempt_from_row,
@@ -216,8 +222,9 @@ class LocalRunRepository:
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
             connection.execute(
-                "UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued' "
-                "AND cancel_requested_at_ms IS NULL AND execution_owner = 'runtime'",
+                f"UPDATE runs SET status = {sql_literal(RunStatus.DISPATCHING)} WHERE id = ? "
+                f"AND status = {sql_literal(RunStatus.QUEUED)} AND cancel_requested_at_ms IS NULL "
+                "AND execution_owner = 'runtime'",
                 (run_id,),
             )
             if connection.changes() != 1:
@@ -272,12 +279,14 @@ class LocalRunRepository:
                 state = "missing" if attempt is None else attempt.status.value
                 raise RunStateConflictError(f"attempt {attempt_id} is {state}, not starting")
             connection.execute(
-                "UPDATE run_attempts SET status = 'running', pid = ?, pgid = ?, process_start_ticks = ?, boot_id = ?, "
-                "log_path = ?, started_at_ms = ?, updated_at_ms = ? WHERE id = ? AND status = 'starting'",
+                f"UPDATE run_attempts SET status = {sql_literal(AttemptStatus.RUNNING)}, pid = ?, pgid = ?, "
+                "process_start_ticks = ?, boot_id = ?, log_path = ?, started_at_ms = ?, updated_at_ms = ? "
+                f"WHERE id = ? AND status = {sql_literal(AttemptStatus.STARTING)}",
                 (identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
             )
             connection.execute(
-                "UPDATE runs SET status = 'running' WHERE id = ? AND status IN ('dispatching', 'queued')",
+                f"UPDATE runs SET status = {sql_literal(RunStatus.RUNNING)} WHERE id = ? "
+                f"AND status IN {sql_in(RunStatus, {RunStatus.QUEUED, RunStatus.DISPATCHING})}",
                 (attempt.run_id,),
             )
             _event(connection, attempt.run_id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}", actor_id,
@@ -381,7 +390,7 @@ class LocalRunRepository:
         """Oldest queued Runs without a cancel request, to start."""
         with run_repository_errors():
             rows = self._db.connection.execute(
-                "SELECT id FROM runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                f"SELECT id FROM runs WHERE status = {sql_literal(RunStatus.QUEUED)} AND cancel_requested_at_ms IS NULL "
                 "AND execution_owner = 'runtime' ORDER BY created_at_ms, rowid LIMIT ?",
                 (limit,),
             ).fetchall()
@@ -413,8 +422,9 @@ class LocalRunRepository:
                 WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
                   AND r.execution_owner = 'runtime'
                   AND (d.run_id IS NULL
-                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait') AND d.next_attempt_at_ms <= ?1)
-                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= ?1))
+                       OR (d.attempt_id = a.id AND d.status IN {WAITING_DISPATCH_SQL} AND d.next_attempt_at_ms <= ?1)
+                       OR (d.attempt_id = a.id AND d.status = {sql_literal(DispatchStatus.LEASED)}
+                           AND d.lease_expires_at_ms <= ?1))
                 ORDER BY r.cancel_requested_at_ms
                 LIMIT ?2
                 """,
@@ -450,11 +460,11 @@ class LocalRunRepository:
                 SELECT min(t) FROM (
                     SELECT min(d.next_attempt_at_ms) AS t FROM run_cancellation_dispatches d
                       JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status IN ('pending', 'retry_wait')
+                      WHERE d.status IN {WAITING_DISPATCH_SQL}
                     UNION ALL
                     SELECT min(d.lease_expires_at_ms) FROM run_cancellation_dispatches d
                       JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status = 'leased'
+                      WHERE d.status = {sql_literal(DispatchStatus.LEASED)}
                     UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
@@ -526,7 +536,7 @@ def end_unstarted(
         run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
-    connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
+    connection.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.QUEUED.value, run.id))
     _event(connection, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
@@ -558,8 +568,8 @@ def insert_attempt(connection: apsw.Connection, run_id: str, attempt_id: str, *,
     ).fetchone()[0]
     connection.execute(
         "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
-        "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
-        (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
     _event(connection, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
@@ -585,9 +595,9 @@ def insert_run(
     run_id = _new_id()
     connection.execute(
         "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', 'queued', 0, 0, ?, ?, ?, ?, "
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, "
         "?, ?, ?)",
-        (run_id, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

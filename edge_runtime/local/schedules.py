@@ -19,6 +19,7 @@ import msgspec
 
 from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     FireOutcome,
@@ -34,7 +35,6 @@ from edge_runtime.contract.schedules import (
 from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.local.runs import LocalRunRepository, insert_run
 
 _UNSET = msgspec.UNSET
@@ -214,9 +214,9 @@ class LocalScheduleRepository:
                     continue
                 run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
                 self._db.connection.execute(
-                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = 'started', last_run_id = ?, "
+                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = ?, last_run_id = ?, "
                     "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
-                    (run_id, now, schedule_id),
+                    (FireOutcome.STARTED.value, run_id, now, schedule_id),
                 )
         return to_cancel
 

@@ -25,6 +25,7 @@ from edge_runtime.contract.worker_lease import (
     capabilities_problem,
 )
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
+from edge_runtime.contract.sql_vocabulary import sql_literal
 from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
@@ -159,10 +160,12 @@ _lease_fields = operator.attrgetter(*_LEASE_NAMES[1:])
 # Served by the partial index run_dispatch_leases_active (worker_id, session_generation).
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM run_dispatch_leases "
-    "WHERE worker_id = ? AND session_generation = ? AND status = 'leased' AND attempt_id <> ?"
+    f"WHERE worker_id = ? AND session_generation = ? AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> ?"
 )
 _SELECT_ACTIVE = (
-    f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? AND status = 'leased' "
+    f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? "
+    f"AND status = {sql_literal(LeaseStatus.LEASED)} "
     "ORDER BY session_generation, attempt_id"
 )
 
