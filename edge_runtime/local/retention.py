@@ -28,14 +28,13 @@ import stat
 import time
 from pathlib import Path
 
-import apsw
 import msgspec
 
 from edge_runtime.contract.run_lease import LeaseStatus
 from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES, RunStatus
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, OPEN_DISPATCH_SQL, sql_in, sql_literal
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, ensure_incremental_vacuum
-from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.errors import LocalStorageError, StorageErrors
 
 #: Runs deleted per transaction: a few hundred rows, a few ms of write lock.
 BATCH_RUNS = 16
@@ -76,6 +75,11 @@ class RetentionError(LocalStorageError):
     code = "LOCAL_RETENTION_FAILED"
 
 
+#: Database failures (and a bad clock value) become :class:`RetentionError`, retryable when the
+#: database was busy: the one mapper of every Local repository.
+retention_errors = StorageErrors(RetentionError)
+
+
 class RetentionPlan(msgspec.Struct, frozen=True):
     """What retention would remove next (``check``)."""
 
@@ -108,11 +112,12 @@ class LocalRetention:
 
     def prune_step(self) -> bool:
         try:
-            deleted_logs = self._delete_batch()
-        except (apsw.BusyError, apsw.LockedError):
-            return True  # another writer holds the lock: try again at the next idle moment
-        except apsw.Error as exc:
-            raise RetentionError(f"retention step failed: {exc}") from exc
+            with retention_errors():
+                deleted_logs = self._delete_batch()
+        except RetentionError as exc:
+            if exc.retryable:
+                return True  # another writer holds the lock: try again at the next idle moment
+            raise
         if deleted_logs is not None:
             self._sweep_due = True
             try:
@@ -122,21 +127,21 @@ class LocalRetention:
             return True
         if self._sweep_due:  # once after each round of deletions (and at start): logs, pages, WAL
             try:
-                self.sweep_logs()
-                if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
-                    return True
-                self._return_free_pages()
-            except (apsw.BusyError, apsw.LockedError):
-                return False  # another writer: the sweep stays due and runs at the next check
-            except apsw.Error as exc:
-                raise RetentionError(f"retention sweep failed: {exc}") from exc
+                with retention_errors():
+                    self.sweep_logs()
+                    if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
+                        return True
+                    self._return_free_pages()
+            except RetentionError as exc:
+                if exc.retryable:
+                    return False  # another writer: the sweep stays due and runs at the next check
+                raise
             except OSError as exc:
                 raise RetentionError(f"retention sweep of the log directory failed: {exc.strerror or exc}") from exc
             self._sweep_due = False
-        try:  # at every idle check, pruned or not: readers that follow one another must not grow it
+        # At every idle check, pruned or not: readers that follow one another must not grow it.
+        with retention_errors():
             self._truncate_wal()
-        except apsw.Error as exc:
-            raise RetentionError(f"WAL checkpoint failed: {exc}") from exc
         return False
 
     # ------------------------------------------------------------------ Runs
