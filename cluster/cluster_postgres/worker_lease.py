@@ -183,7 +183,7 @@ def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
     if lease_status != LeaseStatus.LEASED.value:
         return True
     expired = expires_at_ms <= now
-    if status == "claimed":
+    if status == AttemptStatus.CLAIMED:
         return expired or not owner_live
     # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
     return expired and not owner_live
@@ -409,7 +409,7 @@ class PostgresWorkerLeaseRepository:
                 return NotClaimableOutcome(reason=reason)
             if attempt is None or attempt[0] != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt[1] != "claimed":
+            if attempt[1] != AttemptStatus.CLAIMED:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
             if existing is not None:
                 if existing.status is LeaseStatus.COMPLETED:
@@ -494,7 +494,7 @@ class PostgresWorkerLeaseRepository:
             self._require_claimed(attempt, current, "started")
             lease = _replace(current, version=_bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
             self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now, set_status="starting")
+            self._move_projection(attempt, current, lease, now, set_status=AttemptStatus.STARTING)
             event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -568,12 +568,12 @@ class PostgresWorkerLeaseRepository:
                 acquired_at_ms=now, updated_at_ms=now,
             )
             self._store_lease(claimed, None)
-            self._move_projection((cmd.run_id, "claimed", *_NO_PROJECTION), None, claimed, now)
+            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_NO_PROJECTION), None, claimed, now)
             self._event(run, claimed, str(uuid.uuid4()), EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             self._store_lease(started, 1)
-            self._move_projection((cmd.run_id, "claimed", *_projection(claimed)), claimed, started, now,
-                                  set_status="starting")
+            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_projection(claimed)), claimed, started, now,
+                                  set_status=AttemptStatus.STARTING)
             event = self._event(run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now)
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
@@ -634,7 +634,7 @@ class PostgresWorkerLeaseRepository:
                 fresh = cur.execute(_ONE_ORPHAN_CANDIDATE, (row[0],)).fetchone()
                 if fresh is None or not _is_orphan(fresh, abandon_after_ms):
                     continue
-                started = fresh[1] == "starting"
+                started = fresh[1] == AttemptStatus.STARTING
                 lease = None if lease_row is None else _lease(lease_row)
                 run = self._run_version(run_row)
                 if run is not None:
@@ -784,19 +784,20 @@ class PostgresWorkerLeaseRepository:
     @staticmethod
     def _require_claimed(attempt: tuple[Any, ...] | None, lease: RunLeaseRecord, action: str) -> None:
         status = None if attempt is None else attempt[1]
-        if status != "claimed" or lease.started_at_ms is not _UNSET:
+        if status != AttemptStatus.CLAIMED or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )
 
     def _move_projection(self, attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None, new: RunLeaseRecord,
-                         now: int, *, set_status: str | None = None) -> None:
+                         now: int, *, set_status: AttemptStatus | None = None) -> None:
         """Move the Attempt's projection (locked above) from ``old``'s fence to ``new``'s, whole."""
         if attempt is None or tuple(attempt[2:]) != _projection(old):
             raise WorkerLeaseFenceRejectedError(
                 f"the lease projection of attempt {new.attempt_id!r} does not match its lease; nothing was changed"
             )
-        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, set_status, new.attempt_id))
+        status = None if set_status is None else set_status.value
+        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, status, new.attempt_id))
 
     def _store_session(self, record: WorkerSessionRecord, expected_version: int | None) -> None:
         problem = session_record_problem(record)

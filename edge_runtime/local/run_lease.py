@@ -45,7 +45,7 @@ from edge_runtime.contract.worker_lease import (
     WorkerLeaseRepositoryError,
     digest_run_lease_token,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
@@ -179,7 +179,7 @@ class RunLeases:
             attempt = read_attempt_fence(connection, cmd.attempt_id)
             if attempt is None or attempt.run_id != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt.status != "claimed":
+            if attempt.status != AttemptStatus.CLAIMED:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
 
             existing = read_lease(connection, cmd.attempt_id)
@@ -226,7 +226,7 @@ class RunLeases:
                 updated_at_ms=now,
             )
             store_lease(connection, lease, None if existing is None else existing.version)
-            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
             )
@@ -285,7 +285,7 @@ class RunLeases:
                 updated_at_ms=now,
             )
             store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -321,7 +321,7 @@ class RunLeases:
             lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
             store_lease(connection, lease, current.version)
             move_projection(
-                connection, cmd.attempt_id, current, lease, now_ms=now, set_status="starting", require_status="claimed"
+                connection, cmd.attempt_id, current, lease, now_ms=now, set_status=AttemptStatus.STARTING, require_status=AttemptStatus.CLAIMED
             )
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -384,7 +384,7 @@ class RunLeases:
     def _require_claimed(self, lease: RunLeaseRecord, action: str) -> None:
         attempt = read_attempt_fence(self._db.connection, lease.attempt_id)
         status = None if attempt is None else attempt.status
-        if status != "claimed" or lease.started_at_ms is not _UNSET:
+        if status != AttemptStatus.CLAIMED or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )

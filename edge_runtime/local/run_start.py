@@ -154,13 +154,13 @@ class RunStarts:
                 acquired_at_ms=now, updated_at_ms=now,
             )
             store_lease(connection, claimed, None)
-            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
             lease_event(self._db.connection, None, claimed, _new_event_id(), EVENT_LEASE_CLAIMED, "claimed", now,
                         offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             store_lease(connection, started, 1)
-            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status="starting",
-                            require_status="claimed")
+            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
+                            require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now)
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
@@ -217,7 +217,7 @@ class RunStarts:
                 if fresh is None or not _is_orphan(fresh, now, abandon_after_ms):
                     continue
                 lease = read_lease(self._db.connection, row[0])
-                started = fresh[1] == "starting"
+                started = fresh[1] == AttemptStatus.STARTING
                 done.append((row[0], self._settle_attempt(
                     row[0], lease, reason=REASON_ORPHAN_STARTING if started else REASON_ORPHAN_UNSTARTED,
                     now=now, actor_id=cmd.worker_id, may_have_started=started,

@@ -24,6 +24,7 @@ from edge_runtime.contract.worker_lease import (
     canonical_capabilities_unchecked,
     capabilities_problem,
 )
+from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
 from edge_runtime.contract.sql_vocabulary import sql_literal
 from edge_runtime.local.errors import StorageErrors
@@ -281,8 +282,8 @@ def move_projection(
     new: RunLeaseRecord,
     *,
     now_ms: int,
-    set_status: str | None = None,
-    require_status: str | None = None,
+    set_status: AttemptStatus | None = None,
+    require_status: AttemptStatus | None = None,
 ) -> None:
     """CAS the Attempt's projection from what ``old`` put there to what ``new`` puts there.
 
@@ -294,12 +295,12 @@ def move_projection(
     params: list[Any] = [*projection_of(new), now_ms]
     if set_status is not None:
         sql += ", status = ?"
-        params.append(set_status)
+        params.append(set_status.value)
     sql += " WHERE id = ? AND " + _PROJECTION_MATCH
     params += [attempt_id, *projection_of(old)]
     if require_status is not None:
         sql += " AND status = ?"
-        params.append(require_status)
+        params.append(require_status.value)
     connection.execute(sql, params)
     if connection.changes() != 1:
         raise WorkerLeaseFenceRejectedError(
