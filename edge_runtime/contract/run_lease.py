@@ -22,7 +22,14 @@ from typing import ClassVar, Union
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, command_decoder, fields_problem, int_problem
+from edge_runtime.contract.validation import (
+    MAX_SAFE_INTEGER,
+    Outcome,
+    SafeInt,
+    command_decoder,
+    fields_problem,
+    int_problem,
+)
 from edge_runtime.contract.worker_lease import (
     AttemptId,
     EventId,
@@ -265,11 +272,7 @@ def lease_record_problem(record: RunLeaseRecord) -> str | None:
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
-    status: ClassVar[str]
-
-
-class ClaimedRunOutcome(_Outcome, tag="claimed", kw_only=True):
+class ClaimedRunOutcome(Outcome, tag="claimed", kw_only=True):
     """The caller holds the grant. The only place the raw token ever appears.
 
     ``replayed`` is true for an idempotent replay of an earlier identical claim; ``event`` (the
@@ -289,21 +292,21 @@ class ClaimedRunOutcome(_Outcome, tag="claimed", kw_only=True):
         )
 
 
-class LeasedRunOutcome(_Outcome, tag="leased"):
+class LeasedRunOutcome(Outcome, tag="leased"):
     """Another caller (or another offer of this one) holds a live grant on the Attempt."""
 
     status: ClassVar[str] = "leased"
     lease: RunLeaseRecord
 
 
-class NotClaimableOutcome(_Outcome, tag="not_claimable"):
+class NotClaimableOutcome(Outcome, tag="not_claimable"):
     """The Run or Attempt may not be claimed; ``reason`` says which check failed."""
 
     status: ClassVar[str] = "not_claimable"
     reason: NotClaimableReason
 
 
-class NoCapacityOutcome(_Outcome, tag="no_capacity", kw_only=True):
+class NoCapacityOutcome(Outcome, tag="no_capacity", kw_only=True):
     """The session's active leases already reach ``max_concurrent_runs`` or ``available_slots``."""
 
     status: ClassVar[str] = "no_capacity"

@@ -187,7 +187,17 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
     def __post_init__(self) -> None:
         problem = fields_problem(self) or self.rule_problem()
         if problem is not None:
-            raise self.error(problem)
+            self.reject(problem)
+
+    @classmethod
+    def reject(cls, problem: str | None, path: str | None = None) -> None:
+        """Raise the family's ``error`` for a non-None ``problem`` (also for the repositories' plain
+        arguments); ``path`` is the JSON path of the field a cross-field rule blames."""
+        if problem is not None:
+            error = cls.error(problem)
+            if path is not None:
+                error.path = path
+            raise error
 
     def rule_problem(self) -> str | None:
         """The cross-field rule this command breaks, or None (none by default)."""
@@ -197,6 +207,13 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
         shown = (f"{name}=<redacted>" if name == "lease_token" else f"{name}={getattr(self, name)!r}"
                  for name in self.__struct_fields__)
         return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
+    """Base of the tagged results of the lease, session and dispatch operations: ``status`` (the
+    tag) names which one it is."""
+
+    status: ClassVar[str]
 
 
 # --------------------------------------------------------------------------- wire

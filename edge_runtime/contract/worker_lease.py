@@ -142,10 +142,8 @@ class LeaseCommand(Command):
     error = InvalidWorkerLeaseCommandError
 
 
-def reject(problem: str | None) -> None:
-    """Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem."""
-    if problem is not None:
-        raise InvalidWorkerLeaseCommandError(problem)
+#: Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem (a repository's plain argument).
+reject = LeaseCommand.reject
 
 
 # --------------------------------------------------------------------------- token digest

@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import SafeInt, command_decoder, fields_problem
+from edge_runtime.contract.validation import Outcome, SafeInt, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
     Capacity,
     Generation,
@@ -155,11 +155,7 @@ def session_record_problem(record: WorkerSessionRecord, *, check_capabilities: b
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
-    status: ClassVar[str]
-
-
-class RegisteredOutcome(_Outcome, tag="registered"):
+class RegisteredOutcome(Outcome, tag="registered"):
     """A new session now holds the worker: the first one, or a replacement of an older one.
 
     ``replaced_session`` is true when an older session existed; its fences are now invalid.
@@ -170,7 +166,7 @@ class RegisteredOutcome(_Outcome, tag="registered"):
     replaced_session: bool
 
 
-class ReplayedOutcome(_Outcome, tag="replayed"):
+class ReplayedOutcome(Outcome, tag="replayed"):
     """An identical registration of the live current session: nothing changed."""
 
     status: ClassVar[str] = "replayed"
