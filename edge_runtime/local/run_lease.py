@@ -77,6 +77,18 @@ def run_problem(run: RunFence | None) -> NotClaimableReason | None:
     return None
 
 
+def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: object) -> bool:
+    """Whether ``current`` is a live grant (``leased``) whose fields equal ``fence`` and whose token
+    digest is ``token_digest`` (compared in constant time). The session fence names the session
+    (``session_id``), the grant fence the grant (``lease_generation``): the rule is the same."""
+    return (
+        current is not None
+        and current.status is LeaseStatus.LEASED
+        and all(getattr(current, name) == value for name, value in fence.items())
+        and hmac.compare_digest(current.token_digest, token_digest)
+    )
+
+
 def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
     # Names versions and statuses only; never a token or digest.
     if current is None:
@@ -191,13 +203,8 @@ class RunLeases:
                         f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
                     )
                 if existing.is_live(now):
-                    if (
-                        existing.worker_id == cmd.worker_id
-                        and existing.session_id == cmd.session_id
-                        and existing.session_generation == cmd.session_generation
-                        and existing.offer_id == cmd.offer_id
-                        and hmac.compare_digest(existing.token_digest, digest)
-                    ):
+                    if grant_held(existing, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                                  session_generation=cmd.session_generation, offer_id=cmd.offer_id):
                         return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
                     return LeasedRunOutcome(lease=existing)
                 # An expired grant that never started, or a released one: a new grant may follow.
@@ -341,15 +348,9 @@ class RunLeases:
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
             current = read_lease(connection, cmd.attempt_id)
-            if (
-                current is None
-                or current.status is not LeaseStatus.LEASED
-                or current.worker_id != cmd.worker_id
-                or current.session_generation != cmd.session_generation
-                or current.lease_generation != cmd.lease_generation
-                or current.version != cmd.expected_version
-                or not hmac.compare_digest(current.token_digest, cmd.token_digest)
-            ):
+            if not grant_held(current, cmd.token_digest, worker_id=cmd.worker_id,
+                              session_generation=cmd.session_generation, lease_generation=cmd.lease_generation,
+                              version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             lease = _replace(
                 current,
@@ -369,15 +370,8 @@ class RunLeases:
 
     def _fenced_lease(self, cmd: Any, digest: str) -> RunLeaseRecord:
         current = read_lease(self._db.connection, cmd.attempt_id)
-        if (
-            current is None
-            or current.status is not LeaseStatus.LEASED
-            or current.worker_id != cmd.worker_id
-            or current.session_id != cmd.session_id
-            or current.session_generation != cmd.session_generation
-            or current.version != cmd.expected_version
-            or not hmac.compare_digest(current.token_digest, digest)
-        ):
+        if not grant_held(current, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                          session_generation=cmd.session_generation, version=cmd.expected_version):
             raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
         return current
 
