@@ -30,6 +30,7 @@ from edge_runtime.contract.validation import (  # noqa: F401
     Version,
     Command,
     Outcome,
+    PositiveCounter,
     bounded_int_type,
     command_decoder,
     encode,
@@ -50,7 +51,6 @@ OWNER_MAX_LENGTH = 128
 Owner = identifier_type(OWNER_MAX_LENGTH)
 LeaseDurationMs = bounded_int_type(1, MAX_LEASE_DURATION_MS)
 RetryDelayMs = bounded_int_type(1, MAX_RETRY_DELAY_MS)
-ExpectedVersion = bounded_int_type(1, MAX_VERSION)
 
 
 # --------------------------------------------------------------------------- errors
@@ -194,7 +194,7 @@ class RecordResultCommand(_Command):
     attempt_id: AttemptId
     owner: Owner
     lease_token: LeaseToken
-    expected_version: ExpectedVersion
+    expected_version: PositiveCounter
     result: DispatchResult
     event_id: EventId
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET

@@ -25,6 +25,7 @@ from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.validation import (
     MAX_SAFE_INTEGER,
     Outcome,
+    PositiveCounter,
     SafeInt,
     command_decoder,
     fields_problem,
@@ -33,9 +34,7 @@ from edge_runtime.contract.validation import (
 from edge_runtime.contract.worker_lease import (
     AttemptId,
     EventId,
-    Generation,
     LeaseToken,
-    LeaseVersion,
     OfferId,
     RunId,
     RunLeaseDurationMs,
@@ -113,7 +112,7 @@ class ClaimRunCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     run_id: RunId
     attempt_id: AttemptId
     offer_id: OfferId
@@ -128,10 +127,10 @@ class _HeldGrantCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     attempt_id: AttemptId
     lease_token: LeaseToken
-    expected_version: LeaseVersion
+    expected_version: PositiveCounter
 
 
 class RenewRunLeaseCommand(_HeldGrantCommand):
@@ -164,7 +163,7 @@ class StartRunCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     session_version: Version
     run_id: RunId
     attempt_id: AttemptId
@@ -185,10 +184,10 @@ class CompleteRunLeaseCommand(LeaseCommand):
     """
 
     worker_id: WorkerId
-    session_generation: Generation
+    session_generation: PositiveCounter
     attempt_id: AttemptId
-    lease_generation: Generation
-    expected_version: LeaseVersion
+    lease_generation: PositiveCounter
+    expected_version: PositiveCounter
     token_digest: str
     event_id: EventId
 
@@ -206,9 +205,9 @@ class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     run_id: RunId
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
-    lease_generation: Generation
-    version: LeaseVersion
+    session_generation: PositiveCounter
+    lease_generation: PositiveCounter
+    version: PositiveCounter
     token_digest: str
     offer_id: OfferId
     status: LeaseStatus

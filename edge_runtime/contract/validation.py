@@ -51,6 +51,9 @@ AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
 EventId = identifier_type(EVENT_ID_MAX_LENGTH)
 LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
 Version = bounded_int_type(0, MAX_VERSION)
+#: A version or generation of a row written at least once (both start at 1): what a
+#: compare-and-set expects and what a fence names.
+PositiveCounter = bounded_int_type(1, MAX_VERSION)
 
 
 def identifier_problem(name: str, value: object, max_length: int) -> str | None:

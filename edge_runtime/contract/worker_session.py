@@ -15,10 +15,9 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import Outcome, SafeInt, command_decoder, fields_problem
+from edge_runtime.contract.validation import Outcome, PositiveCounter, SafeInt, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
     Capacity,
-    Generation,
     SessionId,
     SessionLeaseDurationMs,
     Slots,
@@ -68,7 +67,7 @@ class HeartbeatCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
     available_slots: Slots
     lease_duration_ms: SessionLeaseDurationMs
@@ -79,7 +78,7 @@ class DrainCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
 
 
@@ -88,7 +87,7 @@ class OfflineCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
 
 
@@ -104,7 +103,7 @@ class WorkerSessionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     status: SessionStatus
     version: Version
     capabilities: dict[str, Any]
