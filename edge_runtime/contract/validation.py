@@ -193,6 +193,13 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
             self.reject(problem)
 
     @classmethod
+    def require(cls, cmd: object, operation: str) -> None:
+        """Refuse anything but this command (with the family's ``error``): a repository checks
+        what it was given before it opens a transaction."""
+        if not isinstance(cmd, cls):
+            raise cls.error(f"{operation} expects a {cls.__name__}, got {type(cmd).__name__}")
+
+    @classmethod
     def reject(cls, problem: str | None, path: str | None = None) -> None:
         """Raise the family's ``error`` for a non-None ``problem`` (also for the repositories' plain
         arguments); ``path`` is the JSON path of the field a cross-field rule blames."""

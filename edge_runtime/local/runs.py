@@ -155,8 +155,7 @@ class LocalRunRepository:
 
     def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord:
         """Create a queued, runtime-owned Run and its ``run.created`` event."""
-        if not isinstance(cmd, SubmitRunCommand):
-            raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
+        SubmitRunCommand.require(cmd, "submit")
         name = None if cmd.name is _UNSET else cmd.name
         timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
@@ -174,8 +173,7 @@ class LocalRunRepository:
             RunNotFoundError: no such Run.
             RunStateConflictError: the Run already ended, or is not runtime-owned.
         """
-        if not isinstance(cmd, CancelRunCommand):
-            raise InvalidRunCommandError(f"request_cancel expects a CancelRunCommand, got {type(cmd).__name__}")
+        CancelRunCommand.require(cmd, "request_cancel")
         reason = None if cmd.reason is _UNSET else cmd.reason
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection

@@ -21,7 +21,6 @@ from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     FireOutcome,
     FirePlan,
-    InvalidScheduleCommandError,
     Overlap,
     ScheduleNotFoundError,
     ScheduleRecord,
@@ -93,8 +92,7 @@ class LocalScheduleRepository:
             return [_record(row) for row in rows]
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
-        if not isinstance(cmd, AddScheduleCommand):
-            raise InvalidScheduleCommandError(f"add expects an AddScheduleCommand, got {type(cmd).__name__}")
+        AddScheduleCommand.require(cmd, "add")
         expression = parse_schedule(cmd.expression)
         schedule_id = str(uuid.uuid4())
         with schedule_repository_errors(), self._db.write() as now:
