@@ -28,6 +28,7 @@ from edge_runtime.contract.runs import (
     EVENT_RUN_REQUEUED,
     EVENT_RUN_STARTED,
     RUN_STATUS_AFTER_ATTEMPT,
+    TERMINAL_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
     CancellationCandidate,
