@@ -17,11 +17,11 @@ from edge_runtime.contract.runs import (
     InvalidRunCommandError,
     StoredAttemptLog,
 )
+from edge_runtime.contract.sql_vocabulary import ENDED_ATTEMPT_SQL
 from edge_runtime.contract.validation import ATTEMPT_ID_MAX_LENGTH, first_problem, identifier_problem, int_problem
 from edge_runtime.contract.worker_lease import WORKER_ID_MAX_LENGTH
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
 from cluster_postgres.run_events import database_now
-from cluster_postgres.runs import ENDED_ATTEMPT_SQL
 
 # The Attempt must have ended and its Run Lease be the storing worker's: a copy is the end of a
 # log, written by the host that has the file. The first copy stands (ON CONFLICT DO NOTHING needs

@@ -10,18 +10,15 @@ transaction holds (``SKIP LOCKED``), and the transition that follows re-checks u
 
 from __future__ import annotations
 
-import enum
 import uuid
-from collections.abc import Collection
 from typing import Any
 
 import msgspec
 import psycopg
 
-from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
+from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH, DispatchStatus
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.runs import (
-    ACTIVE_ATTEMPT_STATUSES,
     ACTIVE_RUN_STATUSES,
     EVENT_ATTEMPT_CREATED,
     EVENT_CANCEL_ESCAPED,
@@ -48,6 +45,7 @@ from edge_runtime.contract.runs import (
     SubmitRunCommand,
     run_ended_event,
 )
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import NOTIFY_WAKE, WAKE_CHANNEL  # noqa: F401 (WAKE_CHANNEL: re-exported)
@@ -63,15 +61,6 @@ REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
 #: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
 _ESCAPED_PIDS_KEPT = 32
 
-
-def _sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
-    """An SQL ``IN`` list derived from the contract (never retyped), in declaration order."""
-    return "(" + ", ".join(f"'{status.value}'" for status in kind if status in members) + ")"
-
-
-ACTIVE_RUN_SQL = _sql_in(RunStatus, ACTIVE_RUN_STATUSES)
-ACTIVE_ATTEMPT_SQL = _sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
-ENDED_ATTEMPT_SQL = _sql_in(AttemptStatus, TERMINAL_ATTEMPT_STATUSES)
 
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
@@ -307,7 +296,7 @@ class PostgresRunRepository:
                     or run.execution_owner != "runtime"):
                 return None
             now = database_now(cur)
-            cur.execute("UPDATE ql3.runs SET status = 'dispatching' WHERE id = %s", (run_id,))
+            cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, run_id))
             attempt_id = _new_id()
             insert_attempt(cur, [run.version, run.event_sequence], run_id, attempt_id, now=now, actor_id=actor_id)
             return self._attempt_row(attempt_id)
@@ -363,12 +352,12 @@ class PostgresRunRepository:
             run, _ = locked
             now = database_now(cur)
             cur.execute(
-                "UPDATE ql3.run_attempts SET status = 'running', pid = %s, pgid = %s, process_start_ticks = %s, "
+                "UPDATE ql3.run_attempts SET status = %s, pid = %s, pgid = %s, process_start_ticks = %s, "
                 "boot_id = %s, log_path = %s, started_at_ms = %s, updated_at_ms = %s WHERE id = %s",
-                (identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
+                (AttemptStatus.RUNNING.value, identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
             )
             if run.status in (RunStatus.DISPATCHING, RunStatus.QUEUED):
-                cur.execute("UPDATE ql3.runs SET status = 'running' WHERE id = %s", (run.id,))
+                cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.RUNNING.value, run.id))
             _event(cur, [run.version, run.event_sequence], run.id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}",
                    actor_id, {"attempt_id": attempt_id, "pid": identity.pid}, now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
@@ -456,7 +445,7 @@ class PostgresRunRepository:
         """Oldest queued Runs without a cancel request; Runs another transaction is taking are skipped."""
         with self._tx():
             rows = self._cur.execute(
-                "SELECT id FROM ql3.runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                f"SELECT id FROM ql3.runs WHERE status = {sql_literal(RunStatus.QUEUED)} AND cancel_requested_at_ms IS NULL "
                 "AND execution_owner = 'runtime' ORDER BY created_at_ms, id LIMIT %s FOR NO KEY UPDATE SKIP LOCKED",
                 (limit,),
             ).fetchall()
@@ -485,9 +474,10 @@ class PostgresRunRepository:
                 WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
                   AND r.execution_owner = 'runtime'
                   AND (d.run_id IS NULL
-                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait')
+                       OR (d.attempt_id = a.id AND d.status IN {WAITING_DISPATCH_SQL}
                            AND d.next_attempt_at_ms <= t.now)
-                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= t.now))
+                       OR (d.attempt_id = a.id AND d.status = {sql_literal(DispatchStatus.LEASED)}
+                           AND d.lease_expires_at_ms <= t.now))
                   {owned}
                 ORDER BY r.cancel_requested_at_ms, r.id
                 LIMIT %s
@@ -523,11 +513,11 @@ class PostgresRunRepository:
                 SELECT min(t) FROM (
                     SELECT min(d.next_attempt_at_ms) AS t FROM ql3.run_cancellation_dispatches d
                       JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status IN ('pending', 'retry_wait'){dispatch_owned}
+                      WHERE d.status IN {WAITING_DISPATCH_SQL}{dispatch_owned}
                     UNION ALL
                     SELECT min(d.lease_expires_at_ms) FROM ql3.run_cancellation_dispatches d
                       JOIN ql3.runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status = 'leased'{dispatch_owned}
+                      WHERE d.status = {sql_literal(DispatchStatus.LEASED)}{dispatch_owned}
                     UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM ql3.run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
@@ -569,7 +559,7 @@ def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, 
         run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
-    cur.execute("UPDATE ql3.runs SET status = 'queued' WHERE id = %s", (run.id,))
+    cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.QUEUED.value, run.id))
     _event(cur, fence, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
@@ -590,7 +580,8 @@ def insert_attempt(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, atte
                          (run_id,)).fetchone()[0]
     cur.execute(
         "INSERT INTO ql3.run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
-        "VALUES (%s, %s, %s, 'claimed', %s, %s, %s)", (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+        "VALUES (%s, %s, %s, %s, %s, %s, %s)",
+        (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
     _event(cur, fence, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
@@ -604,9 +595,9 @@ def insert_run(cur: psycopg.Cursor[Any], argv: list[str], *, name: str | None, n
     run_id = _new_id()
     cur.execute(
         "INSERT INTO ql3.runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (%s, 'runtime', 'queued', 0, 0, %s, "
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (%s, 'runtime', %s, 0, 0, %s, "
         "%s::jsonb, %s, %s, %s, %s, %s)",
-        (run_id, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

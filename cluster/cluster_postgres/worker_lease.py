@@ -46,7 +46,8 @@ from edge_runtime.contract.run_lease import (
     dedupe_key_for,
     lease_record_problem,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStatus
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
@@ -75,7 +76,7 @@ from edge_runtime.contract.worker_session import (
 )
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
-from cluster_postgres.runs import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
+from cluster_postgres.runs import RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
 
 
 _UNSET = msgspec.UNSET
@@ -115,10 +116,12 @@ _UPDATE_LEASE = (
 )
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM ql3.run_dispatch_leases "
-    "WHERE worker_id = %s AND session_generation = %s AND status = 'leased' AND attempt_id <> %s"
+    f"WHERE worker_id = %s AND session_generation = %s AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> %s"
 )
 _SELECT_ACTIVE = (
-    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s AND status = 'leased' "
+    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s "
+    f"AND status = {sql_literal(LeaseStatus.LEASED)} "
     "ORDER BY session_generation, attempt_id"
 )
 _LOCK_RUN = (
@@ -143,12 +146,12 @@ _NO_PROJECTION = (None,) * 8
 _ORPHAN_CANDIDATES = f"""
 SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
        coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
-                AND s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false), t.now
+                AND s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > t.now, false), t.now
 FROM ql3.run_attempts a
 CROSS JOIN (SELECT ql3.now_ms() AS now) t
 LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
 LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> {sql_literal(AttemptStatus.RUNNING)} AND a.pid IS NULL
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms, a.id"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = %s"
@@ -163,9 +166,9 @@ JOIN ql3.runs r ON r.id = a.run_id
 JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
 CROSS JOIN (SELECT ql3.now_ms() AS now) t
 LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status = 'running' AND l.status = 'leased' AND l.expires_at_ms <= t.now
-  AND r.cancel_requested_at_ms IS NULL
-  AND NOT coalesce(s.status <> 'offline' AND s.lease_expires_at_ms > t.now, false)
+WHERE a.status = {sql_literal(AttemptStatus.RUNNING)} AND l.status = {sql_literal(LeaseStatus.LEASED)}
+  AND l.expires_at_ms <= t.now AND r.cancel_requested_at_ms IS NULL
+  AND NOT coalesce(s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > t.now, false)
 """
 _ALL_DEAD_WORKER_ATTEMPTS = _DEAD_WORKER_ATTEMPTS + "ORDER BY a.created_at_ms, a.id"
 _ONE_DEAD_WORKER_ATTEMPT = _DEAD_WORKER_ATTEMPTS + "AND a.id = %s"
@@ -180,7 +183,7 @@ def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
     if lease_status != LeaseStatus.LEASED.value:
         return True
     expired = expires_at_ms <= now
-    if status == "claimed":
+    if status == AttemptStatus.CLAIMED:
         return expired or not owner_live
     # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
     return expired and not owner_live
@@ -406,7 +409,7 @@ class PostgresWorkerLeaseRepository:
                 return NotClaimableOutcome(reason=reason)
             if attempt is None or attempt[0] != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt[1] != "claimed":
+            if attempt[1] != AttemptStatus.CLAIMED:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
             if existing is not None:
                 if existing.status is LeaseStatus.COMPLETED:
@@ -491,7 +494,7 @@ class PostgresWorkerLeaseRepository:
             self._require_claimed(attempt, current, "started")
             lease = _replace(current, version=_bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
             self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now, set_status="starting")
+            self._move_projection(attempt, current, lease, now, set_status=AttemptStatus.STARTING)
             event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -556,7 +559,7 @@ class PostgresWorkerLeaseRepository:
                 return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
                                          available_slots=session.available_slots)
             run = self._run_version(run_row)
-            cur.execute("UPDATE ql3.runs SET status = 'dispatching' WHERE id = %s", (cmd.run_id,))
+            cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, cmd.run_id))
             insert_attempt(cur, run, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
@@ -565,12 +568,12 @@ class PostgresWorkerLeaseRepository:
                 acquired_at_ms=now, updated_at_ms=now,
             )
             self._store_lease(claimed, None)
-            self._move_projection((cmd.run_id, "claimed", *_NO_PROJECTION), None, claimed, now)
+            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_NO_PROJECTION), None, claimed, now)
             self._event(run, claimed, str(uuid.uuid4()), EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             self._store_lease(started, 1)
-            self._move_projection((cmd.run_id, "claimed", *_projection(claimed)), claimed, started, now,
-                                  set_status="starting")
+            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_projection(claimed)), claimed, started, now,
+                                  set_status=AttemptStatus.STARTING)
             event = self._event(run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now)
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
@@ -631,7 +634,7 @@ class PostgresWorkerLeaseRepository:
                 fresh = cur.execute(_ONE_ORPHAN_CANDIDATE, (row[0],)).fetchone()
                 if fresh is None or not _is_orphan(fresh, abandon_after_ms):
                     continue
-                started = fresh[1] == "starting"
+                started = fresh[1] == AttemptStatus.STARTING
                 lease = None if lease_row is None else _lease(lease_row)
                 run = self._run_version(run_row)
                 if run is not None:
@@ -781,19 +784,20 @@ class PostgresWorkerLeaseRepository:
     @staticmethod
     def _require_claimed(attempt: tuple[Any, ...] | None, lease: RunLeaseRecord, action: str) -> None:
         status = None if attempt is None else attempt[1]
-        if status != "claimed" or lease.started_at_ms is not _UNSET:
+        if status != AttemptStatus.CLAIMED or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )
 
     def _move_projection(self, attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None, new: RunLeaseRecord,
-                         now: int, *, set_status: str | None = None) -> None:
+                         now: int, *, set_status: AttemptStatus | None = None) -> None:
         """Move the Attempt's projection (locked above) from ``old``'s fence to ``new``'s, whole."""
         if attempt is None or tuple(attempt[2:]) != _projection(old):
             raise WorkerLeaseFenceRejectedError(
                 f"the lease projection of attempt {new.attempt_id!r} does not match its lease; nothing was changed"
             )
-        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, set_status, new.attempt_id))
+        status = None if set_status is None else set_status.value
+        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, status, new.attempt_id))
 
     def _store_session(self, record: WorkerSessionRecord, expected_version: int | None) -> None:
         problem = session_record_problem(record)

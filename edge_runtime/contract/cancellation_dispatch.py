@@ -29,6 +29,8 @@ from edge_runtime.contract.validation import (  # noqa: F401
     SafeInt,
     Version,
     Command,
+    Outcome,
+    PositiveCounter,
     bounded_int_type,
     command_decoder,
     encode,
@@ -49,7 +51,6 @@ OWNER_MAX_LENGTH = 128
 Owner = identifier_type(OWNER_MAX_LENGTH)
 LeaseDurationMs = bounded_int_type(1, MAX_LEASE_DURATION_MS)
 RetryDelayMs = bounded_int_type(1, MAX_RETRY_DELAY_MS)
-ExpectedVersion = bounded_int_type(1, MAX_VERSION)
 
 
 # --------------------------------------------------------------------------- errors
@@ -168,13 +169,6 @@ class _Command(Command):
     error = InvalidCommandError
 
 
-def _reject(problem: str | None, path: str | None = None) -> None:
-    if problem is not None:
-        error = InvalidCommandError(problem)
-        error.path = path
-        raise error
-
-
 class ClaimCommand(_Command):
     """Claim the cancellation dispatch of a Run's Attempt for ``lease_duration_ms``.
 
@@ -200,7 +194,7 @@ class RecordResultCommand(_Command):
     attempt_id: AttemptId
     owner: Owner
     lease_token: LeaseToken
-    expected_version: ExpectedVersion
+    expected_version: PositiveCounter
     result: DispatchResult
     event_id: EventId
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
@@ -209,14 +203,14 @@ class RecordResultCommand(_Command):
         problem = fields_problem(self)
         # retry_delay_ms is the last field: its own limit is worded after the cross-field rule.
         if problem is not None and not problem.startswith("retry_delay_ms"):
-            _reject(problem)
+            self.reject(problem)
         if self.result not in RETRYABLE_RESULTS:
             if self.retry_delay_ms is not msgspec.UNSET:
-                _reject(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}",
+                self.reject(f"retry_delay_ms is only allowed for retryable results, not {self.result.value}",
                         "$.retryDelayMs")
         elif self.retry_delay_ms is msgspec.UNSET:
-            _reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
-        _reject(problem, "$.retryDelayMs")
+            self.reject(f"retry_delay_ms is required for the retryable result {self.result.value}", "$.retryDelayMs")
+        self.reject(problem, "$.retryDelayMs")
 
 
 # --------------------------------------------------------------------------- record
@@ -295,11 +289,7 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
-    status: ClassVar[str]
-
-
-class ClaimedOutcome(_Outcome, tag="claimed"):
+class ClaimedOutcome(Outcome, tag="claimed"):
     """The caller now holds the lease. The only place the raw token ever appears."""
 
     status: ClassVar[str] = "claimed"
@@ -310,28 +300,28 @@ class ClaimedOutcome(_Outcome, tag="claimed"):
         return f"ClaimedOutcome(dispatch={self.dispatch!r}, lease_token=<redacted>)"
 
 
-class NotEligibleOutcome(_Outcome, tag="not_eligible"):
+class NotEligibleOutcome(Outcome, tag="not_eligible"):
     """The Run or Attempt is not (or no longer) one whose cancellation may be dispatched."""
 
     status: ClassVar[str] = "not_eligible"
 
 
-class NotDueOutcome(_Outcome, tag="not_due"):
+class NotDueOutcome(Outcome, tag="not_due"):
     status: ClassVar[str] = "not_due"
     dispatch: DispatchRecord
 
 
-class LeasedOutcome(_Outcome, tag="leased"):
+class LeasedOutcome(Outcome, tag="leased"):
     status: ClassVar[str] = "leased"
     dispatch: DispatchRecord
 
 
-class DispatchedOutcome(_Outcome, tag="dispatched"):
+class DispatchedOutcome(Outcome, tag="dispatched"):
     status: ClassVar[str] = "dispatched"
     dispatch: DispatchRecord
 
 
-class BlockedOutcome(_Outcome, tag="blocked"):
+class BlockedOutcome(Outcome, tag="blocked"):
     status: ClassVar[str] = "blocked"
     dispatch: DispatchRecord
 

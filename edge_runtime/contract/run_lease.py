@@ -22,13 +22,19 @@ from typing import ClassVar, Union
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
-from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, command_decoder, fields_problem, int_problem
+from edge_runtime.contract.validation import (
+    MAX_SAFE_INTEGER,
+    Outcome,
+    PositiveCounter,
+    SafeInt,
+    command_decoder,
+    fields_problem,
+    int_problem,
+)
 from edge_runtime.contract.worker_lease import (
     AttemptId,
     EventId,
-    Generation,
     LeaseToken,
-    LeaseVersion,
     OfferId,
     RunId,
     RunLeaseDurationMs,
@@ -106,7 +112,7 @@ class ClaimRunCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     run_id: RunId
     attempt_id: AttemptId
     offer_id: OfferId
@@ -121,10 +127,10 @@ class _HeldGrantCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     attempt_id: AttemptId
     lease_token: LeaseToken
-    expected_version: LeaseVersion
+    expected_version: PositiveCounter
 
 
 class RenewRunLeaseCommand(_HeldGrantCommand):
@@ -157,7 +163,7 @@ class StartRunCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
+    session_generation: PositiveCounter
     session_version: Version
     run_id: RunId
     attempt_id: AttemptId
@@ -178,10 +184,10 @@ class CompleteRunLeaseCommand(LeaseCommand):
     """
 
     worker_id: WorkerId
-    session_generation: Generation
+    session_generation: PositiveCounter
     attempt_id: AttemptId
-    lease_generation: Generation
-    expected_version: LeaseVersion
+    lease_generation: PositiveCounter
+    expected_version: PositiveCounter
     token_digest: str
     event_id: EventId
 
@@ -199,9 +205,9 @@ class RunLeaseRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     run_id: RunId
     worker_id: WorkerId
     session_id: SessionId
-    session_generation: Generation
-    lease_generation: Generation
-    version: LeaseVersion
+    session_generation: PositiveCounter
+    lease_generation: PositiveCounter
+    version: PositiveCounter
     token_digest: str
     offer_id: OfferId
     status: LeaseStatus
@@ -265,11 +271,7 @@ def lease_record_problem(record: RunLeaseRecord) -> str | None:
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
-    status: ClassVar[str]
-
-
-class ClaimedRunOutcome(_Outcome, tag="claimed", kw_only=True):
+class ClaimedRunOutcome(Outcome, tag="claimed", kw_only=True):
     """The caller holds the grant. The only place the raw token ever appears.
 
     ``replayed`` is true for an idempotent replay of an earlier identical claim; ``event`` (the
@@ -289,21 +291,21 @@ class ClaimedRunOutcome(_Outcome, tag="claimed", kw_only=True):
         )
 
 
-class LeasedRunOutcome(_Outcome, tag="leased"):
+class LeasedRunOutcome(Outcome, tag="leased"):
     """Another caller (or another offer of this one) holds a live grant on the Attempt."""
 
     status: ClassVar[str] = "leased"
     lease: RunLeaseRecord
 
 
-class NotClaimableOutcome(_Outcome, tag="not_claimable"):
+class NotClaimableOutcome(Outcome, tag="not_claimable"):
     """The Run or Attempt may not be claimed; ``reason`` says which check failed."""
 
     status: ClassVar[str] = "not_claimable"
     reason: NotClaimableReason
 
 
-class NoCapacityOutcome(_Outcome, tag="no_capacity", kw_only=True):
+class NoCapacityOutcome(Outcome, tag="no_capacity", kw_only=True):
     """The session's active leases already reach ``max_concurrent_runs`` or ``available_slots``."""
 
     status: ClassVar[str] = "no_capacity"

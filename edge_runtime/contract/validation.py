@@ -51,6 +51,9 @@ AttemptId = identifier_type(ATTEMPT_ID_MAX_LENGTH)
 EventId = identifier_type(EVENT_ID_MAX_LENGTH)
 LeaseToken = identifier_type(LEASE_TOKEN_MAX_LENGTH)
 Version = bounded_int_type(0, MAX_VERSION)
+#: A version or generation of a row written at least once (both start at 1): what a
+#: compare-and-set expects and what a fence names.
+PositiveCounter = bounded_int_type(1, MAX_VERSION)
 
 
 def identifier_problem(name: str, value: object, max_length: int) -> str | None:
@@ -187,7 +190,24 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
     def __post_init__(self) -> None:
         problem = fields_problem(self) or self.rule_problem()
         if problem is not None:
-            raise self.error(problem)
+            self.reject(problem)
+
+    @classmethod
+    def require(cls, cmd: object, operation: str) -> None:
+        """Refuse anything but this command (with the family's ``error``): a repository checks
+        what it was given before it opens a transaction."""
+        if not isinstance(cmd, cls):
+            raise cls.error(f"{operation} expects a {cls.__name__}, got {type(cmd).__name__}")
+
+    @classmethod
+    def reject(cls, problem: str | None, path: str | None = None) -> None:
+        """Raise the family's ``error`` for a non-None ``problem`` (also for the repositories' plain
+        arguments); ``path`` is the JSON path of the field a cross-field rule blames."""
+        if problem is not None:
+            error = cls.error(problem)
+            if path is not None:
+                error.path = path
+            raise error
 
     def rule_problem(self) -> str | None:
         """The cross-field rule this command breaks, or None (none by default)."""
@@ -197,6 +217,13 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
         shown = (f"{name}=<redacted>" if name == "lease_token" else f"{name}={getattr(self, name)!r}"
                  for name in self.__struct_fields__)
         return f"{type(self).__name__}({', '.join(shown)})"
+
+
+class Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
+    """Base of the tagged results of the lease, session and dispatch operations: ``status`` (the
+    tag) names which one it is."""
+
+    status: ClassVar[str]
 
 
 # --------------------------------------------------------------------------- wire

@@ -66,8 +66,6 @@ OFFER_ID_MAX_LENGTH = 64
 WorkerId = identifier_type(WORKER_ID_MAX_LENGTH)
 SessionId = identifier_type(SESSION_ID_MAX_LENGTH)
 OfferId = identifier_type(OFFER_ID_MAX_LENGTH)
-Generation = bounded_int_type(1, MAX_VERSION)
-LeaseVersion = bounded_int_type(1, MAX_VERSION)
 Capacity = bounded_int_type(1, MAX_CONCURRENT_RUNS)
 Slots = bounded_int_type(0, MAX_CONCURRENT_RUNS)
 SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
@@ -142,10 +140,8 @@ class LeaseCommand(Command):
     error = InvalidWorkerLeaseCommandError
 
 
-def reject(problem: str | None) -> None:
-    """Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem."""
-    if problem is not None:
-        raise InvalidWorkerLeaseCommandError(problem)
+#: Raise :class:`InvalidWorkerLeaseCommandError` for a non-None problem (a repository's plain argument).
+reject = LeaseCommand.reject
 
 
 # --------------------------------------------------------------------------- token digest

@@ -15,10 +15,9 @@ from typing import Any, ClassVar, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import SafeInt, command_decoder, fields_problem
+from edge_runtime.contract.validation import Outcome, PositiveCounter, SafeInt, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
     Capacity,
-    Generation,
     SessionId,
     SessionLeaseDurationMs,
     Slots,
@@ -68,7 +67,7 @@ class HeartbeatCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
     available_slots: Slots
     lease_duration_ms: SessionLeaseDurationMs
@@ -79,7 +78,7 @@ class DrainCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
 
 
@@ -88,7 +87,7 @@ class OfflineCommand(LeaseCommand):
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     expected_version: Version
 
 
@@ -104,7 +103,7 @@ class WorkerSessionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=
 
     worker_id: WorkerId
     session_id: SessionId
-    generation: Generation
+    generation: PositiveCounter
     status: SessionStatus
     version: Version
     capabilities: dict[str, Any]
@@ -155,11 +154,7 @@ def session_record_problem(record: WorkerSessionRecord, *, check_capabilities: b
 # --------------------------------------------------------------------------- outcomes
 
 
-class _Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
-    status: ClassVar[str]
-
-
-class RegisteredOutcome(_Outcome, tag="registered"):
+class RegisteredOutcome(Outcome, tag="registered"):
     """A new session now holds the worker: the first one, or a replacement of an older one.
 
     ``replaced_session`` is true when an older session existed; its fences are now invalid.
@@ -170,7 +165,7 @@ class RegisteredOutcome(_Outcome, tag="registered"):
     replaced_session: bool
 
 
-class ReplayedOutcome(_Outcome, tag="replayed"):
+class ReplayedOutcome(Outcome, tag="replayed"):
     """An identical registration of the live current session: nothing changed."""
 
     status: ClassVar[str] = "replayed"

@@ -200,8 +200,7 @@ class LocalCancellationDispatchRepository:
             RepositoryError: a stored row breaks an invariant, or the database failed
                 (``retryable`` when it was busy).
         """
-        if not isinstance(cmd, ClaimCommand):
-            raise InvalidCommandError(f"claim expects a ClaimCommand, got {type(cmd).__name__}")
+        ClaimCommand.require(cmd, "claim")
         digest = digest_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
@@ -289,8 +288,7 @@ class LocalCancellationDispatchRepository:
             RepositoryError: duplicate event id, Run CAS miss, broken stored row, or database
                 failure; everything is rolled back.
         """
-        if not isinstance(cmd, RecordResultCommand):
-            raise InvalidCommandError(f"record_result expects a RecordResultCommand, got {type(cmd).__name__}")
+        RecordResultCommand.require(cmd, "record_result")
         digest = digest_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection

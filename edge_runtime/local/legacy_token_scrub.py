@@ -26,6 +26,7 @@ import apsw
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import InvalidCommandError, digest_lease_token, is_lease_token_digest
+from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.cancellation_dispatch import DIGEST_PREFIX
 from edge_runtime.local.clock import Clock, SystemClock
 from edge_runtime.local.content_fingerprint import fingerprint_tables, whole_fingerprint
@@ -184,8 +185,8 @@ def _take_exclusive_lock(db: LocalDatabase, error: type[ScrubRefusedError]) -> N
 def _refuse_live_service(db: LocalDatabase, now_ms: int, error: type[ScrubRefusedError]) -> None:
     row = db.connection.execute(
         "SELECT worker_id, generation, lease_expires_at_ms FROM worker_sessions "
-        "WHERE status = 'online' AND lease_expires_at_ms > ? ORDER BY lease_expires_at_ms DESC LIMIT 1",
-        (now_ms,),
+        "WHERE status = ? AND lease_expires_at_ms > ? ORDER BY lease_expires_at_ms DESC LIMIT 1",
+        (SessionStatus.ONLINE.value, now_ms),
     ).fetchone()
     if row is not None:
         worker, generation, expires = row

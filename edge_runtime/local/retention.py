@@ -28,12 +28,13 @@ import stat
 import time
 from pathlib import Path
 
-import apsw
 import msgspec
 
-from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES
+from edge_runtime.contract.run_lease import LeaseStatus
+from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, OPEN_DISPATCH_SQL, sql_in, sql_literal
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, ensure_incremental_vacuum
-from edge_runtime.local.errors import LocalStorageError
+from edge_runtime.local.errors import LocalStorageError, StorageErrors
 
 #: Runs deleted per transaction: a few hundred rows, a few ms of write lock.
 BATCH_RUNS = 16
@@ -49,14 +50,14 @@ WAL_TRUNCATE_WAIT_MS = 100
 LOG_MIN_AGE_MS = 5 * 60_000
 
 _DAY_MS = 86_400_000
-_ACTIVE_ATTEMPT = "('claimed', 'starting', 'running')"
-_FINISHED = "status IN (" + ", ".join(f"'{s.value}'" for s in sorted(TERMINAL_RUN_STATUSES)) + ") AND finished_at_ms IS NOT NULL"
+_FINISHED = f"status IN {sql_in(RunStatus, TERMINAL_RUN_STATUSES)} AND finished_at_ms IS NOT NULL"
 # A finished Run whose cancellation dispatch or Run Lease is still live is kept until they settle.
 _SETTLED = (
-    f"NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = runs.id AND a.status IN {_ACTIVE_ATTEMPT})"
+    f"NOT EXISTS (SELECT 1 FROM run_attempts a WHERE a.run_id = runs.id AND a.status IN {ACTIVE_ATTEMPT_SQL})"
     " AND NOT EXISTS (SELECT 1 FROM run_cancellation_dispatches d WHERE d.run_id = runs.id"
-    " AND d.status IN ('pending', 'leased', 'retry_wait'))"
-    " AND NOT EXISTS (SELECT 1 FROM run_dispatch_leases l WHERE l.run_id = runs.id AND l.status = 'leased')"
+    f" AND d.status IN {OPEN_DISPATCH_SQL})"
+    " AND NOT EXISTS (SELECT 1 FROM run_dispatch_leases l WHERE l.run_id = runs.id"
+    f" AND l.status = {sql_literal(LeaseStatus.LEASED)})"
 )
 
 
@@ -72,6 +73,11 @@ class RetentionError(LocalStorageError):
     """A retention step failed; it was rolled back whole and is retried later."""
 
     code = "LOCAL_RETENTION_FAILED"
+
+
+#: Database failures (and a bad clock value) become :class:`RetentionError`, retryable when the
+#: database was busy: the one mapper of every Local repository.
+retention_errors = StorageErrors(RetentionError)
 
 
 class RetentionPlan(msgspec.Struct, frozen=True):
@@ -106,11 +112,12 @@ class LocalRetention:
 
     def prune_step(self) -> bool:
         try:
-            deleted_logs = self._delete_batch()
-        except (apsw.BusyError, apsw.LockedError):
-            return True  # another writer holds the lock: try again at the next idle moment
-        except apsw.Error as exc:
-            raise RetentionError(f"retention step failed: {exc}") from exc
+            with retention_errors():
+                deleted_logs = self._delete_batch()
+        except RetentionError as exc:
+            if exc.retryable:
+                return True  # another writer holds the lock: try again at the next idle moment
+            raise
         if deleted_logs is not None:
             self._sweep_due = True
             try:
@@ -120,21 +127,21 @@ class LocalRetention:
             return True
         if self._sweep_due:  # once after each round of deletions (and at start): logs, pages, WAL
             try:
-                self.sweep_logs()
-                if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
-                    return True
-                self._return_free_pages()
-            except (apsw.BusyError, apsw.LockedError):
-                return False  # another writer: the sweep stays due and runs at the next check
-            except apsw.Error as exc:
-                raise RetentionError(f"retention sweep failed: {exc}") from exc
+                with retention_errors():
+                    self.sweep_logs()
+                    if ensure_incremental_vacuum(self._db.connection):  # once, on a file from before 0006
+                        return True
+                    self._return_free_pages()
+            except RetentionError as exc:
+                if exc.retryable:
+                    return False  # another writer: the sweep stays due and runs at the next check
+                raise
             except OSError as exc:
                 raise RetentionError(f"retention sweep of the log directory failed: {exc.strerror or exc}") from exc
             self._sweep_due = False
-        try:  # at every idle check, pruned or not: readers that follow one another must not grow it
+        # At every idle check, pruned or not: readers that follow one another must not grow it.
+        with retention_errors():
             self._truncate_wal()
-        except apsw.Error as exc:
-            raise RetentionError(f"WAL checkpoint failed: {exc}") from exc
         return False
 
     # ------------------------------------------------------------------ Runs
@@ -205,7 +212,7 @@ class LocalRetention:
             known = {os.path.basename(p) for (p,) in connection.execute(
                 "SELECT log_path FROM run_attempts WHERE log_path IS NOT NULL")}
             active = {os.path.basename(p) for (p,) in connection.execute(
-                f"SELECT log_path FROM run_attempts WHERE status IN {_ACTIVE_ATTEMPT} AND log_path IS NOT NULL")}
+                f"SELECT log_path FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} AND log_path IS NOT NULL")}
         young_after_ns = time.time_ns() - LOG_MIN_AGE_MS * 1_000_000  # file times are wall-clock times
         logs = []
         with os.scandir(fd) as entries:

@@ -23,11 +23,13 @@ _CAS_RUN = (
     "UPDATE runs SET version = version + 1, event_sequence = event_sequence + 1, "
     "updated_at_ms = max(coalesce(updated_at_ms, 0), ?) WHERE id = ? AND version = ? AND event_sequence = ?"
 )
-_INSERT_EVENT = (
-    "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, "
-    "created_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-EVENT_COLUMNS = "id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, created_at_ms"
+# The event's fields are named after its columns: rows are read and written by these names.
+_EVENT_NAMES = RunEvent.__struct_fields__
+EVENT_COLUMNS = ", ".join(_EVENT_NAMES)
+_INSERT_EVENT = f"INSERT INTO run_events ({EVENT_COLUMNS}) VALUES ({', '.join('?' * len(_EVENT_NAMES))})"
+# The two fields stored in another form than the record holds them: NULL for absent, JSON text.
+_ATTEMPT_ID_AT = _EVENT_NAMES.index("attempt_id")
+_PAYLOAD_AT = _EVENT_NAMES.index("payload")
 
 _encode_json = msgspec.json.Encoder().encode
 _decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
@@ -81,29 +83,19 @@ def append_run_event(
         payload=payload,
         created_at_ms=now_ms,
     )
-    connection.execute(
-        _INSERT_EVENT,
-        (event_id, run_id, event.sequence, event_type, dedupe_key, actor_type, actor_id, attempt_id,
-         _encode_json(payload).decode(), now_ms),
-    )
+    stored = list(msgspec.structs.astuple(event))
+    stored[_ATTEMPT_ID_AT], stored[_PAYLOAD_AT] = attempt_id, _encode_json(payload).decode()
+    connection.execute(_INSERT_EVENT, stored)
     return event
 
 
 def event_from_row(row: tuple[Any, ...]) -> RunEvent:
     """Project one ``run_events`` row selected with :data:`EVENT_COLUMNS`."""
-    event_id, run_id, sequence, event_type, dedupe_key, actor_type, actor_id, attempt_id, payload, created = row
-    return RunEvent(
-        id=event_id,
-        run_id=run_id,
-        sequence=sequence,
-        type=event_type,
-        dedupe_key=dedupe_key,
-        actor_type=actor_type,
-        actor_id=actor_id,
-        attempt_id=msgspec.UNSET if attempt_id is None else attempt_id,
-        payload=_decode_payload(payload),
-        created_at_ms=created,
-    )
+    fields = dict(zip(_EVENT_NAMES, row))
+    if fields["attempt_id"] is None:
+        del fields["attempt_id"]  # a Run-level event: absent, not null
+    fields["payload"] = _decode_payload(fields["payload"])
+    return RunEvent(**fields)
 
 
 def list_run_events(connection: apsw.Connection, run_id: str) -> list[RunEvent]:

@@ -45,7 +45,7 @@ from edge_runtime.contract.worker_lease import (
     WorkerLeaseRepositoryError,
     digest_run_lease_token,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
@@ -75,6 +75,18 @@ def run_problem(run: RunFence | None) -> NotClaimableReason | None:
     if cancel_requested_at_ms is not None:
         return NotClaimableReason.CANCEL_REQUESTED
     return None
+
+
+def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: object) -> bool:
+    """Whether ``current`` is a live grant (``leased``) whose fields equal ``fence`` and whose token
+    digest is ``token_digest`` (compared in constant time). The session fence names the session
+    (``session_id``), the grant fence the grant (``lease_generation``): the rule is the same."""
+    return (
+        current is not None
+        and current.status is LeaseStatus.LEASED
+        and all(getattr(current, name) == value for name, value in fence.items())
+        and hmac.compare_digest(current.token_digest, token_digest)
+    )
 
 
 def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
@@ -179,7 +191,7 @@ class RunLeases:
             attempt = read_attempt_fence(connection, cmd.attempt_id)
             if attempt is None or attempt.run_id != cmd.run_id:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_MISSING)
-            if attempt.status != "claimed":
+            if attempt.status != AttemptStatus.CLAIMED:
                 return NotClaimableOutcome(reason=NotClaimableReason.ATTEMPT_NOT_CLAIMED)
 
             existing = read_lease(connection, cmd.attempt_id)
@@ -191,13 +203,8 @@ class RunLeases:
                         f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
                     )
                 if existing.is_live(now):
-                    if (
-                        existing.worker_id == cmd.worker_id
-                        and existing.session_id == cmd.session_id
-                        and existing.session_generation == cmd.session_generation
-                        and existing.offer_id == cmd.offer_id
-                        and hmac.compare_digest(existing.token_digest, digest)
-                    ):
+                    if grant_held(existing, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                                  session_generation=cmd.session_generation, offer_id=cmd.offer_id):
                         return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
                     return LeasedRunOutcome(lease=existing)
                 # An expired grant that never started, or a released one: a new grant may follow.
@@ -226,7 +233,7 @@ class RunLeases:
                 updated_at_ms=now,
             )
             store_lease(connection, lease, None if existing is None else existing.version)
-            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
             )
@@ -285,7 +292,7 @@ class RunLeases:
                 updated_at_ms=now,
             )
             store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -321,7 +328,7 @@ class RunLeases:
             lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
             store_lease(connection, lease, current.version)
             move_projection(
-                connection, cmd.attempt_id, current, lease, now_ms=now, set_status="starting", require_status="claimed"
+                connection, cmd.attempt_id, current, lease, now_ms=now, set_status=AttemptStatus.STARTING, require_status=AttemptStatus.CLAIMED
             )
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -341,15 +348,9 @@ class RunLeases:
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
             current = read_lease(connection, cmd.attempt_id)
-            if (
-                current is None
-                or current.status is not LeaseStatus.LEASED
-                or current.worker_id != cmd.worker_id
-                or current.session_generation != cmd.session_generation
-                or current.lease_generation != cmd.lease_generation
-                or current.version != cmd.expected_version
-                or not hmac.compare_digest(current.token_digest, cmd.token_digest)
-            ):
+            if not grant_held(current, cmd.token_digest, worker_id=cmd.worker_id,
+                              session_generation=cmd.session_generation, lease_generation=cmd.lease_generation,
+                              version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             lease = _replace(
                 current,
@@ -369,22 +370,15 @@ class RunLeases:
 
     def _fenced_lease(self, cmd: Any, digest: str) -> RunLeaseRecord:
         current = read_lease(self._db.connection, cmd.attempt_id)
-        if (
-            current is None
-            or current.status is not LeaseStatus.LEASED
-            or current.worker_id != cmd.worker_id
-            or current.session_id != cmd.session_id
-            or current.session_generation != cmd.session_generation
-            or current.version != cmd.expected_version
-            or not hmac.compare_digest(current.token_digest, digest)
-        ):
+        if not grant_held(current, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                          session_generation=cmd.session_generation, version=cmd.expected_version):
             raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
         return current
 
     def _require_claimed(self, lease: RunLeaseRecord, action: str) -> None:
         attempt = read_attempt_fence(self._db.connection, lease.attempt_id)
         status = None if attempt is None else attempt.status
-        if status != "claimed" or lease.started_at_ms is not _UNSET:
+        if status != AttemptStatus.CLAIMED or lease.started_at_ms is not _UNSET:
             raise StartBarrierPassedError(
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )

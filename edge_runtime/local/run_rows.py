@@ -7,15 +7,11 @@ malformed stored row fails the same way everywhere.
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Collection
 from typing import Any, NamedTuple
 
 import msgspec
 
 from edge_runtime.contract.runs import (
-    ACTIVE_ATTEMPT_STATUSES,
-    ACTIVE_RUN_STATUSES,
     AttemptRecord,
     AttemptStatus,
     RunRecord,
@@ -42,15 +38,6 @@ RUN_COLUMNS = ", ".join(_RUN_NAMES)
 ATTEMPT_COLUMNS = ", ".join(_ATTEMPT_NAMES)
 
 
-def sql_in(kind: type[enum.StrEnum], members: Collection[enum.StrEnum]) -> str:
-    """An SQL ``IN`` list of the status names in ``members``, derived from the contract (never
-    retyped), in the enum's declaration order: the partial indexes of migration 0003 list them in
-    that order, and SQLite uses a partial index only for a query term written exactly like its own."""
-    return "(" + ", ".join(f"'{status.value}'" for status in kind if status in members) + ")"
-
-
-ACTIVE_RUN_SQL = sql_in(RunStatus, ACTIVE_RUN_STATUSES)
-ACTIVE_ATTEMPT_SQL = sql_in(AttemptStatus, ACTIVE_ATTEMPT_STATUSES)
 
 def _fields(names: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
     return {name: _UNSET if value is None else value for name, value in zip(names, row)}

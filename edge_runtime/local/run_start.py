@@ -24,7 +24,6 @@ Lock order as everywhere: Worker session -> Run -> Attempt -> Run Lease.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import msgspec
@@ -45,13 +44,14 @@ from edge_runtime.contract.run_lease import (
     StartRunOutcome,
 )
 from edge_runtime.contract.ids import new_id
-from edge_runtime.contract.runs import EVENT_ATTEMPT_CREATED, RunStatus
+from edge_runtime.contract.runs import EVENT_ATTEMPT_CREATED, AttemptStatus, RunStatus
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.run_lease import lease_event, lease_mismatch, run_problem
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, RUN_COLUMNS, read_run_fence, run_from_row
+from edge_runtime.local.run_lease import grant_held, lease_event, lease_mismatch, run_problem
+from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import (
@@ -76,11 +76,11 @@ EXECUTOR_LOCAL_PROCESS = "local_process"
 _ORPHAN_CANDIDATES = f"""
 SELECT a.id, a.status, a.created_at_ms, l.status, l.expires_at_ms,
        coalesce(s.session_id = l.session_id AND s.generation = l.session_generation
-                AND s.status <> 'offline' AND s.lease_expires_at_ms > ?1, 0)
+                AND s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > ?1, 0)
 FROM run_attempts a
 LEFT JOIN run_dispatch_leases l ON l.attempt_id = a.id
 LEFT JOIN worker_sessions s ON s.worker_id = l.worker_id
-WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> 'running' AND a.pid IS NULL
+WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.status <> {sql_literal(AttemptStatus.RUNNING)} AND a.pid IS NULL
 """
 _ALL_ORPHAN_CANDIDATES = _ORPHAN_CANDIDATES + "ORDER BY a.created_at_ms"
 _ONE_ORPHAN_CANDIDATE = _ORPHAN_CANDIDATES + "AND a.id = ?2"
@@ -102,8 +102,8 @@ def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int, 
     ).fetchone()[0]
     connection.execute(
         "INSERT INTO run_attempts (id, run_id, attempt, status, executor_type, created_at_ms, updated_at_ms) "
-        "VALUES (?, ?, ?, 'claimed', ?, ?, ?)",
-        (attempt_id, run_id, number, EXECUTOR_LOCAL_PROCESS, now, now),
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
     append_run_event(connection, run_id=run_id, event_id=_new_event_id(), event_type=EVENT_ATTEMPT_CREATED,
                      dedupe_key=f"attempt-created:{attempt_id}", actor_type="worker", actor_id=actor_id,
@@ -120,7 +120,7 @@ def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
     if lease_status != LeaseStatus.LEASED.value:
         return True
     expired = expires_at_ms <= now
-    if status == "claimed":
+    if status == AttemptStatus.CLAIMED:
         return expired or not owner_live
     # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
     return expired and not owner_live
@@ -169,8 +169,8 @@ class RunStarts:
             if active >= session.max_concurrent_runs or active >= session.available_slots:
                 return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
                                          available_slots=session.available_slots)
-            connection.execute("UPDATE runs SET status = 'dispatching' WHERE id = ? AND status = 'queued'",
-                               (cmd.run_id,))
+            connection.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
+                               (RunStatus.DISPATCHING.value, cmd.run_id, RunStatus.QUEUED.value))
             _insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
@@ -179,13 +179,13 @@ class RunStarts:
                 acquired_at_ms=now, updated_at_ms=now,
             )
             store_lease(connection, claimed, None)
-            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status="claimed")
+            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
             lease_event(self._db.connection, None, claimed, _new_event_id(), EVENT_LEASE_CLAIMED, "claimed", now,
                         offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             store_lease(connection, started, 1)
-            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status="starting",
-                            require_status="claimed")
+            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
+                            require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now)
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
@@ -206,15 +206,9 @@ class RunStarts:
             current = read_lease(connection, lease.attempt_id)
             if current is not None and current.status is LeaseStatus.COMPLETED and current.version == lease.version + 1:
                 return self._run_status(lease.run_id)  # our own earlier attempt at this committed
-            if (
-                current is None
-                or current.status is not LeaseStatus.LEASED
-                or current.worker_id != lease.worker_id
-                or current.session_generation != lease.session_generation
-                or current.lease_generation != lease.lease_generation
-                or current.version != lease.version
-                or not hmac.compare_digest(current.token_digest, lease.token_digest)
-            ):
+            if not grant_held(current, lease.token_digest, worker_id=lease.worker_id,
+                              session_generation=lease.session_generation,
+                              lease_generation=lease.lease_generation, version=lease.version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(lease.attempt_id, current))
             return self._settle(current, reason=reason, now=now, actor_id=actor_id, may_have_started=False)
 
@@ -242,7 +236,7 @@ class RunStarts:
                 if fresh is None or not _is_orphan(fresh, now, abandon_after_ms):
                     continue
                 lease = read_lease(self._db.connection, row[0])
-                started = fresh[1] == "starting"
+                started = fresh[1] == AttemptStatus.STARTING
                 done.append((row[0], self._settle_attempt(
                     row[0], lease, reason=REASON_ORPHAN_STARTING if started else REASON_ORPHAN_UNSTARTED,
                     now=now, actor_id=cmd.worker_id, may_have_started=started,

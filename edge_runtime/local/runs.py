@@ -43,6 +43,14 @@ from edge_runtime.contract.runs import (
     SubmitRunCommand,
     run_ended_event,
 )
+from edge_runtime.contract.cancellation_dispatch import DispatchStatus
+from edge_runtime.contract.sql_vocabulary import (
+    ACTIVE_ATTEMPT_SQL,
+    ACTIVE_RUN_SQL,
+    WAITING_DISPATCH_SQL,
+    sql_in,
+    sql_literal,
+)
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.ids import new_id
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
@@ -51,8 +59,6 @@ from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event, list_run_events
 from edge_runtime.local.run_lease import complete_with_attempt_end
 from edge_runtime.local.run_rows import (
-    ACTIVE_ATTEMPT_SQL,
-    ACTIVE_RUN_SQL,
     ATTEMPT_COLUMNS,
     RUN_COLUMNS,
     attempt_from_row,
@@ -147,8 +153,7 @@ class LocalRunRepository:
 
     def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord:
         """Create a queued, runtime-owned Run and its ``run.created`` event."""
-        if not isinstance(cmd, SubmitRunCommand):
-            raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
+        SubmitRunCommand.require(cmd, "submit")
         name = None if cmd.name is _UNSET else cmd.name
         timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
@@ -166,8 +171,7 @@ class LocalRunRepository:
             RunNotFoundError: no such Run.
             RunStateConflictError: the Run already ended, or is not runtime-owned.
         """
-        if not isinstance(cmd, CancelRunCommand):
-            raise InvalidRunCommandError(f"request_cancel expects a CancelRunCommand, got {type(cmd).__name__}")
+        CancelRunCommand.require(cmd, "request_cancel")
         reason = None if cmd.reason is _UNSET else cmd.reason
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
@@ -245,12 +249,14 @@ class LocalRunRepository:
                 state = "missing" if attempt is None else attempt.status.value
                 raise RunStateConflictError(f"attempt {attempt_id} is {state}, not starting")
             connection.execute(
-                "UPDATE run_attempts SET status = 'running', pid = ?, pgid = ?, process_start_ticks = ?, boot_id = ?, "
-                "log_path = ?, started_at_ms = ?, updated_at_ms = ? WHERE id = ? AND status = 'starting'",
+                f"UPDATE run_attempts SET status = {sql_literal(AttemptStatus.RUNNING)}, pid = ?, pgid = ?, "
+                "process_start_ticks = ?, boot_id = ?, log_path = ?, started_at_ms = ?, updated_at_ms = ? "
+                f"WHERE id = ? AND status = {sql_literal(AttemptStatus.STARTING)}",
                 (identity.pid, identity.pgid, identity.start_ticks, identity.boot_id, log_path, now, now, attempt_id),
             )
             connection.execute(
-                "UPDATE runs SET status = 'running' WHERE id = ? AND status IN ('dispatching', 'queued')",
+                f"UPDATE runs SET status = {sql_literal(RunStatus.RUNNING)} WHERE id = ? "
+                f"AND status IN {sql_in(RunStatus, {RunStatus.QUEUED, RunStatus.DISPATCHING})}",
                 (attempt.run_id,),
             )
             _event(connection, attempt.run_id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}", actor_id,
@@ -354,7 +360,7 @@ class LocalRunRepository:
         """Oldest queued Runs without a cancel request, to start."""
         with run_repository_errors():
             rows = self._db.connection.execute(
-                "SELECT id FROM runs WHERE status = 'queued' AND cancel_requested_at_ms IS NULL "
+                f"SELECT id FROM runs WHERE status = {sql_literal(RunStatus.QUEUED)} AND cancel_requested_at_ms IS NULL "
                 "AND execution_owner = 'runtime' ORDER BY created_at_ms, rowid LIMIT ?",
                 (limit,),
             ).fetchall()
@@ -386,8 +392,9 @@ class LocalRunRepository:
                 WHERE r.cancel_requested_at_ms IS NOT NULL AND r.status IN {ACTIVE_RUN_SQL}
                   AND r.execution_owner = 'runtime'
                   AND (d.run_id IS NULL
-                       OR (d.attempt_id = a.id AND d.status IN ('pending', 'retry_wait') AND d.next_attempt_at_ms <= ?1)
-                       OR (d.attempt_id = a.id AND d.status = 'leased' AND d.lease_expires_at_ms <= ?1))
+                       OR (d.attempt_id = a.id AND d.status IN {WAITING_DISPATCH_SQL} AND d.next_attempt_at_ms <= ?1)
+                       OR (d.attempt_id = a.id AND d.status = {sql_literal(DispatchStatus.LEASED)}
+                           AND d.lease_expires_at_ms <= ?1))
                 ORDER BY r.cancel_requested_at_ms
                 LIMIT ?2
                 """,
@@ -423,11 +430,11 @@ class LocalRunRepository:
                 SELECT min(t) FROM (
                     SELECT min(d.next_attempt_at_ms) AS t FROM run_cancellation_dispatches d
                       JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status IN ('pending', 'retry_wait')
+                      WHERE d.status IN {WAITING_DISPATCH_SQL}
                     UNION ALL
                     SELECT min(d.lease_expires_at_ms) FROM run_cancellation_dispatches d
                       JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
-                      WHERE d.status = 'leased'
+                      WHERE d.status = {sql_literal(DispatchStatus.LEASED)}
                     UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
@@ -499,7 +506,7 @@ def end_unstarted(
         run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
         end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
-    connection.execute("UPDATE runs SET status = 'queued' WHERE id = ?", (run.id,))
+    connection.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.QUEUED.value, run.id))
     _event(connection, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
            {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
@@ -540,9 +547,9 @@ def insert_run(
     run_id = _new_id()
     connection.execute(
         "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', 'queued', 0, 0, ?, ?, ?, ?, "
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, "
         "?, ?, ?)",
-        (run_id, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

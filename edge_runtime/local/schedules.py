@@ -10,20 +10,17 @@ restarted after a crash, never fire one slot twice.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import apsw
 import msgspec
 
 from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
+from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     FireOutcome,
     FirePlan,
-    InvalidScheduleCommandError,
     Overlap,
     ScheduleNotFoundError,
     ScheduleRecord,
@@ -31,10 +28,9 @@ from edge_runtime.contract.schedules import (
     check_schedule_id,
     plan_fire,
 )
-from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
+from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.errors import LocalStorageError
-from edge_runtime.local.run_rows import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
+from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.runs import LocalRunRepository, insert_run
 
 _UNSET = msgspec.UNSET
@@ -61,18 +57,9 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
         raise ScheduleRepositoryError(f"stored schedule {values['id']!r} is malformed: {exc}") from None
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    """Map storage failures to :class:`ScheduleRepositoryError` (busy is retryable); deliberate
-    errors pass through."""
-    try:
-        yield
-    except LocalStorageError as exc:
-        raise ScheduleRepositoryError(str(exc)) from exc
-    except (apsw.BusyError, apsw.LockedError) as exc:
-        raise ScheduleRepositoryError(f"database busy: {exc}", retryable=True) from exc
-    except (apsw.Error, InvalidClockValueError) as exc:
-        raise ScheduleRepositoryError(f"schedule storage failed: {exc}") from exc
+#: Storage failures (and a bad clock value) become :class:`ScheduleRepositoryError`, retryable when
+#: the database was busy; the contract's refusals pass through.
+schedule_repository_errors = StorageErrors(ScheduleRepositoryError)
 
 
 class LocalScheduleRepository:
@@ -91,25 +78,24 @@ class LocalScheduleRepository:
 
     def get(self, schedule_id: str) -> ScheduleRecord:
         check_schedule_id(schedule_id)
-        with _errors():
+        with schedule_repository_errors():
             record = self._row(schedule_id)
         if record is None:
             raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
         return record
 
     def list(self) -> list[ScheduleRecord]:
-        with _errors():
+        with schedule_repository_errors():
             rows = self._db.connection.execute(
                 f"SELECT {_COLUMNS} FROM schedules ORDER BY created_at_ms, rowid"
             ).fetchall()
             return [_record(row) for row in rows]
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
-        if not isinstance(cmd, AddScheduleCommand):
-            raise InvalidScheduleCommandError(f"add expects an AddScheduleCommand, got {type(cmd).__name__}")
+        AddScheduleCommand.require(cmd, "add")
         expression = parse_schedule(cmd.expression)
         schedule_id = str(uuid.uuid4())
-        with _errors(), self._db.write() as now:
+        with schedule_repository_errors(), self._db.write() as now:
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
                 "created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -123,7 +109,7 @@ class LocalScheduleRepository:
         """Pause or resume. Resuming restarts from the first slot after now: slots missed while
         paused are not fired (a pause means "not these")."""
         check_schedule_id(schedule_id)
-        with _errors(), self._db.write() as now:
+        with schedule_repository_errors(), self._db.write() as now:
             record = self._row(schedule_id)
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
@@ -139,7 +125,7 @@ class LocalScheduleRepository:
     def remove(self, schedule_id: str) -> None:
         """Delete the schedule; its Runs stay (they keep its id), active ones run to their end."""
         check_schedule_id(schedule_id)
-        with _errors(), self._db.write():
+        with schedule_repository_errors(), self._db.write():
             self._db.connection.execute("DELETE FROM schedules WHERE id = ?", (schedule_id,))
             if self._db.connection.changes() != 1:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
@@ -157,15 +143,15 @@ class LocalScheduleRepository:
         ]
 
     def due_schedule_ids(self, limit: int = FIRE_BATCH) -> list[str]:
-        now = read_now_ms(self._db.clock)
-        with _errors():
+        with schedule_repository_errors():
+            now = read_now_ms(self._db.clock)
             return [row[0] for row in self._db.connection.execute(
                 "SELECT id FROM schedules WHERE paused = 0 AND next_fire_at_ms <= ? ORDER BY next_fire_at_ms LIMIT ?",
                 (now, limit),
             )]
 
     def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
-        with _errors(), self._db.write() as now:
+        with schedule_repository_errors(), self._db.write() as now:
             record = self._row(schedule_id)
             if record is None or record.paused:
                 return None  # removed or paused since it was listed
@@ -197,13 +183,13 @@ class LocalScheduleRepository:
         )
 
     def start_waiting(self, *, actor_id: str) -> list[str]:
-        with _errors():
+        with schedule_repository_errors():
             waiting = [row[0] for row in self._db.connection.execute(
                 "SELECT id FROM schedules WHERE waiting_fire_at_ms IS NOT NULL ORDER BY waiting_fire_at_ms"
             )]
         to_cancel: list[str] = []
         for schedule_id in waiting:
-            with _errors(), self._db.write() as now:
+            with schedule_repository_errors(), self._db.write() as now:
                 record = self._row(schedule_id)
                 if record is None or record.waiting_fire_at_ms is _UNSET:
                     continue
@@ -214,15 +200,15 @@ class LocalScheduleRepository:
                     continue
                 run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
                 self._db.connection.execute(
-                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = 'started', last_run_id = ?, "
+                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = ?, last_run_id = ?, "
                     "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
-                    (run_id, now, schedule_id),
+                    (FireOutcome.STARTED.value, run_id, now, schedule_id),
                 )
         return to_cancel
 
     def timed_out_run_ids(self) -> list[str]:
-        now = read_now_ms(self._db.clock)
-        with _errors():
+        with schedule_repository_errors():
+            now = read_now_ms(self._db.clock)
             return [row[0] for row in self._db.connection.execute(
                 f"SELECT r.id FROM run_attempts a JOIN runs r ON r.id = a.run_id WHERE a.status IN {ACTIVE_ATTEMPT_SQL} "
                 "AND a.started_at_ms IS NOT NULL AND r.timeout_ms IS NOT NULL AND r.cancel_requested_at_ms IS NULL "
@@ -237,7 +223,7 @@ class LocalScheduleRepository:
             pass  # it ended meanwhile: nothing left to cancel
 
     def next_due_at_ms(self) -> int | None:
-        with _errors():
+        with schedule_repository_errors():
             return self._db.connection.execute(
                 f"""SELECT min(t) FROM (
                     SELECT min(next_fire_at_ms) AS t FROM schedules WHERE paused = 0

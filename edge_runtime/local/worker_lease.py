@@ -36,6 +36,7 @@ from edge_runtime.contract.worker_session import (
     OfflineCommand,
     RegisterOutcome,
     RegisterWorkerCommand,
+    SessionStatus,
     WorkerSessionRecord,
 )
 from edge_runtime.local.database import LocalDatabase
@@ -150,7 +151,8 @@ class LocalWorkerLeaseRepository:
         reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
         with repository_errors():
             session = read_session(self._db.connection, worker_id)
-            if session is None or session.generation != session_generation or session.status.value != "online":
+            if (session is None or session.generation != session_generation
+                    or session.status is not SessionStatus.ONLINE):
                 return 0
             active = count_other_active(self._db.connection, worker_id, session_generation, "")
             return max(0, min(session.max_concurrent_runs, session.available_slots) - active)

@@ -24,7 +24,9 @@ from edge_runtime.contract.worker_lease import (
     canonical_capabilities_unchecked,
     capabilities_problem,
 )
+from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
+from edge_runtime.contract.sql_vocabulary import sql_literal
 from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
@@ -159,10 +161,12 @@ _lease_fields = operator.attrgetter(*_LEASE_NAMES[1:])
 # Served by the partial index run_dispatch_leases_active (worker_id, session_generation).
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM run_dispatch_leases "
-    "WHERE worker_id = ? AND session_generation = ? AND status = 'leased' AND attempt_id <> ?"
+    f"WHERE worker_id = ? AND session_generation = ? AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> ?"
 )
 _SELECT_ACTIVE = (
-    f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? AND status = 'leased' "
+    f"SELECT {LEASE_COLUMNS} FROM run_dispatch_leases WHERE worker_id = ? "
+    f"AND status = {sql_literal(LeaseStatus.LEASED)} "
     "ORDER BY session_generation, attempt_id"
 )
 
@@ -278,8 +282,8 @@ def move_projection(
     new: RunLeaseRecord,
     *,
     now_ms: int,
-    set_status: str | None = None,
-    require_status: str | None = None,
+    set_status: AttemptStatus | None = None,
+    require_status: AttemptStatus | None = None,
 ) -> None:
     """CAS the Attempt's projection from what ``old`` put there to what ``new`` puts there.
 
@@ -291,12 +295,12 @@ def move_projection(
     params: list[Any] = [*projection_of(new), now_ms]
     if set_status is not None:
         sql += ", status = ?"
-        params.append(set_status)
+        params.append(set_status.value)
     sql += " WHERE id = ? AND " + _PROJECTION_MATCH
     params += [attempt_id, *projection_of(old)]
     if require_status is not None:
         sql += " AND status = ?"
-        params.append(require_status)
+        params.append(require_status.value)
     connection.execute(sql, params)
     if connection.changes() != 1:
         raise WorkerLeaseFenceRejectedError(

@@ -15,6 +15,7 @@ import msgspec
 from edge_runtime.contract.worker_lease import (
     MAX_VERSION,
     InvalidWorkerLeaseCommandError,
+    LeaseCommand,
     WorkerLeaseFenceRejectedError,
     WorkerLeaseRepositoryError,
     WorkerSessionRejectedError,
@@ -43,10 +44,9 @@ def bump(version: int, what: str) -> int:
     return version + 1
 
 
-def expect(cmd: Any, kind: type, operation: str) -> None:
+def expect(cmd: Any, kind: type[LeaseCommand], operation: str) -> None:
     """Refuse a command of the wrong type before opening a transaction."""
-    if not isinstance(cmd, kind):
-        raise InvalidWorkerLeaseCommandError(f"{operation} expects a {kind.__name__}, got {type(cmd).__name__}")
+    kind.require(cmd, operation)
 
 
 class WorkerSessions:

@@ -1,0 +1,111 @@
+"""The service talks to storage through the ports (edge_runtime/contract/ports.py); only a
+composition root picks an adapter (issue 11).
+
+Read statically, by AST, from the source of every module: every ``import`` and ``from ... import``
+anywhere in a module (a function-level import counts: it is how the CLI defers loading), relative
+imports resolved. Nothing is imported to check it, so an import behind a branch is seen too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parents[2] / "edge_runtime"
+ADAPTER = "edge_runtime.local"
+
+#: CLI modules that may import the Local adapter, each with its reason. A module that no longer
+#: imports it must leave this list (tested), so the list only shrinks.
+CLI_LOCAL_IMPORTS = {
+    "edge_runtime.cli.serve": "the composition root of the device service: builds the Local store and adapters",
+    "edge_runtime.cli.common": "the composition root of the user commands (LocalStores, --db)",
+    "edge_runtime.cli.local_database": "the Local openers of the user commands, imported only when a "
+                                       "Local store is opened (the cluster CLI never loads them)",
+    "edge_runtime.cli.check": "checks the Local database file itself (integrity, schema, retention plan)",
+    "edge_runtime.cli.migrate": "migrates and scrubs the Local database file itself",
+    "edge_runtime.cli.schedule": "known gap: the Store port has no schedules yet, so the schedule "
+                                 "commands build the Local schedule repository themselves",
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(_PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, name: str) -> set[str]:
+    """Every module ``path`` (the module ``name``) imports, with ``from x import y`` also as ``x.y``
+    (y may be a submodule)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            found.add(source)
+            found.update(f"{source}.{alias.name}" for alias in node.names)
+    return found
+
+
+def is_adapter(module: str) -> bool:
+    return module == ADAPTER or module.startswith(ADAPTER + ".")
+
+
+def _modules() -> dict[str, Path]:
+    return {module_name(path): path for path in _PACKAGE.rglob("*.py")}
+
+
+def reachable(start: set[str], modules: dict[str, Path]) -> dict[str, str]:
+    """Every edge_runtime module reachable from ``start`` by static imports -> the module that
+    first imports it."""
+    seen = {name: name for name in start}
+    todo = list(start)
+    while todo:
+        current = todo.pop()
+        for target in imported_modules(modules[current], current):
+            if target in modules and target not in seen:
+                seen[target] = current
+                todo.append(target)
+    return seen
+
+
+def test_no_service_module_imports_the_local_adapter_even_indirectly() -> None:
+    modules = _modules()
+    service = {name for name in modules if name.startswith("edge_runtime.service")}
+    assert len(service) > 10
+    found = reachable(service, modules)
+    offending = sorted(f"{name} (imported by {by})" for name, by in found.items() if is_adapter(name))
+    assert not offending, offending
+
+
+def test_only_the_listed_cli_modules_import_the_local_adapter() -> None:
+    modules = _modules()
+    importing = {name for name, path in modules.items()
+                 if name.startswith("edge_runtime.cli") and any(map(is_adapter, imported_modules(path, name)))}
+    assert importing - CLI_LOCAL_IMPORTS.keys() == set(), "CLI modules picking the Local adapter outside a root"
+    assert CLI_LOCAL_IMPORTS.keys() - importing == set(), "listed modules that no longer import it: unlist them"
+
+
+def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
+    planted = _PACKAGE / "service" / "x.py"  # never written: only its name places the relative imports
+    forms = {
+        "import edge_runtime.local.database": True,
+        "from edge_runtime.local.runs import LocalRunRepository": True,
+        "from edge_runtime import local": True,
+        "from ..local import store": True,
+        "from ..local.errors import StorageErrors": True,
+        "def f():\n    from edge_runtime.local.wake import poke": True,
+        "from ..contract import ports": False,
+        "from . import journal": False,
+        "import edge_runtime.localized": False,
+    }
+    for source, expected in forms.items():
+        path = tmp_path / "x.py"
+        path.write_text(source + "\n", encoding="utf-8")
+        modules = imported_modules(path, module_name(planted))
+        assert any(map(is_adapter, modules)) is expected, (source, modules)
