@@ -63,6 +63,11 @@ def bind_to_launcher(command: str | None) -> None:
     """
     launcher = launcher_pid()
     if launcher is None:
+        if getattr(sys, "frozen", False) and os.path.basename(getattr(sys, "_MEIPASS", "")).startswith("_MEI"):
+            # A one-file build whose bootloader does not put its pid in the directory name (older
+            # than pyproject's floor): nothing ties this process to its launcher. Say so, not silently.
+            _say("edge-runtime: warning: this one-file build's unpack directory does not name its launcher "
+                 "(built with a PyInstaller older than 6.22?); this process will outlive a SIGKILL of it\n")
         return
     signum = signal.SIGTERM if command == "serve" else signal.SIGKILL
     pidfd = open_pidfd(launcher)

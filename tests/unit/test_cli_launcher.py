@@ -221,6 +221,19 @@ def test_from_source_binding_is_a_no_op(monkeypatch) -> None:
     assert threading.active_count() == before
 
 
+def test_a_one_file_home_that_names_no_launcher_is_said_not_bound(monkeypatch, capsys) -> None:
+    # PyInstaller 6.11's bootloader named the directory _MEI + six random characters.
+    monkeypatch.setattr(sys, "frozen", True, raising=False)
+    monkeypatch.setattr(sys, "_MEIPASS", "/tmp/_MEIXy12Z9", raising=False)
+    before = threading.active_count()
+    launcher.bind_to_launcher("serve")
+    assert threading.active_count() == before
+    assert "will outlive a SIGKILL" in capsys.readouterr().err
+    monkeypatch.setattr(sys, "_MEIPASS", "/opt/edge-runtime/_internal", raising=False)  # one-folder: silent
+    launcher.bind_to_launcher("serve")
+    assert capsys.readouterr().err == ""
+
+
 def test_the_cli_binds_a_frozen_process_first_with_its_command(monkeypatch, capsys) -> None:
     from edge_runtime.cli.main import main
 
