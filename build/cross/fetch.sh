@@ -31,7 +31,9 @@ deb-src http://deb.debian.org/debian bookworm main
 SRC
     apt-get "${APT_OPTS[@]}" -qq update
     touch "$APT_DIR/.updated"
+    APT_UPDATED_NOW=1
 }
+APT_UPDATED_NOW=0
 
 verify() { # verify NAME [FILE]: FILE (default: the one in the lock) exists in $DL with the locked sha256
     local file sum
@@ -101,6 +103,18 @@ debian_download() { # debian_download NAME src|bin VERSION
     fi
 }
 
+deb_file() { echo "${1%%:*}_${2//:/%3a}_${1#*:}.deb"; } # deb_file PKG:ARCH VERSION: apt's file name
+
+debian_get() { # debian_get NAME src|bin VERSION: download it (a binary already downloaded is kept)
+    local file
+    [ "$3" = "$(lock_field "$1" 2)" ] && log "fetch $1 $3" || log "fetch $1 $3 (pinned $(lock_field "$1" 2) is gone)"
+    if [ "$2" = bin ]; then
+        file="$(deb_file "$1" "$3")"
+        [ -f "$DL/$file.sha256" ] && (cd "$DL" && sha256sum -c --quiet "$file.sha256" 2>/dev/null) && return 0
+    fi
+    debian_download "$1" "$2" "$3"
+}
+
 need_debian() { # need_debian NAME src|bin
     local name="$1" kind="$2" pinned version file sum how
     pinned="$(lock_field "$name" 2)"; file="$(lock_field "$name" 4)"; sum="$(lock_field "$name" 3)"
@@ -113,22 +127,13 @@ need_debian() { # need_debian NAME src|bin
         if [ "$EXACT" != 1 ]; then use "$name $version $sum $file same-orig $pinned"; return 0; fi
     fi
     apt_ready
-    local attempt
-    for attempt in cached refreshed; do
-        if [ "$attempt" = refreshed ]; then
-            log "refreshing Debian's package lists (the pin or its download was missing)"
-            rm -f "$APT_DIR/.updated"; apt_ready
-        fi
-        version="$(debian_choice "$name" "$kind")" || { [ "$attempt" = cached ] && continue; exit 1; }
-        [ "$version" = "$pinned" ] && log "fetch $name $version" || log "fetch $name $version (pinned $pinned is gone)"
-        [ "$kind" = bin ] && file="${name%%:*}_${version//:/%3a}_${name#*:}.deb"
-        if [ "$kind" = bin ] && [ -f "$DL/$file" ] && [ -f "$DL/$file.sha256" ] \
-            && (cd "$DL" && sha256sum -c --quiet "$file.sha256"); then
-            break   # downloaded (and apt-verified) by an earlier run
-        fi
-        debian_download "$name" "$kind" "$version" && break
-        [ "$attempt" = refreshed ] && { echo "Error: $name $version: download failed" >&2; exit 1; }
-    done
+    # A miss with lists older than this run (they may predate the point release): refresh, retry once.
+    if ! version="$(debian_choice "$name" "$kind" 2>/dev/null)" || ! debian_get "$name" "$kind" "$version"; then
+        [ "$APT_UPDATED_NOW" = 1 ] || { log "refreshing Debian's package lists"; rm -f "$APT_DIR/.updated"; apt_ready; }
+        version="$(debian_choice "$name" "$kind")" || exit 1
+        debian_get "$name" "$kind" "$version" || { echo "Error: $name $version: download failed" >&2; exit 1; }
+    fi
+    [ "$kind" = bin ] && file="$(deb_file "$name" "$version")"
     if [ "$kind" = src ]; then
         # All the build takes from a source package is its upstream tarball: it must be the pinned one.
         verify "$name" || { echo "Error: $name $version: its orig tarball $file is not the pinned upstream source" \
