@@ -165,7 +165,7 @@ need libffi debsrc
 need "busybox-static:$DEB_ARCH" deb
 if [ "$MUSL_FROM" = debian ]; then need "musl:$DEB_ARCH" deb; else need musl debsrc; fi
 mkdir -p "$TARGET_DIR"
-mv "$USED" "$TARGET_DIR/inputs.used"; trap - EXIT
+chmod 644 "$USED" && mv "$USED" "$TARGET_DIR/inputs.used"; trap - EXIT
 if grep -qv ' pinned [^ ]*$' "$TARGET_DIR/inputs.used"; then
     log "inputs for $TARGET: Debian revisions newer than the lock's (its pins are gone from the archive):"
     grep -v ' pinned [^ ]*$' "$TARGET_DIR/inputs.used" | sed 's/^/   /'
