@@ -70,7 +70,7 @@ TARGET ?=
 cross: $(STAMP)
 	bash build/cross/cross.sh "$(TARGET)" $(PY)
 
-# Under qemu-user: the built-binary tests, build/demo.sh, the process group, restart re-adoption,
+# Under qemu-user: every built-binary test (test_built_binary*.py), build/demo.sh, the process group, restart re-adoption,
 # float results, and the OpenWrt package started in the musl root.
 cross-test: $(STAMP)
 	bash build/cross/cross-test.sh "$(TARGET)" $(PY)

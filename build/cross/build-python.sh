@@ -14,9 +14,9 @@ mkdir -p "$SRC" "$DEPS"
 if ! stage_done sysroot; then
     log "musl root for $TARGET"
     rm -rf "$SYSROOT" && mkdir -p "$SYSROOT"
-    dpkg-deb -x "$DL/$(lock_field "busybox-static:$DEB_ARCH" 4)" "$SYSROOT"
+    dpkg-deb -x "$DL/$(used_field "busybox-static:$DEB_ARCH" 4)" "$SYSROOT"
     if [ "$MUSL_FROM" = debian ]; then
-        dpkg-deb -x "$DL/$(lock_field "musl:$DEB_ARCH" 4)" "$SYSROOT"
+        dpkg-deb -x "$DL/$(used_field "musl:$DEB_ARCH" 4)" "$SYSROOT"
     fi
     mkdir -p "$SYSROOT/bin" "$SYSROOT/tmp" "$SYSROOT/etc"
     for tool in sh ls cat sleep kill ps mkdir rm tar xz gzip sed grep env; do

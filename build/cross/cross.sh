@@ -16,6 +16,6 @@ started=$(date +%s)
 "$CROSS_DIR/build-app.sh" "$TARGET"
 "$CROSS_DIR/binfmt.sh" "$TARGET"
 source "$CROSS_DIR/toolchain.sh"
-export PREFIX SYSROOT TC_BIN OPENWRT_ARCH ZIG_TARGET CPU LOADER MUSL_VERSION QEMU
+export TARGET_DIR PREFIX SYSROOT TC_BIN OPENWRT_ARCH ZIG_TARGET CPU LOADER MUSL_VERSION QEMU
 "$HOST_PY" "$CROSS_DIR/package.py" "$TARGET"
 log "make cross TARGET=$TARGET done in $(( $(date +%s) - started )) s"

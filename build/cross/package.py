@@ -27,12 +27,20 @@ sys.path.insert(0, str(ROOT / "build"))
 import build as host_build  # noqa: E402  (build/build.py: the same publishing as `make build`)
 
 
-def lock_entries() -> list[dict[str, str]]:
+def used_inputs(target_dir: Path) -> list[dict[str, str]]:
+    """What fetch.sh actually used (``$TARGET_DIR/inputs.used``), not merely what the lock pins.
+
+    ``how`` is ``pinned`` (the lock's file), ``same-orig`` (a newer Debian revision delivered the
+    pinned upstream tarball, same sha256) or ``apt-verified`` (a newer Debian revision of a binary
+    package, checked by apt against Debian's signed index); ``pinned`` then names the lock's version.
+    """
     entries = []
-    for line in (ROOT / "build" / "cross" / "inputs.lock").read_text().splitlines():
-        if line.strip() and not line.startswith("#"):
-            name, version, sha256, file = line.split()
-            entries.append({"name": name, "version": version, "sha256": sha256, "file": file})
+    for line in (target_dir / "inputs.used").read_text().splitlines():
+        name, version, sha256, file, how, pinned = line.split()
+        entry = {"name": name, "version": version, "sha256": sha256, "file": file, "how": how}
+        if how != "pinned":
+            entry["pinned"] = pinned
+        entries.append(entry)
     return entries
 
 
@@ -59,7 +67,7 @@ def main() -> int:
         "loader": f"/lib/{env['LOADER']}",
         "musl": env["MUSL_VERSION"],
         "source": git_commit(),
-        "inputs": lock_entries(),
+        "inputs": used_inputs(Path(env["TARGET_DIR"])),
     }
     info_file = work / "build-info.json"
     info_file.write_text(json.dumps(info, indent=2) + "\n")
