@@ -62,13 +62,10 @@ def test_lease_expiry_is_database_time_between_two_reads_around_the_call(owner: 
     assert before <= record.lease_expires_at_ms - 30_000 <= after
 
 
-def test_time_is_read_after_the_row_lock_so_a_lock_wait_is_not_hidden(owner: Any, runtime: Any) -> None:
-    real_clock(owner)
-    seed(owner, "run-1", "att-1")
-    repo = PostgresCancellationDispatchRepository(runtime())
-    holder = runtime()
-    holder.execute("BEGIN")
-    holder.execute("SELECT 1 FROM ql3.runs WHERE id = 'run-1' FOR UPDATE")
+def _while_held_for_600_ms(owner: Any, holder: Any, call: Any) -> tuple[int, int, Any]:
+    """Run ``call`` while ``holder``'s open transaction keeps a lock it needs; the holder commits
+    after 0.6 s (below the runtime role's 1 s lock_timeout). Returns (database time before the
+    call, database time at the release, the call's result)."""
     released_at: list[int] = []
 
     def release() -> None:
@@ -79,10 +76,23 @@ def test_time_is_read_after_the_row_lock_so_a_lock_wait_is_not_hidden(owner: Any
     thread = threading.Thread(target=release)
     started = db_ms(owner)
     thread.start()
-    record = repo.claim(claim()).dispatch
-    thread.join()
+    try:
+        outcome = call()
+    finally:
+        thread.join()
+    return started, released_at[0], outcome
+
+
+def test_time_is_read_after_the_row_lock_so_a_lock_wait_is_not_hidden(owner: Any, runtime: Any) -> None:
+    real_clock(owner)
+    seed(owner, "run-1", "att-1")
+    repo = PostgresCancellationDispatchRepository(runtime())
+    holder = runtime()
+    holder.execute("BEGIN")
+    holder.execute("SELECT 1 FROM ql3.runs WHERE id = 'run-1' FOR UPDATE")
+    started, released, outcome = _while_held_for_600_ms(owner, holder, lambda: repo.claim(claim()))
     # transaction_timestamp() would give ~`started`; the observation follows the 600 ms wait.
-    assert record.updated_at_ms >= released_at[0] >= started + 500
+    assert outcome.dispatch.updated_at_ms >= released >= started + 500
 
 
 @pytest.mark.parametrize("held", ["advisory lock of a first registration", "worker row of a replacement"])
@@ -103,23 +113,12 @@ def test_a_registration_reads_time_after_its_locks_so_the_session_lease_counts_f
         repo.register(RegisterWorkerCommand(worker_id="w-wait", session_id="s-1", capabilities={},
                                             max_concurrent_runs=1, lease_duration_ms=60_000))
         holder.execute("SELECT 1 FROM ql3.worker_sessions WHERE worker_id = %s FOR UPDATE", (command.worker_id,))
-    released_at: list[int] = []
-
-    def release() -> None:
-        time.sleep(0.6)
-        released_at.append(db_ms(owner))
-        holder.execute("COMMIT")
-
-    thread = threading.Thread(target=release)
-    started = db_ms(owner)
-    thread.start()
-    outcome = repo.register(command)
-    thread.join()
+    started, released, outcome = _while_held_for_600_ms(owner, holder, lambda: repo.register(command))
     session = outcome.session
     assert (outcome.status, session.session_id, session.generation) == (
         "registered", "s-2", 1 if held.startswith("advisory") else 2)
     # A time read before the lock would be ~`started`, 600 ms before the holder let go.
-    assert session.heartbeat_at_ms >= released_at[0] >= started + 500
+    assert session.heartbeat_at_ms >= released >= started + 500
     assert session.lease_expires_at_ms == session.heartbeat_at_ms + 60_000
 
 
