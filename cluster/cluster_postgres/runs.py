@@ -281,26 +281,6 @@ class PostgresRunRepository:
 
     # ----------------------------------------------------------------- attempt lifecycle
 
-    def create_attempt(self, run_id: str, *, actor_id: str) -> AttemptRecord | None:
-        """Take a queued Run (``dispatching``) and create its next Attempt as ``claimed``; None when
-        the Run is not queued, cancel-requested or not runtime-owned. Unfenced: for tools and tests;
-        the service takes work through ``PostgresWorkerLeaseRepository``."""
-        _check_run_id(run_id)
-        with self._tx():
-            cur = self._cur
-            row = cur.execute(_LOCK_RUN, (run_id,)).fetchone()
-            if row is None:
-                return None
-            run = run_from_row(row)
-            if (run.status is not RunStatus.QUEUED or run.cancel_requested_at_ms is not _UNSET
-                    or run.execution_owner != "runtime"):
-                return None
-            now = database_now(cur)
-            cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, run_id))
-            attempt_id = _new_id()
-            insert_attempt(cur, [run.version, run.event_sequence], run_id, attempt_id, now=now, actor_id=actor_id)
-            return self._attempt_row(attempt_id)
-
     def _lock_run_and_attempt(self, attempt_id: str) -> tuple[RunRecord, AttemptRecord] | None:
         """Lock the Attempt's Run, then the Attempt (the global order); None when it does not exist."""
         found = self._cur.execute(_ATTEMPT_RUN_ID, (attempt_id,)).fetchone()

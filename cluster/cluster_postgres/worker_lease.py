@@ -178,7 +178,7 @@ def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
     """The Local rule (``edge_runtime.local.run_start``): stranded before a process was recorded."""
     _, status, created_at_ms, lease_status, expires_at_ms, owner_live, now = row
     if lease_status is None:
-        # claim_run follows create_attempt within milliseconds in a live service.
+        # A claimed Attempt without a lease was left by an older version's separate steps.
         return created_at_ms <= now - abandon_after_ms
     if lease_status != LeaseStatus.LEASED.value:
         return True

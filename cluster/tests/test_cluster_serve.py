@@ -43,6 +43,7 @@ from serve_harness import (
     private_root,
     wait_for,
 )
+from pg_unfenced_attempts import take_queued_run
 
 ACTIVE = ("created", "queued", "dispatching", "running")
 #: A task that appends its Run id to the ledger file given as $0: one line per execution.
@@ -258,7 +259,7 @@ def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsew
             ghost.register()
             unstarted = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
             starting = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
-            assert ghost.claim(unstarted, store.runs.create_attempt(unstarted, actor_id="ghost").id) is not None
+            assert ghost.claim(unstarted, take_queued_run(store.runs, unstarted, actor_id="ghost").id) is not None
             assert ghost.start(starting) is not None
 
             w1 = workers["w1"]

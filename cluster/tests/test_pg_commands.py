@@ -37,6 +37,7 @@ from edge_runtime.contract.runs import (
 from edge_runtime.local.store import local_store_opener
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.worker import WorkerSession
+from pg_unfenced_attempts import take_queued_run
 
 PASSWORD = "Sekrit-Pa55"
 REPO = Path(__file__).resolve().parents[2]
@@ -307,7 +308,7 @@ def test_submit_cancel_and_rearm_notify_the_workers_on_commit_and_only_then(
         store = PostgresStore(dsn)
         try:
             busy = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
-            attempt = store.runs.create_attempt(busy, actor_id="t")
+            attempt = take_queued_run(store.runs, busy, actor_id="t")
         finally:
             store.close()
         owner.execute("INSERT INTO ql3.run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "

@@ -13,7 +13,7 @@ import pytest
 from cluster_postgres.runs import PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.run_lease import NoCapacityOutcome, StartRunCommand
-from edge_runtime.contract.runs import RunRepositoryError, RunStatus, SubmitRunCommand
+from edge_runtime.contract.runs import CancelRunCommand, RunRepositoryError, RunStatus, SubmitRunCommand
 from edge_runtime.service.worker import WorkerSession
 
 
@@ -31,17 +31,28 @@ def test_the_queue_scan_skips_a_run_another_transaction_holds(owner: Any, runtim
     assert set(runs.queued_run_ids(10)) == {held.id, free.id}
 
 
-def test_two_connections_racing_for_one_queued_run_create_one_attempt(owner: Any, runtime: Any) -> None:
+def test_two_workers_racing_to_start_one_queued_run_create_one_attempt(owner: Any, runtime: Any) -> None:
     rounds = 10
     submitted = [PostgresRunRepository(runtime()).submit(SubmitRunCommand(argv=["true"])).id for _ in range(rounds)]
-    repos = [PostgresRunRepository(runtime()) for _ in range(2)]
+    sessions = []
+    for side in (0, 1):
+        worker = WorkerSession(PostgresWorkerLeaseRepository(runtime()), worker_id=f"w{side}", slots=rounds,
+                               session_lease_ms=120_000, run_lease_ms=60_000)
+        worker.register()
+        sessions.append(worker.session)
+    repos = [PostgresWorkerLeaseRepository(runtime()) for _ in range(2)]
     barrier = threading.Barrier(2)
     taken: list[list[bool]] = [[], []]
 
     def race(side: int) -> None:
-        for run_id in submitted:
+        s = sessions[side]
+        for number, run_id in enumerate(submitted):
+            cmd = StartRunCommand(worker_id=s.worker_id, session_id=s.session_id, session_generation=s.generation,
+                                  session_version=s.version, run_id=run_id, attempt_id=f"att-{side}-{number}",
+                                  offer_id=f"offer-{side}-{number}", lease_token=f"token-{side}-{number}-" + "x" * 32,
+                                  lease_duration_ms=60_000)
             barrier.wait(timeout=30)
-            taken[side].append(repos[side].create_attempt(run_id, actor_id=f"w{side}") is not None)
+            taken[side].append(type(repos[side].start_run(cmd)).__name__ == "ClaimedRunOutcome")
 
     threads = [threading.Thread(target=race, args=(side,)) for side in (0, 1)]
     for t in threads:
@@ -50,7 +61,7 @@ def test_two_connections_racing_for_one_queued_run_create_one_attempt(owner: Any
         t.join()
     assert [a + b for a, b in zip(taken[0], taken[1])] == [1] * rounds
     assert owner.execute("SELECT count(*) FROM run_attempts").fetchone()[0] == rounds
-    assert {repos[0].get(r).status for r in submitted} == {RunStatus.DISPATCHING}
+    assert {PostgresRunRepository(runtime()).get(r).status for r in submitted} == {RunStatus.DISPATCHING}
 
 
 def test_a_lock_timeout_is_a_retryable_run_repository_error(owner: Any, runtime: Any) -> None:
@@ -60,11 +71,11 @@ def test_a_lock_timeout_is_a_retryable_run_repository_error(owner: Any, runtime:
     holder.execute("BEGIN")
     holder.execute("SELECT 1 FROM ql3.runs WHERE id = %s FOR UPDATE", (run.id,))
     with pytest.raises(RunRepositoryError) as caught:
-        runs.create_attempt(run.id, actor_id="w1")
+        runs.request_cancel(CancelRunCommand(run_id=run.id))
     holder.execute("ROLLBACK")
     assert (caught.value.code, caught.value.retryable) == ("CLUSTER_STORAGE_FAILED", True)
     assert "SQLSTATE 55P03" in str(caught.value)
-    assert runs.create_attempt(run.id, actor_id="w1") is not None  # the connection is reusable
+    assert runs.request_cancel(CancelRunCommand(run_id=run.id)).status is RunStatus.CANCELLED  # reusable
 
 
 def test_two_connections_of_one_session_racing_to_start_never_oversell_its_slot(owner: Any, runtime: Any) -> None:

@@ -4,6 +4,7 @@ adapter in tests/conformance/test_conformance_run_start.py."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -118,3 +119,5 @@ def test_only_the_fenced_start_creates_an_attempt() -> None:
         lambda n: isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "_insert_attempt")
     assert callers == {"local.run_start:RunStarts.start_run"}
     assert not hasattr(LocalRunRepository, "create_attempt")
+    cluster_runs = Path(__file__).resolve().parents[2] / "cluster" / "cluster_postgres" / "runs.py"
+    assert "def create_attempt" not in cluster_runs.read_text(encoding="utf-8")  # nor the PostgreSQL one
