@@ -275,10 +275,10 @@ class AttemptSupervisor:
                 self._journal.info("attempt.unstarted", run=grant.lease.run_id, attempt=attempt_id, status=status)
             del self._unstarted[attempt_id]
 
-    def undo_before_exit(self) -> list[str]:
+    def undo_before_exit(self) -> None:
         """The service stops: retry the pending undos of failed starts until none is left or
-        ``UNDO_AT_STOP_S`` passed; the Attempts still pending (each one logged). Those keep their
-        grant, so the next service's orphan sweep ends them once it ran out: within one Run Lease."""
+        ``UNDO_AT_STOP_S`` passed; each one still pending is logged. Those keep their grant, so
+        the next service's orphan sweep ends them once it ran out: within one Run Lease."""
         deadline = time.monotonic() + UNDO_AT_STOP_S
         tries = 0
         while self._unstarted:
@@ -292,7 +292,6 @@ class AttemptSupervisor:
             self._journal.error(
                 "attempt.undo_left", run=grant.lease.run_id, attempt=attempt_id, detail=reason, tries=tries,
                 next_step="the next service's orphan sweep ends it once its Run Lease ran out")
-        return list(self._unstarted)
 
     def _spawn(
         self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,
@@ -304,8 +303,9 @@ class AttemptSupervisor:
             identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id)
         except SpawnError as exc:
             if capture is not None:
-                capture.abandon()
-            _unlink(fifo_path)
+                capture.abandon()  # its FIFO and its still empty log go with it
+            else:
+                _unlink(fifo_path)
             # A process that existed for an instant may have begun the command: the Run ends.
             return self._not_started(grant, str(exc), retryable=exc.retryable,
                                      end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)

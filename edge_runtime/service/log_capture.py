@@ -217,7 +217,6 @@ class LogCapture:
             except FileNotFoundError:
                 pass
 
-
     def abandon(self) -> None:
         """A start that made no process: close, and remove the FIFO and the log file the capture
         created (still empty: nothing could write to it), as if the start had never opened them."""
