@@ -3,7 +3,9 @@
 The runtime creates an Attempt only inside ``start_run`` (issue 9: taking work is fenced by the
 worker session, in the same transaction). Tests of what the orphan sweep, recovery, the dispatcher
 or a power cut do with a ``claimed`` Attempt (left by the separate steps of an earlier version,
-or by another tool) seed one here, with the rows and event ``start_run`` would write.
+or by another tool) seed one here, with the row ``start_run`` would write and the
+``run.attempt_created`` event those earlier versions appended (``start_run`` now records the
+Attempt in its one ``run.attempt_starting`` event, at the barrier).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 from edge_runtime.contract.ids import new_id
 from edge_runtime.contract.runs import AttemptRecord
 from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.run_start import _insert_attempt
 from edge_runtime.local.runs import LocalRunRepository
 
@@ -28,5 +31,8 @@ def take_queued_run(db: LocalDatabase, run_id: str, *, actor_id: str) -> Attempt
         if connection.changes() != 1:
             return None
         attempt_id = new_id()
-        _insert_attempt(connection, run_id, attempt_id, now=now, actor_id=actor_id)
+        number = _insert_attempt(connection, run_id, attempt_id, now=now)
+        append_run_event(connection, run_id=run_id, event_id=new_id(), event_type="run.attempt_created",
+                         dedupe_key=f"attempt-created:{attempt_id}", actor_type="worker", actor_id=actor_id,
+                         attempt_id=attempt_id, payload={"attempt": number}, now_ms=now)
     return LocalRunRepository(db).get_attempt(attempt_id)

@@ -18,9 +18,9 @@ import psycopg
 
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH, DispatchStatus
 from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
     ACTIVE_RUN_STATUSES,
-    EVENT_ATTEMPT_CREATED,
     EVENT_CANCEL_ESCAPED,
     EVENT_CANCEL_REQUESTED,
     EVENT_KILL_SENT,
@@ -43,6 +43,7 @@ from edge_runtime.contract.runs import (
     RunStateConflictError,
     RunStatus,
     SubmitRunCommand,
+    attempt_event_key,
     run_ended_event,
 )
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
@@ -50,7 +51,8 @@ from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import NOTIFY_WAKE, WAKE_CHANNEL  # noqa: F401 (WAKE_CHANNEL: re-exported)
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
-from cluster_postgres.run_events import append_run_event, database_now
+from cluster_postgres.lease_rows import complete_held_grant, held_grant, lease_event
+from cluster_postgres.run_events import append_run_event, clamp, database_now
 
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
@@ -329,7 +331,7 @@ class PostgresRunRepository:
             if locked is None or locked[1].status is not AttemptStatus.STARTING:
                 state = "missing" if locked is None else locked[1].status.value
                 raise RunStateConflictError(f"attempt {attempt_id} is {state}, not starting")
-            run, _ = locked
+            run, attempt = locked
             now = database_now(cur)
             cur.execute(
                 "UPDATE ql3.run_attempts SET status = %s, pid = %s, pgid = %s, process_start_ticks = %s, "
@@ -338,15 +340,17 @@ class PostgresRunRepository:
             )
             if run.status in (RunStatus.DISPATCHING, RunStatus.QUEUED):
                 cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.RUNNING.value, run.id))
-            _event(cur, [run.version, run.event_sequence], run.id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}",
-                   actor_id, {"attempt_id": attempt_id, "pid": identity.pid}, now, attempt_id=attempt_id)
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_RUN_STARTED,
+                   attempt_event_key(attempt.attempt, "running"), actor_id, {"pid": identity.pid}, now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def finish_attempt(
         self, attempt_id: str, status: AttemptStatus, *, actor_id: str, exit_code: int | None = None,
         reason: str | None = None,
     ) -> AttemptRecord:
-        """End an active Attempt and its Run, with one event (idempotent for an ended Attempt).
+        """End an active Attempt and its Run, with one event (idempotent for an ended Attempt), and
+        complete the Attempt's Run Lease if one is still held, in the same transaction (as the
+        Local store does: the end event names the grant; ``complete`` then finds nothing to do).
 
         A lost Attempt ends the Run as failed, or cancelled when a cancel was requested.
         """
@@ -358,7 +362,12 @@ class PostgresRunRepository:
             run, attempt = self._require(attempt_id)
             if attempt.status in TERMINAL_ATTEMPT_STATUSES:
                 return attempt
-            now = database_now(cur)
+            fence = [run.version, run.event_sequence]
+            grant = held_grant(cur, attempt_id)
+            # The grant row is changed too: its time is clamped as ``complete`` clamps it (§4).
+            now = clamp(cur, database_now(cur), None if grant is None else grant.updated_at_ms, fence, run.id,
+                        actor_id)
+            completed = None if grant is None else complete_held_grant(cur, grant, now)
             cur.execute(
                 "UPDATE ql3.run_attempts SET status = %s, exit_code = %s, end_reason = %s, finished_at_ms = %s, "
                 "updated_at_ms = %s WHERE id = %s", (status.value, exit_code, reason, now, now, attempt_id),
@@ -366,14 +375,18 @@ class PostgresRunRepository:
             run_status = RUN_STATUS_AFTER_ATTEMPT[status]
             if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
                 run_status = RunStatus.CANCELLED
-            extra: dict[str, Any] = {"attempt_id": attempt_id, "attempt_status": status.value}
+            extra: dict[str, Any] = {"attempt_status": status.value}
             if exit_code is not None:
                 extra["exit_code"] = exit_code
             if reason is not None:
                 extra["reason"] = reason
             if run.status in ACTIVE_RUN_STATUSES:
-                end_run(cur, [run.version, run.event_sequence], run.id, run_status, now, actor_id,
-                        attempt_id=attempt_id, extra=extra)
+                if completed is not None:
+                    extra.update(completed_grant_extra(completed))
+                end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+            elif completed is not None:
+                lease_event(cur, fence, completed, _new_id(), EVENT_LEASE_COMPLETED, "completed", now,
+                            attempt_status=status.value)
             return self._attempt_row(attempt_id)
 
     def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord:
@@ -400,23 +413,23 @@ class PostgresRunRepository:
             now = database_now(cur)
             cur.execute("UPDATE ql3.run_attempts SET killed_at_ms = %s, updated_at_ms = %s WHERE id = %s",
                         (now, now, attempt_id))
-            _event(cur, [run.version, run.event_sequence], run.id, EVENT_KILL_SENT, f"kill-sent:{attempt_id}",
-                   actor_id, {"attempt_id": attempt_id, "kill_deadline_at_ms": _none(attempt.kill_deadline_at_ms),
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_KILL_SENT,
+                   attempt_event_key(attempt.attempt, "kill-sent"), actor_id, {"kill_deadline_at_ms": _none(attempt.kill_deadline_at_ms),
                               "outcome": outcome}, now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
         """A ``run.cancel_escaped`` event (descendants outside the process group), once per Attempt."""
-        dedupe_key = f"cancel-escaped:{attempt_id}"
         with self._tx():
             cur = self._cur
-            run, _ = self._require(attempt_id)
+            run, attempt = self._require(attempt_id)
+            dedupe_key = attempt_event_key(attempt.attempt, "cancel-escaped")
             if cur.execute("SELECT 1 FROM ql3.run_events WHERE run_id = %s AND dedupe_key = %s",
                            (run.id, dedupe_key)).fetchone():
                 return
             now = database_now(cur)
             _event(cur, [run.version, run.event_sequence], run.id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
-                   {"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
@@ -530,9 +543,10 @@ def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, 
     status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
     if cancelled and not may_have_started:
         reason = REASON_CANCELLED_BEFORE_START
-    cur.execute("UPDATE ql3.run_attempts SET status = %s, end_reason = %s, finished_at_ms = %s, updated_at_ms = %s "
-                "WHERE id = %s", (status.value, reason, now, now, attempt_id))
-    extra = {"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason}
+    number = cur.execute(
+        "UPDATE ql3.run_attempts SET status = %s, end_reason = %s, finished_at_ms = %s, updated_at_ms = %s "
+        "WHERE id = %s RETURNING attempt", (status.value, reason, now, now, attempt_id)).fetchone()[0]
+    extra = {"attempt_status": status.value, "reason": reason}
     if run.status not in ACTIVE_RUN_STATUSES:
         return run.status
     if cancelled or may_have_started:
@@ -540,8 +554,8 @@ def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, 
         end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
     cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.QUEUED.value, run.id))
-    _event(cur, fence, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
-           {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
+    _event(cur, fence, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
+           {"reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
 
 
@@ -553,9 +567,9 @@ def end_run(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, status: Run
            now, attempt_id=attempt_id)
 
 
-def insert_attempt(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, attempt_id: str, *, now: int,
-                   actor_id: str) -> int:
-    """Insert the locked Run's next Attempt as ``claimed`` with ``run.attempt_created``; its number."""
+def insert_attempt(cur: psycopg.Cursor[Any], run_id: str, attempt_id: str, *, now: int) -> int:
+    """Insert the locked Run's next Attempt as ``claimed``; its number (``start_run``'s one event
+    records it)."""
     number = cur.execute("SELECT coalesce(max(attempt), 0) + 1 FROM ql3.run_attempts WHERE run_id = %s",
                          (run_id,)).fetchone()[0]
     cur.execute(
@@ -563,8 +577,6 @@ def insert_attempt(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, atte
         "VALUES (%s, %s, %s, %s, %s, %s, %s)",
         (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
-    _event(cur, fence, run_id, EVENT_ATTEMPT_CREATED, f"attempt-created:{attempt_id}", actor_id,
-           {"attempt_id": attempt_id, "attempt": number}, now, attempt_id=attempt_id)
     return number
 
 

@@ -37,21 +37,18 @@ from edge_runtime.contract.run_lease import (
     REASON_ORPHAN_STARTING,
     REASON_ORPHAN_UNSTARTED,
     REASON_WORKER_GONE,
-    ReleaseReason,
     ReleaseRunLeaseCommand,
     RenewRunLeaseCommand,
     RunLeaseRecord,
     StartRunCommand,
     StartRunOutcome,
-    dedupe_key_for,
-    lease_record_problem,
+    start_event_extra,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus
+from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus, attempt_event_key
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
-    MAX_VERSION,
     WORKER_ID_MAX_LENGTH,
     InvalidWorkerLeaseCommandError,
     RunNotStartableError,
@@ -75,15 +72,26 @@ from edge_runtime.contract.worker_session import (
     session_record_problem,
 )
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
-from cluster_postgres.run_events import append_run_event, clamp, database_now
+from cluster_postgres.lease_rows import (
+    LEASE_COLUMNS,
+    LOCK_ATTEMPT,
+    LOCK_LEASE,
+    NO_PROJECTION,
+    SELECT_LEASE,
+    bump,
+    lease_event,
+    lease_from_row,
+    move_projection,
+    projection_of,
+    store_lease,
+)
+from cluster_postgres.run_events import clamp, database_now
 from cluster_postgres.runs import RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
 
 
 _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 _SESSION_STATUS = {s.value: s for s in SessionStatus}
-_LEASE_STATUS = {s.value: s for s in LeaseStatus}
-_RELEASE_REASON = {r.value: r for r in ReleaseReason}
 _decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
 
 _SESSION_COLUMNS = (
@@ -100,27 +108,13 @@ _UPDATE_SESSION = (
 )
 _REGISTRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))"
 
-_LEASE_COLUMNS = (
-    "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
-    "offer_id, status, expires_at_ms, acquired_at_ms, renewed_at_ms, started_at_ms, released_at_ms, "
-    "release_reason, completed_at_ms, updated_at_ms"
-)
-_SELECT_LEASE = f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE attempt_id = %s"
-_LOCK_LEASE = _SELECT_LEASE + " FOR NO KEY UPDATE"
-_INSERT_LEASE = f"INSERT INTO ql3.run_dispatch_leases ({_LEASE_COLUMNS}) VALUES ({', '.join(['%s'] * 18)})"
-_UPDATE_LEASE = (
-    "UPDATE ql3.run_dispatch_leases SET run_id = %s, worker_id = %s, session_id = %s, session_generation = %s, "
-    "lease_generation = %s, version = %s, token_digest = %s, offer_id = %s, status = %s, expires_at_ms = %s, "
-    "acquired_at_ms = %s, renewed_at_ms = %s, started_at_ms = %s, released_at_ms = %s, release_reason = %s, "
-    "completed_at_ms = %s, updated_at_ms = %s WHERE attempt_id = %s AND version = %s"
-)
 _COUNT_ACTIVE = (
     "SELECT count(*) FROM ql3.run_dispatch_leases "
     f"WHERE worker_id = %s AND session_generation = %s AND status = {sql_literal(LeaseStatus.LEASED)} "
     "AND attempt_id <> %s"
 )
 _SELECT_ACTIVE = (
-    f"SELECT {_LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s "
+    f"SELECT {LEASE_COLUMNS} FROM ql3.run_dispatch_leases WHERE worker_id = %s "
     f"AND status = {sql_literal(LeaseStatus.LEASED)} "
     "ORDER BY session_generation, attempt_id"
 )
@@ -128,18 +122,7 @@ _LOCK_RUN = (
     "SELECT execution_owner, status, cancel_requested_at_ms, version, event_sequence FROM ql3.runs "
     "WHERE id = %s FOR NO KEY UPDATE"
 )
-_PROJECTION = (
-    "lease_worker_id, lease_session_id, lease_session_generation, lease_generation, lease_version, "
-    "lease_token_digest, lease_offer_id, lease_expires_at_ms"
-)
-_LOCK_ATTEMPT = f"SELECT run_id, status, {_PROJECTION} FROM ql3.run_attempts WHERE id = %s FOR NO KEY UPDATE"
 _ATTEMPT_RUN_ID = "SELECT run_id FROM ql3.run_attempts WHERE id = %s"  # immutable: read before locking the Run
-_SET_PROJECTION = (
-    "UPDATE ql3.run_attempts SET lease_worker_id = %s, lease_session_id = %s, lease_session_generation = %s, "
-    "lease_generation = %s, lease_version = %s, lease_token_digest = %s, lease_offer_id = %s, "
-    "lease_expires_at_ms = %s, updated_at_ms = %s, status = coalesce(%s, status) WHERE id = %s"
-)
-_NO_PROJECTION = (None,) * 8
 
 # Attempts that recorded no process yet, with their grant and whether that grant's session is
 # still its worker's current, non-offline, live session (the Local query, in PostgreSQL types).
@@ -189,12 +172,6 @@ def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
     return expired and not owner_live
 
 
-def _bump(version: int, what: str) -> int:
-    if version >= MAX_VERSION:
-        raise ClusterLeaseStorageError(f"{what} has reached the maximum version")
-    return version + 1
-
-
 def _expect(cmd: Any, kind: type, operation: str) -> None:
     if not isinstance(cmd, kind):
         raise InvalidWorkerLeaseCommandError(f"{operation} expects a {kind.__name__}, got {type(cmd).__name__}")
@@ -217,35 +194,6 @@ def _session(row: tuple[Any, ...]) -> WorkerSessionRecord:
     if problem is not None:
         raise ClusterLeaseStorageError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
     return record
-
-
-def _lease(row: tuple[Any, ...]) -> RunLeaseRecord:
-    def absent(value: Any) -> Any:
-        return _UNSET if value is None else value
-
-    attempt_id = row[0]
-    try:
-        record = RunLeaseRecord(
-            attempt_id=attempt_id, run_id=row[1], worker_id=row[2], session_id=row[3], session_generation=row[4],
-            lease_generation=row[5], version=row[6], token_digest=row[7], offer_id=row[8],
-            status=_LEASE_STATUS[row[9]], expires_at_ms=row[10], acquired_at_ms=row[11], renewed_at_ms=absent(row[12]),
-            started_at_ms=absent(row[13]), released_at_ms=absent(row[14]),
-            release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
-            completed_at_ms=absent(row[16]), updated_at_ms=row[17],
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} is malformed: {exc!r}") from None
-    problem = lease_record_problem(record)
-    if problem is not None:
-        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} breaks an invariant: {problem}")
-    return record
-
-
-def _projection(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
-    if lease is None or lease.status is not LeaseStatus.LEASED:
-        return _NO_PROJECTION
-    return (lease.worker_id, lease.session_id, lease.session_generation, lease.lease_generation, lease.version,
-            lease.token_digest, lease.offer_id, lease.expires_at_ms)
 
 
 class PostgresWorkerLeaseRepository:
@@ -274,8 +222,8 @@ class PostgresWorkerLeaseRepository:
     def find_lease(self, attempt_id: str) -> RunLeaseRecord | None:
         reject(identifier_problem("attempt_id", attempt_id, ATTEMPT_ID_MAX_LENGTH))
         with reading(ClusterLeaseStorageError):
-            row = self._cur.execute(_SELECT_LEASE, (attempt_id,)).fetchone()
-        return None if row is None else _lease(row)
+            row = self._cur.execute(SELECT_LEASE, (attempt_id,)).fetchone()
+        return None if row is None else lease_from_row(row)
 
     def count_active_leases(self, worker_id: str) -> int:
         """``leased`` grants (expired or not) of the worker's current session; 0 without one."""
@@ -304,7 +252,7 @@ class PostgresWorkerLeaseRepository:
         reject(identifier_problem("worker_id", worker_id, WORKER_ID_MAX_LENGTH))
         with reading(ClusterLeaseStorageError):
             rows = self._cur.execute(_SELECT_ACTIVE, (worker_id,)).fetchall()
-        return [_lease(row) for row in rows]
+        return [lease_from_row(row) for row in rows]
 
     # ================================================================= sessions
 
@@ -342,8 +290,8 @@ class PostgresWorkerLeaseRepository:
                         f"session {cmd.session_id!r} of worker {cmd.worker_id!r} cannot be registered again: {problem}"
                     )
                 return ReplayedOutcome(session=current)
-            session = _replace(current, generation=_bump(current.generation, "session generation"),
-                               version=_bump(current.version, "session"), **fresh)
+            session = _replace(current, generation=bump(current.generation, "session generation"),
+                               version=bump(current.version, "session"), **fresh)
             self._store_session(session, current.version)
             return RegisteredOutcome(session=session, replaced_session=True)
 
@@ -356,7 +304,7 @@ class PostgresWorkerLeaseRepository:
                     f"available_slots {cmd.available_slots} exceeds max_concurrent_runs {current.max_concurrent_runs}"
                 )
             online = current.status is SessionStatus.ONLINE
-            session = _replace(current, version=_bump(current.version, "session"),
+            session = _replace(current, version=bump(current.version, "session"),
                                available_slots=cmd.available_slots if online else 0, heartbeat_at_ms=now,
                                lease_expires_at_ms=now + cmd.lease_duration_ms, updated_at_ms=now)
             self._store_session(session, current.version)
@@ -366,7 +314,7 @@ class PostgresWorkerLeaseRepository:
         _expect(cmd, DrainCommand, "drain")
         with Transaction(self._conn, ClusterLeaseStorageError):
             current, now = self._fenced_session(cmd, (SessionStatus.ONLINE,))
-            session = _replace(current, status=SessionStatus.DRAINING, version=_bump(current.version, "session"),
+            session = _replace(current, status=SessionStatus.DRAINING, version=bump(current.version, "session"),
                                available_slots=0, updated_at_ms=now)
             self._store_session(session, current.version)
             return session
@@ -376,7 +324,7 @@ class PostgresWorkerLeaseRepository:
         with Transaction(self._conn, ClusterLeaseStorageError):
             current, now = self._fenced_session(cmd, (SessionStatus.ONLINE, SessionStatus.DRAINING), require_live=False)
             session = _replace(
-                current, status=SessionStatus.OFFLINE, version=_bump(current.version, "session"), available_slots=0,
+                current, status=SessionStatus.OFFLINE, version=bump(current.version, "session"), available_slots=0,
                 lease_expires_at_ms=max(current.heartbeat_at_ms, min(current.lease_expires_at_ms, now)),
                 updated_at_ms=now,
             )
@@ -397,9 +345,9 @@ class PostgresWorkerLeaseRepository:
         with Transaction(self._conn, ClusterLeaseStorageError):
             session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
             run_row = cur.execute(_LOCK_RUN, (cmd.run_id,)).fetchone()
-            attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
-            lease_row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
-            existing = None if lease_row is None else _lease(lease_row)
+            attempt = cur.execute(LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            lease_row = cur.execute(LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+            existing = None if lease_row is None else lease_from_row(lease_row)
             run = self._run_version(run_row)
             now = clamp(cur, database_now(cur), None if existing is None else existing.updated_at_ms, run,
                         cmd.run_id, cmd.worker_id)
@@ -433,14 +381,14 @@ class PostgresWorkerLeaseRepository:
             lease = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
                 session_generation=cmd.session_generation,
-                lease_generation=1 if existing is None else _bump(existing.lease_generation, "lease generation"),
-                version=1 if existing is None else _bump(existing.version, "lease"), token_digest=digest,
+                lease_generation=1 if existing is None else bump(existing.lease_generation, "lease generation"),
+                version=1 if existing is None else bump(existing.version, "lease"), token_digest=digest,
                 offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
                 acquired_at_ms=now, updated_at_ms=now,
             )
-            self._store_lease(lease, None if existing is None else existing.version)
-            self._move_projection(attempt, existing, lease, now)
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
+            store_lease(self._cur, lease, None if existing is None else existing.version)
+            move_projection(self._cur, attempt, existing, lease, now)
+            event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
             return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
 
     def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord:
@@ -449,12 +397,12 @@ class PostgresWorkerLeaseRepository:
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
             session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
-            attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
+            attempt = cur.execute(LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
             current, now = self._locked_lease(cmd, digest, session_row, (SessionStatus.ONLINE, SessionStatus.DRAINING))
-            lease = _replace(current, version=_bump(current.version, "lease"), expires_at_ms=now + cmd.lease_duration_ms,
+            lease = _replace(current, version=bump(current.version, "lease"), expires_at_ms=now + cmd.lease_duration_ms,
                              renewed_at_ms=now, updated_at_ms=now)
-            self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now)
+            store_lease(self._cur, lease, current.version)
+            move_projection(self._cur, attempt, current, lease, now)
             return lease
 
     def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -467,11 +415,11 @@ class PostgresWorkerLeaseRepository:
             run = self._run_version(run_row)
             current, now = self._locked_lease(cmd, digest, session_row, tuple(SessionStatus), require_live=False, run=run)
             self._require_claimed(attempt, current, "released")
-            lease = _replace(current, status=LeaseStatus.RELEASED, version=_bump(current.version, "lease"),
+            lease = _replace(current, status=LeaseStatus.RELEASED, version=bump(current.version, "lease"),
                              released_at_ms=now, release_reason=cmd.reason, updated_at_ms=now)
-            self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now)
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
+            store_lease(self._cur, lease, current.version)
+            move_projection(self._cur, attempt, current, lease, now)
+            event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome:
@@ -492,10 +440,10 @@ class PostgresWorkerLeaseRepository:
             if reason is not None:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(attempt, current, "started")
-            lease = _replace(current, version=_bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
-            self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now, set_status=AttemptStatus.STARTING)
-            event = self._event(run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
+            lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
+            store_lease(self._cur, lease, current.version)
+            move_projection(self._cur, attempt, current, lease, now, set_status=AttemptStatus.STARTING)
+            event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
     def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -505,8 +453,8 @@ class PostgresWorkerLeaseRepository:
         with Transaction(self._conn, ClusterLeaseStorageError):
             run_row, attempt = self._lock_run_and_attempt(cmd.attempt_id)
             run = self._run_version(run_row)
-            row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
-            current = None if row is None else _lease(row)
+            row = cur.execute(LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+            current = None if row is None else lease_from_row(row)
             if (
                 current is None or current.status is not LeaseStatus.LEASED or current.worker_id != cmd.worker_id
                 or current.session_generation != cmd.session_generation
@@ -515,11 +463,11 @@ class PostgresWorkerLeaseRepository:
             ):
                 raise WorkerLeaseFenceRejectedError(self._mismatch(cmd.attempt_id, current))
             now = clamp(cur, database_now(cur), current.updated_at_ms, run, current.run_id, cmd.worker_id)
-            lease = _replace(current, status=LeaseStatus.COMPLETED, version=_bump(current.version, "lease"),
+            lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
                              completed_at_ms=now, updated_at_ms=now)
-            self._store_lease(lease, current.version)
-            self._move_projection(attempt, current, lease, now)
-            event = self._event(run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now,
+            store_lease(self._cur, lease, current.version)
+            move_projection(self._cur, attempt, current, lease, now)
+            event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now,
                                 attempt_status=attempt[1])
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -560,21 +508,22 @@ class PostgresWorkerLeaseRepository:
                                          available_slots=session.available_slots)
             run = self._run_version(run_row)
             cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, cmd.run_id))
-            insert_attempt(cur, run, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
+            number = insert_attempt(cur, cmd.run_id, cmd.attempt_id, now=now)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
                 session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,
                 offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
                 acquired_at_ms=now, updated_at_ms=now,
             )
-            self._store_lease(claimed, None)
-            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_NO_PROJECTION), None, claimed, now)
-            self._event(run, claimed, str(uuid.uuid4()), EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
+            store_lease(self._cur, claimed, None)
+            move_projection(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *NO_PROJECTION), None, claimed, now)
             started = _replace(claimed, version=2, started_at_ms=now)
-            self._store_lease(started, 1)
-            self._move_projection((cmd.run_id, AttemptStatus.CLAIMED, *_projection(claimed)), claimed, started, now,
+            store_lease(self._cur, started, 1)
+            move_projection(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *projection_of(claimed)), claimed, started, now,
                                   set_status=AttemptStatus.STARTING)
-            event = self._event(run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now)
+            event = lease_event(self._cur, run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now,
+                                dedupe_key=attempt_event_key(number, "start"),
+                                **start_event_extra(number, cmd.offer_id))
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
     def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus:
@@ -590,8 +539,8 @@ class PostgresWorkerLeaseRepository:
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
             run_row, attempt = self._lock_run_and_attempt(lease.attempt_id)
-            row = cur.execute(_LOCK_LEASE, (lease.attempt_id,)).fetchone()
-            current = None if row is None else _lease(row)
+            row = cur.execute(LOCK_LEASE, (lease.attempt_id,)).fetchone()
+            current = None if row is None else lease_from_row(row)
             now = database_now(cur)
             if current is not None and current.status is LeaseStatus.COMPLETED and current.version == lease.version + 1:
                 return RunStatus(run_row[1])  # our own earlier attempt at this committed
@@ -628,14 +577,14 @@ class PostgresWorkerLeaseRepository:
             with Transaction(self._conn, ClusterLeaseStorageError):
                 session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
                 run_row, attempt = self._lock_run_and_attempt(row[0])
-                lease_row = cur.execute(_LOCK_LEASE, (row[0],)).fetchone()
+                lease_row = cur.execute(LOCK_LEASE, (row[0],)).fetchone()
                 now = database_now(cur)
                 self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
                 fresh = cur.execute(_ONE_ORPHAN_CANDIDATE, (row[0],)).fetchone()
                 if fresh is None or not _is_orphan(fresh, abandon_after_ms):
                     continue
                 started = fresh[1] == AttemptStatus.STARTING
-                lease = None if lease_row is None else _lease(lease_row)
+                lease = None if lease_row is None else lease_from_row(lease_row)
                 run = self._run_version(run_row)
                 if run is not None:
                     now = clamp(cur, now, None if lease is None else lease.updated_at_ms, run, attempt[0], cmd.worker_id)
@@ -658,12 +607,12 @@ class PostgresWorkerLeaseRepository:
             with Transaction(self._conn, ClusterLeaseStorageError):
                 session_row = cur.execute(_LOCK_SESSION, (cmd.worker_id,)).fetchone()
                 run_row, attempt = self._lock_run_and_attempt(attempt_id)
-                lease_row = cur.execute(_LOCK_LEASE, (attempt_id,)).fetchone()
+                lease_row = cur.execute(LOCK_LEASE, (attempt_id,)).fetchone()
                 now = database_now(cur)
                 self._current_session(session_row, cmd, now, (SessionStatus.ONLINE,))
                 if cur.execute(_ONE_DEAD_WORKER_ATTEMPT, (attempt_id,)).fetchone() is None:
                     continue  # its worker came back, or it ended, since the read
-                lease = None if lease_row is None else _lease(lease_row)
+                lease = None if lease_row is None else lease_from_row(lease_row)
                 run = self._run_version(run_row)
                 if run is not None:
                     now = clamp(cur, now, None if lease is None else lease.updated_at_ms, run, attempt[0],
@@ -681,11 +630,11 @@ class PostgresWorkerLeaseRepository:
         if run is None or attempt is None:
             raise ClusterLeaseStorageError(f"attempt {attempt_id!r} has no run")
         if lease is not None and lease.status is LeaseStatus.LEASED:
-            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=_bump(lease.version, "lease"),
+            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
                                  completed_at_ms=now, updated_at_ms=now)
-            self._store_lease(completed, lease.version)
-            self._move_projection(attempt, lease, completed, now)
-            self._event(run, completed, str(uuid.uuid4()), EVENT_LEASE_COMPLETED, "completed", now)
+            store_lease(self._cur, completed, lease.version)
+            move_projection(self._cur, attempt, lease, completed, now)
+            lease_event(self._cur, run, completed, str(uuid.uuid4()), EVENT_LEASE_COMPLETED, "completed", now)
         record = run_from_row(self._cur.execute(f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s",
                                                 (attempt[0],)).fetchone())
         return end_unstarted(self._cur, attempt_id, record, reason=reason, now=now, actor_id=actor_id,
@@ -736,7 +685,7 @@ class PostgresWorkerLeaseRepository:
         cur = self._cur
         found = cur.execute(_ATTEMPT_RUN_ID, (attempt_id,)).fetchone()
         run_row = None if found is None else cur.execute(_LOCK_RUN, (found[0],)).fetchone()
-        return run_row, cur.execute(_LOCK_ATTEMPT, (attempt_id,)).fetchone()
+        return run_row, cur.execute(LOCK_ATTEMPT, (attempt_id,)).fetchone()
 
     @staticmethod
     def _run_version(run_row: tuple[Any, ...] | None) -> list[int] | None:
@@ -747,8 +696,8 @@ class PostgresWorkerLeaseRepository:
                       allowed: tuple[SessionStatus, ...], *, require_live: bool = True, run: list[int] | None = None
                       ) -> tuple[RunLeaseRecord, int]:
         cur = self._cur
-        row = cur.execute(_LOCK_LEASE, (cmd.attempt_id,)).fetchone()
-        current = None if row is None else _lease(row)
+        row = cur.execute(LOCK_LEASE, (cmd.attempt_id,)).fetchone()
+        current = None if row is None else lease_from_row(row)
         now = clamp(cur, database_now(cur), None if current is None else current.updated_at_ms, run,
                     "" if current is None else current.run_id, cmd.worker_id)
         self._current_session(session_row, cmd, now, allowed, require_live)
@@ -789,16 +738,6 @@ class PostgresWorkerLeaseRepository:
                 f"attempt {lease.attempt_id!r} is {status}, not claimed; its lease cannot be {action}"
             )
 
-    def _move_projection(self, attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None, new: RunLeaseRecord,
-                         now: int, *, set_status: AttemptStatus | None = None) -> None:
-        """Move the Attempt's projection (locked above) from ``old``'s fence to ``new``'s, whole."""
-        if attempt is None or tuple(attempt[2:]) != _projection(old):
-            raise WorkerLeaseFenceRejectedError(
-                f"the lease projection of attempt {new.attempt_id!r} does not match its lease; nothing was changed"
-            )
-        status = None if set_status is None else set_status.value
-        self._cur.execute(_SET_PROJECTION, (*_projection(new), now, status, new.attempt_id))
-
     def _store_session(self, record: WorkerSessionRecord, expected_version: int | None) -> None:
         problem = session_record_problem(record)
         if problem is not None:
@@ -813,36 +752,3 @@ class PostgresWorkerLeaseRepository:
         self._cur.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
         if self._cur.rowcount != 1:
             raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
-
-    def _store_lease(self, record: RunLeaseRecord, expected_version: int | None) -> None:
-        problem = lease_record_problem(record)
-        if problem is not None:
-            raise ClusterLeaseStorageError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
-
-        def null(value: Any) -> Any:
-            return None if value is _UNSET else value
-
-        values = (record.run_id, record.worker_id, record.session_id, record.session_generation,
-                  record.lease_generation, record.version, record.token_digest, record.offer_id, record.status.value,
-                  record.expires_at_ms, record.acquired_at_ms, null(record.renewed_at_ms), null(record.started_at_ms),
-                  null(record.released_at_ms), None if record.release_reason is _UNSET else record.release_reason.value,
-                  null(record.completed_at_ms), record.updated_at_ms)
-        if expected_version is None:
-            self._cur.execute(_INSERT_LEASE, (record.attempt_id, *values))
-            return
-        self._cur.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
-        if self._cur.rowcount != 1:
-            raise ClusterLeaseStorageError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
-
-    def _event(self, run: list[int] | None, lease: RunLeaseRecord, event_id: str, event_type: str, step: str,
-               now: int, **extra: Any) -> Any:
-        if run is None:
-            raise ClusterLeaseStorageError(f"run {lease.run_id!r} does not exist")
-        payload = {"attempt_id": lease.attempt_id, "worker_id": lease.worker_id,
-                   "session_generation": lease.session_generation, "lease_generation": lease.lease_generation,
-                   "lease_version": lease.version, **extra}
-        return append_run_event(
-            self._cur, run, run_id=lease.run_id, event_id=event_id, event_type=event_type,
-            dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step), actor_type="worker",
-            actor_id=lease.worker_id, attempt_id=lease.attempt_id, payload=payload, now_ms=now,
-        )

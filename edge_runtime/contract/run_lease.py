@@ -17,7 +17,7 @@ stopped, and nothing here reports "not running".
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Union
+from typing import Any, ClassVar, Union
 
 import msgspec
 
@@ -98,6 +98,38 @@ REASON_WORKER_GONE = (
 def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
     """The event dedupe key of one step (``claimed``, ``released``, ...) of one grant."""
     return f"run-lease:{attempt_id}:{lease_generation}:{step}"
+
+
+def lease_event_payload(lease: RunLeaseRecord, **extra: Any) -> dict[str, Any]:
+    """The payload of a Run Lease event, the same on every store.
+
+    Low-sensitivity: counters and ids, never a token or digest. The Attempt and the worker are the
+    event's own ``attempt_id`` and ``actor_id`` columns, so the payload does not repeat them
+    (issue 13: every byte of an event is stored three times over with its indexes).
+    """
+    return {"session_generation": lease.session_generation, "lease_generation": lease.lease_generation,
+            "lease_version": lease.version, **extra}
+
+
+def completed_grant_extra(lease: RunLeaseRecord) -> dict[str, Any]:
+    """What a Run's end event adds when the same transaction completed the Attempt's grant.
+
+    The Local store ends the Attempt, its Run and the grant in one commit; the end event then says
+    which grant it completed (generation and final version) instead of a second event
+    (``run.lease_completed``) for the same moment (issue 13: fewer, smaller writes).
+    """
+    return {"lease_generation": lease.lease_generation, "lease_version": lease.version}
+
+
+def start_event_extra(attempt: int, offer_id: str) -> dict[str, Any]:
+    """What ``start_run``'s one ``run.attempt_starting`` event adds to :func:`lease_event_payload`.
+
+    ``start_run`` creates the Attempt, claims its grant and crosses the start barrier in one
+    transaction, so one event records all three: the Attempt's number and the offer accepted
+    (what ``run.attempt_created`` and ``run.lease_claimed`` said when they were separate steps;
+    stores written before issue 13 still hold those).
+    """
+    return {"attempt": attempt, "offer_id": offer_id}
 
 
 # --------------------------------------------------------------------------- commands

@@ -77,11 +77,23 @@ RUN_STATUS_AFTER_ATTEMPT = {
 #: Event types of the Run/Attempt operations (docs/runs.md). A Run's end is ``run.<status>``.
 EVENT_RUN_CREATED = "run.created"
 EVENT_CANCEL_REQUESTED = "run.cancel_requested"
-EVENT_ATTEMPT_CREATED = "run.attempt_created"
 EVENT_RUN_STARTED = "run.started"
 EVENT_RUN_REQUEUED = "run.requeued"
 EVENT_KILL_SENT = "run.kill_sent"
 EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+
+
+def attempt_event_key(attempt: int, step: str) -> str:
+    """The dedupe key of one step (``start``, ``running``, ``requeued``, ...) of the Run's Attempt
+    number ``attempt``, the same on every store.
+
+    Unique within the Run (a key is unique per Run, and so is an Attempt's number) and short: the
+    key is stored with its Run's id in the event row and again in the ``(run_id, dedupe_key)``
+    index (issue 13). The Run Lease port's own events keep their grant's key
+    (``edge_runtime.contract.run_lease.dedupe_key_for``); stores written before issue 13 hold
+    keys with the Attempt's id, which never collide with these.
+    """
+    return f"a{attempt}:{step}"
 
 
 def run_ended_event(status: RunStatus) -> str:

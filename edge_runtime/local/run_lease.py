@@ -37,6 +37,7 @@ from edge_runtime.contract.run_lease import (
     RenewRunLeaseCommand,
     RunLeaseRecord,
     dedupe_key_for,
+    lease_event_payload,
 )
 from edge_runtime.contract.worker_lease import (
     RunNotStartableError,
@@ -100,15 +101,16 @@ def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
     )
 
 
-def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, attempt_status: str, now: int,
-                               event_id: str) -> RunEvent | None:
-    """Close the Attempt's grant inside the transaction that ends the Attempt; None when no grant
-    is held (never granted, or already completed or released).
+def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, now: int) -> RunLeaseRecord | None:
+    """Close the Attempt's grant inside the transaction that ends the Attempt; the completed grant,
+    or None when none is held (never granted, or already completed or released).
 
     Local only: one commit where the port's ``finish_attempt`` + ``complete`` would take two. Any
     holder's grant is closed: once its Attempt ended a grant can fence nothing, and the service
-    always completes it next anyway (its ``complete`` then finds nothing left to do). The row,
-    projection and ``run.lease_completed`` event are those :meth:`LocalRunLeases.complete` writes.
+    always completes it next anyway (its ``complete`` then finds nothing left to do). The row and
+    projection are those :meth:`LocalRunLeases.complete` writes; the caller records the completion
+    in the Run's end event (:func:`completed_grant_extra`), or appends ``run.lease_completed`` with
+    :func:`lease_event` when the Run had already ended.
     """
     current = read_lease(connection, attempt_id)
     if current is None or current.status is not LeaseStatus.LEASED:
@@ -117,8 +119,7 @@ def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, atte
                      completed_at_ms=now, updated_at_ms=now)
     store_lease(connection, lease, current.version)
     move_projection(connection, attempt_id, current, lease, now_ms=now)
-    return lease_event(connection, None, lease, event_id, EVENT_LEASE_COMPLETED, "completed", now,
-                       attempt_status=attempt_status)
+    return lease
 
 
 def lease_event(
@@ -129,27 +130,22 @@ def lease_event(
     event_type: str,
     step: str,
     now: int,
+    *,
+    dedupe_key: str | None = None,
     **extra: Any,
 ) -> RunEvent:
-    # Low-sensitivity payload: identities and counters, never a token or digest.
-    payload = {
-        "attempt_id": lease.attempt_id,
-        "worker_id": lease.worker_id,
-        "session_generation": lease.session_generation,
-        "lease_generation": lease.lease_generation,
-        "lease_version": lease.version,
-        **extra,
-    }
+    """Append a Run Lease event keyed by its grant's ``step`` (or by ``dedupe_key``: the composed
+    start's one event is keyed by its Attempt's number)."""
     return append_run_event(
         connection,
         run_id=lease.run_id,
         event_id=event_id,
         event_type=event_type,
-        dedupe_key=dedupe_key_for(lease.attempt_id, lease.lease_generation, step),
+        dedupe_key=dedupe_key or dedupe_key_for(lease.attempt_id, lease.lease_generation, step),
         actor_type="worker",
         actor_id=lease.worker_id,
         attempt_id=lease.attempt_id,
-        payload=payload,
+        payload=lease_event_payload(lease, **extra),
         now_ms=now,
         run_version=None if run is None else (run.version, run.event_sequence),
     )

@@ -4,7 +4,8 @@ one to undo a start that made no process, and the sweep that finds Attempts stra
 Issue 9's rules live here:
 
 - **Taking work is fenced.** :meth:`start_run` creates the Attempt, claims its Run Lease and
-  crosses the start barrier in one ``BEGIN IMMEDIATE`` transaction, after checking the caller's
+  crosses the start barrier in one ``BEGIN IMMEDIATE`` transaction with one event
+  (``run.attempt_starting``, :func:`start_event_extra`), after checking the caller's
   session (id, generation, version; online and live). A refused or fenced-out caller writes
   nothing: no Attempt, no event. A busy database, an I/O error or a full disk roll all of it back.
 - **Capacity comes from the authority**: the session's ``leased`` grants, counted under the write
@@ -30,7 +31,6 @@ import msgspec
 
 from edge_runtime.contract.run_lease import (
     EVENT_ATTEMPT_STARTING,
-    EVENT_LEASE_CLAIMED,
     EVENT_LEASE_COMPLETED,
     ClaimedRunOutcome,
     LeaseStatus,
@@ -42,9 +42,10 @@ from edge_runtime.contract.run_lease import (
     RunLeaseRecord,
     StartRunCommand,
     StartRunOutcome,
+    start_event_extra,
 )
 from edge_runtime.contract.ids import new_id
-from edge_runtime.contract.runs import EVENT_ATTEMPT_CREATED, AttemptStatus, RunStatus
+from edge_runtime.contract.runs import AttemptStatus, RunStatus, attempt_event_key
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
@@ -52,7 +53,6 @@ from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_lease import grant_held, lease_event, lease_mismatch, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
-from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import (
     count_other_active,
@@ -90,12 +90,13 @@ def _new_event_id() -> str:
     return new_id()
 
 
-def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int, actor_id: str) -> int:
-    """Insert the Run's next Attempt as ``claimed`` with its ``run.attempt_created`` event; its number.
+def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int) -> int:
+    """Insert the Run's next Attempt as ``claimed``; its number.
 
     Private to :meth:`RunStarts.start_run`, inside its write transaction, after the session fence
     was checked and the Run moved to ``dispatching``: no other path creates an Attempt (issue 9,
-    "taking work is fenced"; ``tests/unit/test_run_start.py`` keeps it that way).
+    "taking work is fenced"; ``tests/unit/test_run_start.py`` keeps it that way). The start's one
+    event records it (:data:`EVENT_ATTEMPT_STARTING` with the Attempt's number).
     """
     number = connection.execute(
         "SELECT coalesce(max(attempt), 0) + 1 FROM run_attempts WHERE run_id = ?", (run_id,)
@@ -105,9 +106,6 @@ def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int, 
         "VALUES (?, ?, ?, ?, ?, ?, ?)",
         (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
-    append_run_event(connection, run_id=run_id, event_id=_new_event_id(), event_type=EVENT_ATTEMPT_CREATED,
-                     dedupe_key=f"attempt-created:{attempt_id}", actor_type="worker", actor_id=actor_id,
-                     attempt_id=attempt_id, payload={"attempt_id": attempt_id, "attempt": number}, now_ms=now)
     return number
 
 
@@ -171,7 +169,7 @@ class RunStarts:
                                          available_slots=session.available_slots)
             connection.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
                                (RunStatus.DISPATCHING.value, cmd.run_id, RunStatus.QUEUED.value))
-            _insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now, actor_id=cmd.worker_id)
+            number = _insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now)
             claimed = RunLeaseRecord(
                 attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
                 session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,
@@ -180,13 +178,13 @@ class RunStarts:
             )
             store_lease(connection, claimed, None)
             move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
-            lease_event(self._db.connection, None, claimed, _new_event_id(), EVENT_LEASE_CLAIMED, "claimed", now,
-                        offer_id=cmd.offer_id)
             started = _replace(claimed, version=2, started_at_ms=now)
             store_lease(connection, started, 1)
             move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
                             require_status=AttemptStatus.CLAIMED)
-            event = lease_event(self._db.connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now)
+            event = lease_event(connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now,
+                                dedupe_key=attempt_event_key(number, "start"),
+                                **start_event_extra(number, cmd.offer_id))
             return ClaimedRunOutcome(lease=started, lease_token=cmd.lease_token, replayed=False, event=event)
 
     def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus:

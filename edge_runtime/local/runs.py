@@ -18,6 +18,7 @@ import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
 from edge_runtime.contract.run_events import RunEvent
+from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
     EVENT_CANCEL_ESCAPED,
     EVENT_CANCEL_REQUESTED,
@@ -41,6 +42,7 @@ from edge_runtime.contract.runs import (
     RunStateConflictError,
     RunStatus,
     SubmitRunCommand,
+    attempt_event_key,
     run_ended_event,
 )
 from edge_runtime.contract.cancellation_dispatch import DispatchStatus
@@ -57,7 +59,7 @@ from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRe
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event, list_run_events
-from edge_runtime.local.run_lease import complete_with_attempt_end
+from edge_runtime.local.run_lease import complete_with_attempt_end, lease_event
 from edge_runtime.local.run_rows import (
     ATTEMPT_COLUMNS,
     RUN_COLUMNS,
@@ -259,8 +261,8 @@ class LocalRunRepository:
                 f"AND status IN {sql_in(RunStatus, {RunStatus.QUEUED, RunStatus.DISPATCHING})}",
                 (attempt.run_id,),
             )
-            _event(connection, attempt.run_id, EVENT_RUN_STARTED, f"attempt-running:{attempt_id}", actor_id,
-                   {"attempt_id": attempt_id, "pid": identity.pid}, now, attempt_id=attempt_id)
+            _event(connection, attempt.run_id, EVENT_RUN_STARTED, attempt_event_key(attempt.attempt, "running"),
+                   actor_id, {"pid": identity.pid}, now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def finish_attempt(
@@ -294,15 +296,21 @@ class LocalRunRepository:
             run_status = RUN_STATUS_AFTER_ATTEMPT[status]
             if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
                 run_status = RunStatus.CANCELLED
-            extra: dict[str, Any] = {"attempt_id": attempt_id, "attempt_status": status.value}
+            extra: dict[str, Any] = {"attempt_status": status.value}
             if exit_code is not None:
                 extra["exit_code"] = exit_code
             if reason is not None:
                 extra["reason"] = reason
+            # One commit for the Attempt's end and its grant's (issue 13: fewer syncs per Run), and
+            # one event when the Run ends with it.
+            completed = complete_with_attempt_end(connection, attempt_id, now)
             if run.status in ACTIVE_RUN_STATUSES:
+                if completed is not None:
+                    extra.update(completed_grant_extra(completed))
                 end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
-            # One commit for the Attempt's end and its grant's (issue 13: fewer syncs per Run).
-            complete_with_attempt_end(connection, attempt_id, status.value, now, _new_id())
+            elif completed is not None:
+                lease_event(connection, None, completed, _new_id(), EVENT_LEASE_COMPLETED, "completed", now,
+                            attempt_status=status.value)
             return self._attempt_row(attempt_id)
 
     def record_termination_requested(self, attempt_id: str, *, grace_ms: int) -> AttemptRecord:
@@ -332,23 +340,23 @@ class LocalRunRepository:
             connection.execute(
                 "UPDATE run_attempts SET killed_at_ms = ?, updated_at_ms = ? WHERE id = ?", (now, now, attempt_id)
             )
-            _event(connection, attempt.run_id, EVENT_KILL_SENT, f"kill-sent:{attempt_id}", actor_id,
-                   {"attempt_id": attempt_id, "kill_deadline_at_ms": attempt.kill_deadline_at_ms, "outcome": outcome},
+            _event(connection, attempt.run_id, EVENT_KILL_SENT, attempt_event_key(attempt.attempt, "kill-sent"),
+                   actor_id, {"kill_deadline_at_ms": attempt.kill_deadline_at_ms, "outcome": outcome},
                    now, attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
         """A ``run.cancel_escaped`` event: these descendants had left the Attempt's process group
         when it was cancelled, so its signals do not reach them. Recorded once per Attempt."""
-        dedupe_key = f"cancel-escaped:{attempt_id}"
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
             attempt = self._require_attempt(attempt_id)
+            dedupe_key = attempt_event_key(attempt.attempt, "cancel-escaped")
             if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
                                   (attempt.run_id, dedupe_key)).fetchone():
                 return
             _event(connection, attempt.run_id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
-                   {"attempt_id": attempt_id, "count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
@@ -495,11 +503,12 @@ def end_unstarted(
     status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
     if cancelled and not may_have_started:
         reason = REASON_CANCELLED_BEFORE_START
-    connection.execute(
-        "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? WHERE id = ?",
+    number = connection.execute(
+        "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? WHERE id = ? "
+        "RETURNING attempt",
         (status.value, reason, now, now, attempt_id),
-    )
-    extra = {"attempt_id": attempt_id, "attempt_status": status.value, "reason": reason}
+    ).fetchone()[0]
+    extra = {"attempt_status": status.value, "reason": reason}
     if run.status not in ACTIVE_RUN_STATUSES:
         return run.status
     if cancelled or may_have_started:
@@ -507,8 +516,8 @@ def end_unstarted(
         end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
         return run_status
     connection.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.QUEUED.value, run.id))
-    _event(connection, run.id, EVENT_RUN_REQUEUED, f"requeued:{attempt_id}", actor_id,
-           {"attempt_id": attempt_id, "reason": reason}, now, attempt_id=attempt_id)
+    _event(connection, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
+           {"reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
 
 

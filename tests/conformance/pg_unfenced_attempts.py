@@ -3,7 +3,8 @@
 The PostgreSQL counterpart of ``tests/unfenced_attempts.py``: the runtime creates an Attempt only
 inside ``PostgresWorkerLeaseRepository.start_run`` (issue 9: taking work is fenced by the worker
 session, in the same transaction). Tests of races on a queued Run, of orphans and of lock waits seed
-a ``claimed`` Attempt here, with the rows and event ``start_run`` would write.
+a ``claimed`` Attempt here, with the row ``start_run`` would write and the ``run.attempt_created``
+event earlier versions appended.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ def take_queued_run(runs: Any, run_id: str, *, actor_id: str) -> AttemptRecord |
         now = pg_runs.database_now(cur)
         cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, run_id))
         attempt_id = pg_runs._new_id()
-        pg_runs.insert_attempt(cur, [run.version, run.event_sequence], run_id, attempt_id, now=now,
-                               actor_id=actor_id)
+        number = pg_runs.insert_attempt(cur, run_id, attempt_id, now=now)
+        pg_runs._event(cur, [run.version, run.event_sequence], run_id, "run.attempt_created",
+                       f"attempt-created:{attempt_id}", actor_id, {"attempt": number}, now, attempt_id=attempt_id)
         return runs._attempt_row(attempt_id)

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from edge_runtime.contract.run_lease import NoCapacityOutcome
-from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, SubmitRunCommand
+from edge_runtime.contract.runs import AttemptStatus, CancelRunCommand, ProcessIdentity, SubmitRunCommand
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.contract.worker_session import HeartbeatCommand
 # The end reasons are the Local module's; the PostgreSQL adapter must store the same text.
@@ -19,6 +19,7 @@ from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHA
 from edge_runtime.service.worker import RunGrant, WorkerSession
 
 RUN_LEASE_MS = 60_000
+IDENTITY = ProcessIdentity(pid=4242, pgid=4242, start_ticks=1, boot_id="boot-1")
 SESSION_LEASE_MS = 120_000
 
 
@@ -47,8 +48,13 @@ def test_start_run_takes_a_queued_run_in_one_step(backend: Any, runs: Any) -> No
     assert attempt.status is AttemptStatus.STARTING and attempt.id == grant.lease.attempt_id
     assert grant.lease.started_at_ms is not None and grant.lease.session_generation == worker.generation
     assert runs.get(run_id).status.value == "dispatching"
-    assert [e.type for e in runs.events(run_id)] == [
-        "run.created", "run.attempt_created", "run.lease_claimed", "run.attempt_starting"]
+    # One event for the three steps: the Attempt's number, the grant and the offer it accepted.
+    created, starting = runs.events(run_id)
+    assert (created.type, starting.type, starting.sequence) == ("run.created", "run.attempt_starting", 2)
+    assert (starting.attempt_id, starting.actor_type, starting.actor_id) == (attempt.id, "worker", worker.worker_id)
+    assert starting.dedupe_key == "a1:start"  # the Attempt's number: unique in its Run, and short
+    assert starting.payload == {"session_generation": worker.generation, "lease_generation": 1, "lease_version": 2,
+                                "attempt": 1, "offer_id": grant.lease.offer_id}
     assert worker.free_slots() == 1
 
 
@@ -121,6 +127,26 @@ def test_a_run_that_is_not_queued_is_not_started(backend: Any, runs: Any) -> Non
     assert worker.start(taken) is None  # already dispatching: never two Attempts for one queued Run
     assert worker.start(cancelled) is None
     assert backend.snapshot() == before
+
+
+def test_finishing_the_attempt_completes_its_grant_with_one_event(backend: Any, runs: Any) -> None:
+    worker = session(backend, slots=1)
+    run_id = submit(runs)
+    grant = worker.start(run_id)
+    attempt_id = grant.lease.attempt_id
+    runs.record_running(attempt_id, IDENTITY, log_path="/tmp/a.log", actor_id=worker.worker_id)
+    runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.worker_id, exit_code=0)
+    lease = worker.lease_of(attempt_id)
+    assert (lease.status.value, lease.version, lease.completed_at_ms) == ("completed", 3, backend.now())
+    assert worker.free_slots() == 1
+    assert worker.complete(attempt_id) is False  # nothing left for the service's own call
+    # The Run's end names the grant it completed: no separate run.lease_completed event.
+    events = runs.events(run_id)
+    assert [e.type for e in events] == ["run.created", "run.attempt_starting", "run.started", "run.succeeded"]
+    assert (events[-1].attempt_id, events[-1].payload) == (attempt_id, {
+        "status": "succeeded", "attempt_status": "succeeded", "exit_code": 0, "lease_generation": 1,
+        "lease_version": 3})
+    assert backend.projection(attempt_id) == (None,) * 8
 
 
 def test_abandon_start_requeues_and_frees_the_slot(backend: Any, runs: Any) -> None:

@@ -107,6 +107,12 @@ def test_finish_attempt_ends_the_run_once(backend, runs) -> None:
     assert again.status is AttemptStatus.FAILED
     assert runs.get(run.id).status is RunStatus.FAILED
     assert _types(runs, run.id)[-1] == "run.failed"
+    # Keyed by the Attempt's number; the Attempt is the event's column, not part of its payload.
+    started, failed = runs.events(run.id)[-2:]
+    assert (started.type, started.dedupe_key, started.attempt_id, started.payload) == (
+        "run.started", "a1:running", attempt_id, {"pid": IDENTITY.pid})
+    assert (failed.dedupe_key, failed.attempt_id, failed.payload) == (
+        "run.finished", attempt_id, {"status": "failed", "attempt_status": "failed", "exit_code": 1})
 
 
 def test_a_lost_attempt_ends_its_run_failed_or_cancelled(backend, runs) -> None:
@@ -146,9 +152,14 @@ def test_requeue_unstarted_puts_the_run_back_in_the_queue(backend, runs) -> None
     assert (lost.status, lost.end_reason) == (AttemptStatus.LOST, "no free slot")
     assert runs.get(run.id).status is RunStatus.QUEUED
     assert runs.queued_run_ids(5) == [run.id]
-    assert _types(runs, run.id)[-1] == "run.requeued"
+    requeued = runs.events(run.id)[-1]
+    assert (requeued.type, requeued.dedupe_key, requeued.attempt_id, requeued.payload) == (
+        "run.requeued", "a1:requeued", attempt.id, {"reason": "no free slot"})
     second = backend.take_queued_run(run.id, actor_id="w1")
     assert second.attempt == 2
+    lost_again = runs.requeue_unstarted(second.id, actor_id="w1", reason="still no slot")
+    assert lost_again.status is AttemptStatus.LOST
+    assert runs.events(run.id)[-1].dedupe_key == "a2:requeued"  # each Attempt its own key
     with pytest.raises(RunStateConflictError):
         runs.requeue_unstarted(attempt.id, actor_id="w1", reason="again")
 

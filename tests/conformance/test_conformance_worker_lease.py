@@ -281,8 +281,9 @@ def test_claim_writes_lease_projection_run_version_and_event_in_one_go(backend: 
     assert (event.id, event.type, event.sequence, event.actor_type, event.actor_id) == (
         "evt-claim", EVENT_LEASE_CLAIMED, 1, "worker", "worker-a")
     assert event.dedupe_key == "run-lease:a1:1:claimed"
-    assert event.payload == {"attempt_id": "a1", "worker_id": "worker-a", "session_generation": 1,
-                             "lease_generation": 1, "lease_version": 1, "offer_id": "offer-1"}
+    # The Attempt and the worker are the event's own columns; the payload does not repeat them.
+    assert (event.attempt_id, event.payload) == (
+        "a1", {"session_generation": 1, "lease_generation": 1, "lease_version": 1, "offer_id": "offer-1"})
     assert backend.attempt_status("a1") == "claimed"
     assert repo.count_active_leases("worker-a") == 1
 

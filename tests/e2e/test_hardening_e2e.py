@@ -183,7 +183,8 @@ def test_cancel_reports_descendants_that_left_the_process_group(harness: Harness
     harness.wait_status(run_id, "cancelled")
     wait_for(lambda: process_gone(identity.pid), "the group to end")
     (event,) = [e for e in harness.events(run_id) if e.type == "run.cancel_escaped"]
-    assert event.payload == {"attempt_id": event.attempt_id, "count": 1, "pids": [escaped_pid]}
+    assert (event.dedupe_key, event.payload) == ("a1:cancel-escaped", {"count": 1, "pids": [escaped_pid]})
+    assert event.attempt_id == harness.detail(run_id).attempts[0].id
     shown = harness.cli("show", run_id).stdout
     assert f"not signalled: 1 process(es) that had left the group at cancel time, pids {escaped_pid}" in shown
     assert not process_gone(escaped_pid)  # stated, not hidden: it really was not signalled

@@ -78,10 +78,30 @@ def test_finishing_an_attempt_completes_its_grant_in_the_same_commit(tmp_path: P
         projection = db.connection.execute(
             "SELECT lease_worker_id, lease_token_digest FROM run_attempts WHERE id = ?", (attempt_id,)).fetchone()
         assert projection == (None, None)  # the fence projection went with the grant
-        events = [e.type for e in runs.events(run.id)]
-        assert events[-2:] == ["run.succeeded", "run.lease_completed"]
-        assert runs.events(run.id)[-1].payload["attempt_status"] == "succeeded"
+        # One event for both ends: the Run's end names the grant it completed.
+        events = runs.events(run.id)
+        assert [e.type for e in events] == ["run.created", "run.attempt_starting", "run.succeeded"]
+        assert events[-1].payload == {"status": "succeeded", "attempt_status": "succeeded", "exit_code": 0,
+                                      "lease_generation": 1, "lease_version": lease.version}
+        assert events[-1].attempt_id == attempt_id
         assert runs.get(run.id).status is RunStatus.SUCCEEDED
+
+
+def test_a_grant_completed_after_its_run_ended_has_an_event_of_its_own(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    with open_database(tmp_path / "e.db", clock=clock) as db:
+        runs = LocalRunRepository(db)
+        worker = _worker(db)
+        run = runs.submit(SubmitRunCommand(argv=["true"]))
+        attempt_id = worker.start(run.id).lease.attempt_id
+        # A Run ended by another writer while its Attempt still ran (a store another tool wrote).
+        db.connection.execute("UPDATE runs SET status = 'failed', finished_at_ms = ? WHERE id = ?", (T0, run.id))
+        runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)
+        last = runs.events(run.id)[-1]
+        assert (last.type, last.attempt_id, last.payload["attempt_status"]) == (
+            "run.lease_completed", attempt_id, "succeeded")
+        assert worker.lease_of(attempt_id).status is LeaseStatus.COMPLETED
+        assert runs.get(run.id).status is RunStatus.FAILED
 
 
 def test_a_failed_lease_completion_rolls_the_attempts_end_back(tmp_path: Path) -> None:
