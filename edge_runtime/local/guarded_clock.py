@@ -99,10 +99,13 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's
 #: ``updated_at_ms`` to at least the event's time, and it never goes down
-#: (edge_runtime/local/run_events.py; migration 0008 brought older rows up to it); ``check``
+#: (edge_runtime/local/run_events.py; migration 0008 brought older rows up to it); the triggers
+#: of migration 0009 do the same for every write of an Attempt or a Run Lease. ``check``
 #: verifies the floor against every column (edge_runtime/local/health.py).
+_COVERED_BY_THEIR_RUN = ("run_events", "run_attempts", "run_dispatch_leases")
 DOMINATED_BY: dict[tuple[str, str], tuple[str, str]] = {
-    ("run_events", "created_at_ms"): ("runs", "updated_at_ms"),
+    (table, column): ("runs", "updated_at_ms") for table, column in OBSERVED_TIME_COLUMNS
+    if table in _COVERED_BY_THEIR_RUN
 }
 FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),

@@ -162,8 +162,8 @@ def test_the_capacity_count_uses_the_partial_active_lease_index(db: LocalDatabas
     indexes = {row[0] for row in db.connection.execute(
         "SELECT name FROM sqlite_schema WHERE type = 'index' AND tbl_name IN ('worker_sessions', 'run_dispatch_leases') "
         "AND sql IS NOT NULL")}
-    # ... and the one that keeps the clock floor at serve start a seek (migration 0008).
-    assert indexes == {"run_dispatch_leases_active", "run_dispatch_leases_observed"}
+    # ... and no other: the clock floor reads the grants' times through their Runs (migration 0009).
+    assert indexes == {"run_dispatch_leases_active"}
 
 
 @pytest.mark.parametrize(
