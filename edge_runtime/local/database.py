@@ -99,12 +99,16 @@ def ensure_incremental_vacuum(connection: apsw.Connection) -> bool:
 
 
 #: Page size of a new database file. Each commit writes every page it touched to the WAL (and a
-#: checkpoint writes them again): a Run's four commits touch about a dozen pages each (table and
-#: index leaves, pointer-map pages), so 1 KiB pages write a quarter of what SQLite's default 4 KiB
-#: do (README: Flash writes). Records stay far below a 1 KiB page's overflow limit (~1 KB for a
-#: row, 231 bytes for an index key). An existing file keeps its page size (changing it needs the
-#: file out of WAL mode and a full rewrite).
-NEW_FILE_PAGE_SIZE = 1024
+#: checkpoint writes them again): a Run's four commits touch about fifteen pages each (table and
+#: index leaves, pointer-map pages), so the bytes a Run writes follow the page size (README: Flash
+#: writes; `make bench`, footprint: 512 B pages write 46 KB per Run, 1 KiB 69 KB, 4 KiB about four
+#: times that). The price is about 8% more stored per Run (fuller pages of smaller records fit
+#: worse) and a lower overflow limit: 477 bytes for a row, 102 for an index key. Every record of a
+#: Run's usual path stays below them; a Run Lease step's own event key (the port's separate
+#: claim, release and complete, with the Attempt's id in it) spills one overflow page, which only
+#: costs that rare event a page. An existing file keeps its page size (changing it needs the file
+#: out of WAL mode and a full rewrite).
+NEW_FILE_PAGE_SIZE = 512
 
 #: Every SQLite database file starts with a 100-byte header.
 _SQLITE_HEADER_BYTES = 100

@@ -166,7 +166,7 @@ def test_the_expected_schema_is_derived_from_the_migration_files(tmp_path, monke
 def test_a_wal_of_another_database_is_refused_before_it_is_merged(capsys, tmp_path) -> None:
     other = tmp_path / "other.db"
     connection = apsw.Connection(str(other))
-    # A page size other than the one edge-runtime gives a new file (NEW_FILE_PAGE_SIZE, 1 KiB).
+    # A page size other than the one edge-runtime gives a new file (NEW_FILE_PAGE_SIZE, 512 B).
     connection.execute("PRAGMA page_size = 4096").fetchall()
     connection.execute("PRAGMA journal_mode = WAL").fetchall()
     connection.config(apsw.SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1)
