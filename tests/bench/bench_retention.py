@@ -92,7 +92,7 @@ def run(workdir: Path, quick: bool) -> None:
     common.print_table(f"retention: the same load without retention, {baseline_days:g} day (before)", header, before)
     week = float(before[-1][-1]) * 7 / baseline_days
     common.print_table(
-        "retention: stored bytes per finished Run kept (target <= 1.5 KB; compact events are a later round)",
+        "retention: stored bytes per finished Run kept (target <= 1.5 KB; README, Flash writes, says why not)",
         ["figure", "value"],
         [["bytes per Run kept (used pages / Runs), with retention", f"{per_run:,.0f}"],
          ["bytes per Run, without retention", f"{before_per_run:,.0f}"],

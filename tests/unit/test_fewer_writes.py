@@ -4,6 +4,7 @@ of a busy and an idle session; the watermark's slack."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import apsw
 import pytest
@@ -87,13 +88,17 @@ def test_finishing_an_attempt_completes_its_grant_in_the_same_commit(tmp_path: P
         assert runs.get(run.id).status is RunStatus.SUCCEEDED
 
 
+def _started(db: Any) -> tuple[LocalRunRepository, Any, Any, str]:
+    """A Run of ``true`` past its start barrier: the store, the worker, the Run and its Attempt."""
+    runs = LocalRunRepository(db)
+    worker = _worker(db)
+    run = runs.submit(SubmitRunCommand(argv=["true"]))
+    return runs, worker, run, worker.start(run.id).lease.attempt_id
+
+
 def test_a_grant_completed_after_its_run_ended_has_an_event_of_its_own(tmp_path: Path) -> None:
-    clock = ManualClock(T0)
-    with open_database(tmp_path / "e.db", clock=clock) as db:
-        runs = LocalRunRepository(db)
-        worker = _worker(db)
-        run = runs.submit(SubmitRunCommand(argv=["true"]))
-        attempt_id = worker.start(run.id).lease.attempt_id
+    with open_database(tmp_path / "e.db", clock=ManualClock(T0)) as db:
+        runs, worker, run, attempt_id = _started(db)
         # A Run ended by another writer while its Attempt still ran (a store another tool wrote).
         db.connection.execute("UPDATE runs SET status = 'failed', finished_at_ms = ? WHERE id = ?", (T0, run.id))
         runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)
@@ -105,12 +110,8 @@ def test_a_grant_completed_after_its_run_ended_has_an_event_of_its_own(tmp_path:
 
 
 def test_a_failed_lease_completion_rolls_the_attempts_end_back(tmp_path: Path) -> None:
-    clock = ManualClock(T0)
-    with open_database(tmp_path / "e.db", clock=clock) as db:
-        runs = LocalRunRepository(db)
-        worker = _worker(db)
-        run = runs.submit(SubmitRunCommand(argv=["true"]))
-        attempt_id = worker.start(run.id).lease.attempt_id
+    with open_database(tmp_path / "e.db", clock=ManualClock(T0)) as db:
+        runs, worker, run, attempt_id = _started(db)
         db.connection.execute(
             "CREATE TEMP TRIGGER refuse BEFORE UPDATE OF status ON run_dispatch_leases "
             "BEGIN SELECT RAISE(ABORT, 'refused'); END")
