@@ -341,7 +341,8 @@ class PostgresRunRepository:
             if run.status in (RunStatus.DISPATCHING, RunStatus.QUEUED):
                 cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.RUNNING.value, run.id))
             _event(cur, [run.version, run.event_sequence], run.id, EVENT_RUN_STARTED,
-                   attempt_event_key(attempt.attempt, "running"), actor_id, {"pid": identity.pid}, now, attempt_id=attempt_id)
+                   attempt_event_key(attempt.attempt, "running"), actor_id, {"pid": identity.pid}, now,
+                   attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def finish_attempt(
@@ -414,8 +415,9 @@ class PostgresRunRepository:
             cur.execute("UPDATE ql3.run_attempts SET killed_at_ms = %s, updated_at_ms = %s WHERE id = %s",
                         (now, now, attempt_id))
             _event(cur, [run.version, run.event_sequence], run.id, EVENT_KILL_SENT,
-                   attempt_event_key(attempt.attempt, "kill-sent"), actor_id, {"kill_deadline_at_ms": _none(attempt.kill_deadline_at_ms),
-                              "outcome": outcome}, now, attempt_id=attempt_id)
+                   attempt_event_key(attempt.attempt, "kill-sent"), actor_id,
+                   {"kill_deadline_at_ms": _none(attempt.kill_deadline_at_ms), "outcome": outcome}, now,
+                   attempt_id=attempt_id)
             return self._attempt_row(attempt_id)
 
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:

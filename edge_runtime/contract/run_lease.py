@@ -114,9 +114,9 @@ def lease_event_payload(lease: RunLeaseRecord, **extra: Any) -> dict[str, Any]:
 def completed_grant_extra(lease: RunLeaseRecord) -> dict[str, Any]:
     """What a Run's end event adds when the same transaction completed the Attempt's grant.
 
-    The Local store ends the Attempt, its Run and the grant in one commit; the end event then says
-    which grant it completed (generation and final version) instead of a second event
-    (``run.lease_completed``) for the same moment (issue 13: fewer, smaller writes).
+    Both stores end the Attempt, its Run and a grant still held in one commit (``finish_attempt``);
+    the end event then says which grant it completed (generation and final version) instead of a
+    second event (``run.lease_completed``) for the same moment (issue 13: fewer, smaller writes).
     """
     return {"lease_generation": lease.lease_generation, "lease_version": lease.version}
 
