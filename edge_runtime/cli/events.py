@@ -28,8 +28,10 @@ def run(args: argparse.Namespace) -> int:
         print_json(events)
         return 0
     for event in events:
+        # An event's Attempt is its own column, never repeated in the payload: shown here.
+        attempt = "" if event.attempt_id is msgspec.UNSET else f"  attempt {event.attempt_id}"
         sys.stdout.write(
             f"{event.sequence:4}  {format_ms(event.created_at_ms)}  {event.type:28}  "
-            f"{event.actor_type}:{event.actor_id}  {_encode(event.payload).decode()}\n"
+            f"{event.actor_type}:{event.actor_id}{attempt}  {_encode(event.payload).decode()}\n"
         )
     return 0

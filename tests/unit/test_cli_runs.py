@@ -74,6 +74,19 @@ def test_cancel_of_a_queued_run_cancels_it_and_logs_the_events(capsys, db_path) 
     assert [e["sequence"] for e in events] == [1, 2, 3]
 
 
+def test_events_text_names_the_attempt_of_an_attempt_event(capsys, db_path) -> None:
+    from edge_runtime.local.database import open_database
+    from unfenced_attempts import take_queued_run
+
+    run_id = _cli(capsys, db_path, "submit", "--", "true")[1].strip()
+    with open_database(db_path, create=False) as db:
+        attempt = take_queued_run(db, run_id, actor_id="w")
+    _, out, _ = _cli(capsys, db_path, "events", run_id)
+    created, taken = out.splitlines()
+    assert "run.created" in created and "attempt" not in created.split("{")[0]  # a Run-level event
+    assert f"worker:w  attempt {attempt.id}  {{\"attempt\":1}}" in taken  # the column, not the payload
+
+
 def test_list_json_returns_newest_first_and_filters_by_status(capsys, db_path) -> None:
     ids = [_cli(capsys, db_path, "submit", "--", "true")[1].strip() for _ in range(3)]
     _cli(capsys, db_path, "cancel", ids[0])
