@@ -1,5 +1,6 @@
-"""Run Lease rows in ``ql3``: the one place that reads and writes ``run_dispatch_leases`` and the
-Attempt's fence projection of its grant.
+"""Run Lease rows in ``ql3``: the one place that reads a grant's row, writes it, and moves the
+Attempt's fence projection of it (the authority's scans, such as the capacity count, stay in
+:mod:`cluster_postgres.worker_lease`).
 
 Shared by the Run Lease authority (:mod:`cluster_postgres.worker_lease`) and by the run store,
 whose ``finish_attempt`` completes a grant still held in the transaction that ends its Attempt
