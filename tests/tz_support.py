@@ -59,6 +59,12 @@ def wall_of(instant: int, zone: zoneinfo.ZoneInfo) -> dt.datetime:
     return dt.datetime.fromtimestamp(instant, zone).replace(tzinfo=None)
 
 
+def instants_showing(wall: dt.datetime, zone: zoneinfo.ZoneInfo) -> list[int]:
+    """Every instant at which the clock shows ``wall``: none in a gap, two in an overlap."""
+    candidates = {int(wall.replace(tzinfo=zone, fold=fold).timestamp()) for fold in (0, 1)}
+    return sorted(c for c in candidates if wall_of(c, zone) == wall)
+
+
 def first_instant_showing(wall: dt.datetime, zone: zoneinfo.ZoneInfo) -> int:
     """The fire instant of a wall-clock slot: the first instant the clock shows it, or, for a wall
     time the clock skips, the first instant at which the clock shows a later time."""

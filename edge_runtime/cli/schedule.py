@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import shlex
 import sys
 
@@ -10,6 +11,7 @@ import msgspec
 
 from edge_runtime.cli.common import add_json_flag, format_ms, present, print_json, printable, wake_service
 from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
+from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, ScheduleRecord
 from edge_runtime.local.schedules import LocalScheduleRepository
@@ -18,15 +20,19 @@ from edge_runtime.local.schedules import LocalScheduleRepository
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     parser = subparsers.add_parser(
         "schedule", help=help_text,
-        description="Schedules fire their command as a Run at each time of a cron expression (local time, "
-        "as the C library sees it: TZ), e.g. '*/5 * * * *', '0 30 6 * * *' (6 fields: second first), "
-        "'@daily', '@every 90s'. After downtime or a forward clock jump missed slots fire once. "
+        description="Schedules fire their command as a Run at each time of a cron expression, in the "
+        "schedule's time zone (--tz; default: the device's, from TZ, else /etc/TZ, else /etc/localtime), "
+        "e.g. '*/5 * * * *', '0 30 6 * * *' (6 fields: second first), '0 0 L * *', '0 9 * * 1#2', "
+        "'@daily', '@every 90s', '@reboot'. After downtime or a forward clock jump missed slots fire once. "
         "See docs/schedules.md.",
     )
     commands = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
     add = commands.add_parser("add", help="add a schedule and print its id")
     add.add_argument("--name", help="a short label, given to its Runs too")
     add.add_argument("--timeout", metavar="D", help="cancel a Run that runs longer than D (90s, 5m, 1h30m)")
+    add.add_argument("--tz", metavar="ZONE", help="the time zone its times are in, kept with it: a POSIX TZ string "
+                     "(CST-8, CET-1CEST,M3.5.0,M10.5.0/3) or an IANA name where the system has zoneinfo "
+                     "(default: the device's zone)")
     add.add_argument("--overlap", choices=[o.value for o in Overlap], default="skip",
                      help="while the previous Run is active: skip the slot (default), queue it, or replace "
                      "(cancel the previous Run, then start)")
@@ -51,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
             overlap=Overlap(args.overlap),
             timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
+            time_zone=msgspec.UNSET if args.tz is None else args.tz,
         )
         with open_or_create(args) as db:
             record = LocalScheduleRepository(db).add(command)
@@ -63,10 +70,11 @@ def run(args: argparse.Namespace) -> int:
             print_json(records if args.action == "list" else records[0])
         elif args.action == "list":
             for r in records:
-                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={format_ms(r.next_fire_at_ms)}  "
-                                 f"{printable(r.expression)!r}  {present(r.name)}\n")
+                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={_next_fire(repository, r)}  "
+                                 f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
+                                 f"{present(r.name)}\n")
         else:
-            _show(records[0])
+            _show(repository, records[0])
         return 0
     with open_existing(args) as db:
         repository = LocalScheduleRepository(db)
@@ -90,12 +98,28 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
     return 0
 
 
-def _show(r: ScheduleRecord) -> None:
+def _zone_text(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
+    """The zone a schedule fires in; one stored without a zone says it follows the device's."""
+    return r.time_zone if r.time_zone is not msgspec.UNSET else f"device ({repository.device_zone()})"
+
+
+def _next_fire(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
+    """The next fire time as the schedule's own clock shows it, with its UTC offset."""
+    if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
+        return "next-boot"
+    offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
+    local = dt.datetime.fromtimestamp(r.next_fire_at_ms / 1000, dt.timezone(dt.timedelta(seconds=offset)))
+    return local.isoformat(timespec="seconds")
+
+
+def _show(repository: LocalScheduleRepository, r: ScheduleRecord) -> None:
     out = sys.stdout
     out.write(f"schedule   {r.id}\nname       {present(r.name)}\nexpression {printable(r.expression)}\n")
+    out.write(f"time zone  {printable(_zone_text(repository, r))}\n")
     out.write(f"command    {printable(shlex.join(r.command))}\noverlap    {r.overlap.value}\n")
     out.write(f"timeout    {'-' if r.timeout_ms is msgspec.UNSET else format_duration(r.timeout_ms)}\n")
-    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {format_ms(r.next_fire_at_ms)}\n")
+    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {_next_fire(repository, r)}"
+              f"{'' if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS else '  (' + format_ms(r.next_fire_at_ms) + ')'}\n")
     if r.waiting_fire_at_ms is not msgspec.UNSET:
         out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
     out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")

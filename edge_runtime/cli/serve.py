@@ -97,7 +97,15 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port
+    from edge_runtime.contract.time_zones import InvalidTimeZoneError
+    from edge_runtime.local.device import device_time_zone, read_boot_id
     from edge_runtime.local.schedules import LocalScheduleRepository
     from edge_runtime.service.scheduler import Scheduler
 
-    return Scheduler(LocalScheduleRepository(store.db), journal)
+    try:  # the zone of schedules stored before zones were kept, read as the CLI reads it
+        device_zone = device_time_zone()
+    except InvalidTimeZoneError as exc:
+        journal.warning("schedule.device_zone_invalid", detail=str(exc), using="UTC0")
+        device_zone = "UTC0"
+    boot_id = read_boot_id()
+    return Scheduler(LocalScheduleRepository(store.db, device_zone=device_zone, boot_id=boot_id), journal, boot_id)

@@ -1,40 +1,42 @@
-"""Schedule expressions (cron and ``@every``): exact-shape parsing, canonical text, fire times.
+"""Schedule expressions (cron, ``@every`` and ``@reboot``): exact-shape parsing, canonical text, fire times.
 
 Why a contract module: an expression is a value both profiles store and every layer reads (the
 CLI refuses a bad one before anything is written, the repository stores its canonical text, the
 service computes when it fires), and nothing here does I/O, reads a clock or touches a database.
-Its one outside input is the process's time zone as the C library sees it (``time.localtime``,
-which honours a POSIX ``TZ`` string such as ``CST-8`` or ``CET-1CEST,M3.5.0,M10.5.0/3`` without a
-tz database): that is what "local time" means on the device.
+Fire times are computed in a :class:`~edge_runtime.contract.time_zones.TimeZone` (a schedule's
+own zone); without one, in the process's local time as the C library sees it (``time.localtime``).
 
-The language (docs/schedules.md says the same for users):
+The language is the cron QingLong's users write (docs/schedules.md says the same for users):
 
-- 5 fields ``minute hour day-of-month month day-of-week``, or 6 with ``second`` first (as QingLong
-  accepts). Each field is ``*`` or a comma list of ``N``, ``A-B``, ``*/S``, ``A-B/S`` or ``A/S``
-  (``A`` up to the field's end). Months ``jan``..``dec`` and days ``sun``..``sat`` may be written by
-  name, in any case; day-of-week 7 is Sunday too; ``?`` is ``*`` in the two day fields.
-- Day rule of classic cron: when both day fields are restricted (neither is the whole range), a
-  day matching either fires; otherwise the restricted one decides. "Restricted" is decided on the
-  values, not on the text, so ``*/2`` restricts and ``1-31`` does not (Vixie cron looks at whether
-  the text starts with ``*``); that keeps the canonical form equivalent to what was typed.
-- ``@yearly``/``@annually``, ``@monthly``, ``@weekly``, ``@daily``/``@midnight``, ``@hourly`` are
-  the usual 5-field expressions. ``@every D`` (D in the duration syntax of
-  :mod:`edge_runtime.contract.durations`) fires at every instant that is a whole multiple of D
-  since 1970-01-01T00:00:00Z: elapsed time, the same slots on every device and after every
-  restart, never moved by DST.
-- A day-of-month that no selected month has (``0 0 30 2 *``) is refused at parse time, so every
-  accepted expression fires again within 8 years (29 February) and :meth:`next_fire_after`
-  always returns an instant.
+- 5 fields ``minute hour day-of-month month day-of-week``, or 6 with ``second`` first. Each field
+  is ``*`` or a comma list of ``N``, ``A-B``, ``*/S``, ``A-B/S`` or ``A/S`` (``A`` up to the field's
+  end); months and days by name in any case; day-of-week 7 is Sunday too; ``?`` is ``*`` in the
+  two day fields. Day-of-month also takes ``L`` (the month's last day), day-of-week ``nL`` (the
+  month's last weekday ``n``: ``5L`` is the last Friday) and ``n#k`` (its ``k``-th weekday ``n``,
+  ``k`` 1-5: ``1#2`` is the second Monday), as node-schedule fires them. ``W`` is refused.
+- Fields are separated by spaces or tabs, and by the full-width (U+3000) and no-break spaces
+  people paste from chats and Chinese documents; a trailing newline or CR is dropped. The stored
+  text is the canonical one (:attr:`CronSchedule.text`).
+- The day rule is Vixie cron's, by the text: a day field is unrestricted when its text starts
+  with ``*`` (or is ``?``). When both are restricted, a day matching either fires; otherwise a day
+  must match both (so ``0 0 1 * 0-6`` fires every day, ``0 0 */2 * 1`` on odd-numbered Mondays).
+- ``@yearly``/``@annually``, ``@monthly``, ``@weekly``, ``@daily``/``@midnight``, ``@hourly`` and
+  ``@minutely`` are the usual 5-field expressions. ``@every D`` fires at every whole multiple of D
+  since 1970-01-01T00:00:00Z (elapsed time, never moved by DST). ``@reboot`` (or QingLong's
+  ``@boot``) fires once per boot of the device, never by the clock (the service arms it when it
+  sees a new boot id).
+- An expression whose days can never occur (``0 0 30 2 *``) is refused at parse time, so every
+  accepted expression fires again and :meth:`next_fire_after` always returns an instant.
 
-Local time and DST: each slot is a wall-clock time; it fires at the first instant the clock shows
-it. A slot the clock skips (spring-forward gap) fires once, at the first instant after the gap; a
-slot the clock shows twice (autumn overlap) fires once, at its first occurrence. ``time.mktime``
-is not used to go from wall time to instant: what it does with such times is left to each C
-library; offsets read with ``time.localtime`` are the same on glibc and musl.
+Local time and DST: each slot is a wall-clock time. When the hour field starts with ``*``, a slot
+fires whenever the clock shows it: twice in an autumn overlap, never in a spring gap. A slot with
+a fixed hour fires once, at the first instant the clock shows it, or, when the clock skips it,
+at the first instant after the gap. ``mktime`` is never used: offsets are read from the zone.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 
 import msgspec
@@ -47,9 +49,13 @@ from edge_runtime.contract.durations import (
     parse_duration_ms,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.time_zones import PASTED_BLANKS, ProcessLocalTime, TimeZone
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 
-#: Longest expression text accepted (the longest useful ones are comma lists of a few dozen items).
-MAX_EXPRESSION_LENGTH = 256
+#: Longest expression text accepted: a list of all 60 minutes written out fits several times over.
+MAX_EXPRESSION_LENGTH = 1024
+#: The next fire time of a schedule the clock never fires (``@reboot``): the largest stored time.
+NEVER_BY_THE_CLOCK_MS = MAX_SAFE_INTEGER
 
 # name, lowest value, highest value (also the end of `*` and `A/S`), names (value = index + lowest).
 # Day-of-week runs to 7 (Sunday again) as in Vixie cron, so `1/2` is Mon, Wed, Fri, Sun.
@@ -62,6 +68,15 @@ _FIELDS = (
     ("day-of-week", 0, 7, ("sun", "mon", "tue", "wed", "thu", "fri", "sat")),
 )
 _FULL = (1 << 60) - 1, (1 << 60) - 1, (1 << 24) - 1, ((1 << 31) - 1) << 1, ((1 << 12) - 1) << 1, (1 << 7) - 1
+# What a step too large for a field should be written as instead.
+_LARGE_STEP_HINT = (
+    "for every {S} seconds write `@every {S}s`",
+    "for every {S} minutes write `@every {S}m`",
+    "for every {S} hours write `@every {S}h`",
+    "for every {S} days write `@every {S}d`",
+    "list the months instead",
+    "list the days instead",
+)
 _MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -70,8 +85,14 @@ _MACROS = {
     "@daily": "0 0 * * *",
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
+    "@minutely": "* * * * *",
 }
+_BOOT_MACROS = ("@reboot", "@boot")
 _LONGEST_MONTH = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+_MONTH_LENGTHS = {m: (28, 29) if m == 2 else (_LONGEST_MONTH[m],) for m in range(1, 13)}
+_LOCAL = ProcessLocalTime()
+# Separators other than space and tab, read as a space.
+_PASTED_SEPARATORS = str.maketrans({c: " " for c in PASTED_BLANKS if c not in " \t\r\n"})
 
 
 class InvalidCronExpressionError(EdgeRuntimeError):
@@ -85,10 +106,24 @@ class InvalidCronExpressionError(EdgeRuntimeError):
         self.reason = reason
 
 
+def _star_step_mask(index: int, step: int) -> int:
+    """The values ``*/step`` selects in field ``index`` (day-of-week 7 folded into 0)."""
+    low, high = _FIELDS[index][1:3]
+    mask = 0
+    for value in range(low, high + 1, step):
+        mask |= 1 << (0 if index == 5 and value == 7 else value)
+    return mask
+
+
 class CronSchedule(msgspec.Struct, frozen=True, gc=False):
     """A parsed cron expression: one bit mask per field (bit ``v`` set = value ``v`` fires).
 
-    Day-of-week uses bits 0..6 (Sunday = 0). Build one with :func:`parse_schedule`.
+    Day-of-week uses bits 0..6 (Sunday = 0). ``last_day`` is ``L`` in day-of-month,
+    ``nth_weekdays`` bit ``7 * (k - 1) + n`` is ``n#k``, ``last_weekdays`` bit ``n`` is ``nL``.
+    The ``*_star`` flags say whether the field's text started with ``*``: the day rule and the
+    DST rule read them, and a field of every value counts as starting with ``*`` (the parser
+    folds a day field of every value in an ORed pair into "every day", where that differs).
+    Build one with :func:`parse_schedule`.
     """
 
     seconds: int
@@ -97,39 +132,118 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
     days: int
     months: int
     weekdays: int
+    last_day: bool = False
+    nth_weekdays: int = 0
+    last_weekdays: int = 0
+    hour_star: bool = False
+    days_star: bool = False
+    weekdays_star: bool = False
 
     def __post_init__(self) -> None:
         # Held here, not only in the parser, so that no CronSchedule exists whose search never ends.
         masks = (self.seconds, self.minutes, self.hours, self.days, self.months, self.weekdays)
-        for (name, *_), mask, full in zip(_FIELDS, masks, _FULL):
-            if type(mask) is not int or mask <= 0 or mask & ~full:
+        specials = (0, 0, 0, int(self.last_day is True), 0, self.nth_weekdays | self.last_weekdays)
+        for (name, *_), mask, full, special in zip(_FIELDS, masks, _FULL, specials):
+            if type(mask) is not int or mask < 0 or mask & ~full or not (mask or special):
                 raise InvalidCronExpressionError(repr(self), name, "the value set is empty or out of range")
-        if self.weekdays == _FULL[5]:
+        if type(self.nth_weekdays) is not int or not 0 <= self.nth_weekdays < 1 << 35 or \
+                type(self.last_weekdays) is not int or not 0 <= self.last_weekdays < 1 << 7:
+            raise InvalidCronExpressionError(repr(self), "day-of-week", "the # or L values are out of range")
+        for index, star, mask in ((2, self.hour_star, self.hours), (3, self.days_star, self.days),
+                                  (5, self.weekdays_star, self.weekdays)):
+            if type(star) is not bool:
+                raise InvalidCronExpressionError(repr(self), _FIELDS[index][0], "the * flag must be a bool")
+            if star and not any(_star_step_mask(index, s) & ~mask == 0 for s in range(1, 33)):
+                raise InvalidCronExpressionError(repr(self), _FIELDS[index][0], "a field starting with * has no */S")
+        if not self._some_day_fires():
             earliest = (self.days & -self.days).bit_length() - 1
-            if all(_LONGEST_MONTH[m] < earliest for m in range(1, 13) if self.months >> m & 1):
-                raise InvalidCronExpressionError(
-                    self.text, "day-of-month", f"day {earliest} is in none of the selected months, so this never fires"
-                )
+            if not self.last_day and self._star(5) and not (self.nth_weekdays | self.last_weekdays):
+                reason = (f"day {earliest} is in none of the selected months, so this never fires "
+                          "(for the last day of each month write L)")
+            else:
+                reason = ("no day of the selected months matches both day-of-month and day-of-week (a day field "
+                          "starting with * makes a day match both), so this never fires")
+            raise InvalidCronExpressionError(self.text, "day-of-month", reason)
+
+    def _star(self, index: int) -> bool:
+        """Whether field ``index`` (hour, day-of-month or day-of-week) counts as starting with ``*``."""
+        star, mask = {2: (self.hour_star, self.hours), 3: (self.days_star, self.days),
+                      5: (self.weekdays_star, self.weekdays)}[index]
+        return star or mask == _FULL[index]
+
+    def _either_day(self) -> bool:
+        return not self._star(3) and not self._star(5)
+
+    def _day_matches(self, day: int, length: int, weekday: int) -> bool:
+        in_days = self.days >> day & 1 or (self.last_day and day == length)
+        in_weekdays = (self.weekdays >> weekday & 1 or self.nth_weekdays >> (7 * ((day - 1) // 7) + weekday) & 1
+                       or (self.last_weekdays >> weekday & 1 and day + 7 > length))
+        return bool(in_days or in_weekdays) if self._either_day() else bool(in_days and in_weekdays)
+
+    def _some_day_fires(self) -> bool:
+        """Whether some day of some selected month ever matches (every month starts on every weekday,
+        in leap and common years, within the Gregorian 400-year cycle)."""
+        if self._either_day():
+            return True  # the day-of-week side alone fires (a 5th weekday: in some year of every month)
+        months = [m for m in range(1, 13) if self.months >> m & 1]
+        if not (self.nth_weekdays | self.last_weekdays) or self.weekdays == _FULL[5]:
+            # A plain day-of-week set meets every date in some year: only the month lengths matter.
+            return self.last_day or any(self.days >> d & 1 for m in months for d in range(1, _LONGEST_MONTH[m] + 1))
+        return any(
+            self._day_matches(day, length, (first + day - 1) % 7)
+            for m in months for length in _MONTH_LENGTHS[m] for first in range(7) for day in range(1, length + 1)
+        )
 
     @property
     def text(self) -> str:
         """The canonical expression: 5 fields when the second is 0, else 6; numbers, no names."""
-        masks = (self.seconds, self.minutes, self.hours, self.days, self.months, self.weekdays)
-        fields = [_render(index, mask) for index, mask in enumerate(masks)]
+        fields = [
+            _render(0, self.seconds, None),
+            _render(1, self.minutes, None),
+            _render(2, self.hours, self._star(2)),
+            ",".join(filter(None, [self.days and _render(3, self.days, self._star(3)), "L" * self.last_day])),
+            _render(4, self.months, None),
+            ",".join(filter(None, [
+                self.weekdays and _render(5, self.weekdays, self._star(5)),
+                *(f"{n % 7}#{n // 7 + 1}" for n in range(35) if self.nth_weekdays >> n & 1),
+                *(f"{n}L" for n in range(7) if self.last_weekdays >> n & 1),
+            ])),
+        ]
         return " ".join(fields[1:] if self.seconds == 1 else fields)
 
-    def next_fire_after(self, after_ms: int) -> int:
-        """The first fire instant (ms since the epoch) strictly after ``after_ms``, in local time."""
+    def next_fire_after(self, after_ms: int, zone: TimeZone | None = None) -> int:
+        """The first fire instant (ms since the epoch) strictly after ``after_ms``, in ``zone``
+        (default: the process's local time)."""
+        offset = (zone or _LOCAL).utc_offset
         after_s = after_ms // 1000  # slots are whole seconds: the first one after after_ms is after after_s
-        wall = after_s + _utc_offset(after_s)
+        if self._star(2):
+            return self._next_shown_after(after_s, offset) * 1000
+        wall = after_s + offset(after_s)
         while True:
             wall = self._next_wall_second(wall)
-            instant, repeated_until = _instant_of(wall)
+            instant, repeated_until = _instant_of(wall, offset)
             if instant > after_s:
                 return instant * 1000
             # The slot's first occurrence is already past (after_ms lies in the second pass of an
             # autumn overlap): every wall time up to the overlap's end is past too.
             wall = max(wall, repeated_until)
+
+    def _next_shown_after(self, after_s: int, offset) -> int:
+        """The first instant after ``after_s`` at which the clock shows a matching wall time.
+
+        Walks the stretches of constant UTC offset: within one, wall time is the instant plus the
+        offset; a stretch that ends before its next match hands over to the next one, whose clock
+        starts where the change put it (back an hour: the repeated hour matches again; forward:
+        the skipped times never show).
+        """
+        start = after_s + 1
+        current = offset(start)
+        while True:
+            candidate = self._next_wall_second(start + current - 1) - current
+            change = _first_change(start, candidate, current, offset)
+            if change is None:
+                return candidate
+            start, current = change, offset(change)
 
     def _next_wall_second(self, wall: int) -> int:
         """The first matching wall-clock time after ``wall`` (seconds of a naive, UTC-like clock).
@@ -139,7 +253,7 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
         wall += 1
         tm = time.gmtime(wall)
         year, month, day, hour, minute, second = tm[:6]
-        either_day = self.days != _FULL[3] and self.weekdays != _FULL[5]
+        day_matches = self._day_matches
         while True:
             found = _next_bit(self.months, month)
             if found is None:
@@ -150,9 +264,7 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
             first_day = _days_from_civil(year, month, 1)
             month_length = _days_from_civil(year + month // 12, month % 12 + 1, 1) - first_day
             while day <= month_length:
-                in_days = self.days >> day & 1
-                in_weekdays = self.weekdays >> (first_day + day + 3) % 7 & 1  # 1970-01-01 was a Thursday (4)
-                if (in_days or in_weekdays) if either_day else (in_days and in_weekdays):
+                if day_matches(day, month_length, (first_day + day + 3) % 7):  # 1970-01-01 was a Thursday (4)
                     break
                 day, hour, minute, second = day + 1, 0, 0, 0
             else:
@@ -177,6 +289,21 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
             return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + found
 
 
+class BootSchedule(msgspec.Struct, frozen=True, gc=False):
+    """``@reboot``: fires once per boot of the device, never by the clock.
+
+    Its next fire time is :data:`NEVER_BY_THE_CLOCK_MS` until the service, seeing a boot id it has
+    not fired the schedule for, stores the start of its run as the slot.
+    """
+
+    @property
+    def text(self) -> str:
+        return "@reboot"
+
+    def next_fire_after(self, after_ms: int, zone: TimeZone | None = None) -> int:
+        return NEVER_BY_THE_CLOCK_MS
+
+
 class EverySchedule(msgspec.Struct, frozen=True, gc=False):
     """``@every D``: fires at every whole multiple of ``period_ms`` since the Unix epoch."""
 
@@ -192,11 +319,11 @@ class EverySchedule(msgspec.Struct, frozen=True, gc=False):
     def text(self) -> str:
         return f"@every {format_duration(self.period_ms)}"
 
-    def next_fire_after(self, after_ms: int) -> int:
+    def next_fire_after(self, after_ms: int, zone: TimeZone | None = None) -> int:
         return (after_ms // self.period_ms + 1) * self.period_ms
 
 
-ScheduleExpression = CronSchedule | EverySchedule
+ScheduleExpression = CronSchedule | EverySchedule | BootSchedule
 
 
 class DueFire(msgspec.Struct, frozen=True, gc=False):
@@ -213,7 +340,9 @@ class DueFire(msgspec.Struct, frozen=True, gc=False):
     coalesced: bool
 
 
-def due_fire(schedule: ScheduleExpression, next_fire_at_ms: int, now_ms: int) -> DueFire | None:
+def due_fire(
+    schedule: ScheduleExpression, next_fire_at_ms: int, now_ms: int, zone: TimeZone | None = None
+) -> DueFire | None:
     """The single fire due at ``now_ms`` for a schedule whose stored next fire time is given.
 
     None when that time is still ahead. Otherwise every slot from it up to ``now_ms`` fires once,
@@ -222,24 +351,33 @@ def due_fire(schedule: ScheduleExpression, next_fire_at_ms: int, now_ms: int) ->
     """
     if now_ms < next_fire_at_ms:
         return None
-    coalesced = schedule.next_fire_after(next_fire_at_ms) <= now_ms
-    return DueFire(next_fire_at_ms, schedule.next_fire_after(now_ms), coalesced)
+    coalesced = schedule.next_fire_after(next_fire_at_ms, zone) <= now_ms
+    return DueFire(next_fire_at_ms, schedule.next_fire_after(now_ms, zone), coalesced)
 
 
 def parse_schedule(text: str) -> ScheduleExpression:
-    """Parse a cron expression, a macro or ``@every D``; refuse anything else, naming the field.
+    """Parse a cron expression, a macro, ``@every D`` or ``@reboot``; refuse anything else, naming the field.
 
     Raises:
         InvalidCronExpressionError: with ``field`` (a field name, ``expression`` or ``@every``)
-            and ``reason``; nothing is half-accepted.
+            and ``reason`` (with what to write instead); nothing is half-accepted.
     """
     if type(text) is not str:
         raise InvalidCronExpressionError(repr(text), "expression", f"must be a string, got {type(text).__name__}")
+    return _parse(text)
+
+
+@functools.lru_cache(maxsize=512)  # the service parses a schedule's stored text at each fire
+def _parse(text: str) -> ScheduleExpression:
     if len(text) > MAX_EXPRESSION_LENGTH:
         raise InvalidCronExpressionError(text[:40] + "...", "expression", f"over {MAX_EXPRESSION_LENGTH} characters")
-    if not text.isascii() or not text.replace("\t", " ").isprintable():
-        raise InvalidCronExpressionError(text, "expression", "only printable ASCII, spaces and tabs are allowed")
-    words = text.split()
+    pasted = text.rstrip("\r\n").translate(_PASTED_SEPARATORS)
+    if not pasted.isascii() or not pasted.replace("\t", " ").isprintable():
+        raise InvalidCronExpressionError(
+            text, "expression", "only printable ASCII separated by spaces or tabs (full-width and no-break spaces "
+            "count as spaces; a newline only at the end) is allowed"
+        )
+    words = pasted.split()
     if words and words[0].startswith("@"):
         macro = words[0].lower()
         if macro == "@every":
@@ -249,20 +387,33 @@ def parse_schedule(text: str) -> ScheduleExpression:
                 return EverySchedule(parse_duration_ms(words[1]))
             except InvalidDurationError as error:
                 raise InvalidCronExpressionError(text, "@every", error.message) from error
+        if macro in _BOOT_MACROS and len(words) == 1:
+            return BootSchedule()
         if macro not in _MACROS or len(words) != 1:
-            known = ", ".join(sorted(_MACROS)) + ", @every D"
+            known = ", ".join(sorted([*_MACROS, *_BOOT_MACROS])) + ", @every D"
             raise InvalidCronExpressionError(text, "expression", f"unknown or misused macro {words[0]!r} ({known})")
         words = _MACROS[macro].split()
     if len(words) not in (5, 6):
+        hint = " (for an interval write @every D, e.g. @every 5m)" if len(words) < 5 else ""
         raise InvalidCronExpressionError(
             text, "expression",
-            f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got {len(words)}",
+            f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got {len(words)}; "
+            f"write every field, `*` for any value{hint}",
         )
     if len(words) == 5:
         words.insert(0, "0")
-    masks = [_parse_field(text, index, word) for index, word in enumerate(words)]
+    fields = [_parse_field(text, index, word) for index, word in enumerate(words)]
+    (seconds, _, _), (minutes, _, _), (hours, hour_star, _), (days, days_star, last_day), (months, _, _) = fields[:5]
+    weekdays, weekdays_star, (nth, last) = fields[5]
+    if not days_star and not weekdays_star and (days == _FULL[3] or weekdays == _FULL[5]):
+        # Vixie's OR with a day field of every value (`0 0 1 * 0-6`): every day fires.
+        days, last_day, weekdays, nth, last, days_star, weekdays_star = _FULL[3], False, _FULL[5], 0, 0, True, True
+    # A field of every value counts as `*` (one schedule, one canonical text, whichever was typed).
+    hour_star, days_star, weekdays_star = (hour_star or hours == _FULL[2], days_star or days == _FULL[3],
+                                           weekdays_star or weekdays == _FULL[5])
     try:
-        return CronSchedule(*masks)
+        return CronSchedule(seconds, minutes, hours, days, months, weekdays, bool(last_day), nth, last,
+                            hour_star, days_star, weekdays_star)
     except InvalidCronExpressionError as error:  # the same refusal, about the text the user wrote
         raise InvalidCronExpressionError(text, error.field, error.reason) from None
 
@@ -270,7 +421,9 @@ def parse_schedule(text: str) -> ScheduleExpression:
 # --------------------------------------------------------------------------- field syntax
 
 
-def _parse_field(text: str, index: int, word: str) -> int:
+def _parse_field(text: str, index: int, word: str) -> tuple[int, bool, object]:
+    """(the value mask, whether the text starts with ``*``, the field's specials: ``L`` for
+    day-of-month, (``#`` mask, ``L`` mask) for day-of-week, else None)."""
     name, low, high, names = _FIELDS[index]
 
     def refuse(reason: str) -> InvalidCronExpressionError:
@@ -286,51 +439,87 @@ def _parse_field(text: str, index: int, word: str) -> int:
             return names.index(token.lower()) + low
         if not token:
             raise refuse(f"a number is missing in {word!r}")
+        if "*" in token:
+            raise refuse(f"{token!r} is not a number: `*` stands alone or as `*/S`; write a number, `A-B` or `*`")
         kind = " or a name (" + ", ".join(names[:3]) + ", ...)" if names else ""
-        unsupported = "; L, W and # are not supported" if any(mark in token.upper() for mark in "LW#") else ""
+        upper = token.upper()
+        if "W" in upper and index == 3:
+            unsupported = "; W (nearest weekday) is not supported: list the days, or write L for the last day"
+        elif "L" in upper or "#" in upper:
+            unsupported = ("; L is accepted alone in day-of-month, nL and n#k alone in a day-of-week item "
+                           "(5L: the last Friday, 1#2: the second Monday)")
+        else:
+            unsupported = ""
         raise refuse(f"{token!r} is not a number{kind}{unsupported}")
 
+    star = word.startswith("*") or (index in (3, 5) and word == "?")
     if index in (3, 5) and word == "?":
         word = "*"
-    mask = 0
+    mask, last_day, nth, last = 0, False, 0, 0
     for item in word.split(","):
         if not item:
             raise refuse(f"empty item in list {word!r}")
+        if index == 3 and item.upper() == "L":
+            last_day = True
+            continue
+        if index == 5 and "#" in item:
+            day_text, _, occurrence = item.partition("#")
+            if not occurrence.isdigit() or not 1 <= int(occurrence) <= 5:
+                raise refuse(f"{item!r}: write n#k with k from 1 to 5 (1#2: the second Monday)")
+            if not day_text or any(mark in day_text for mark in "-/*"):
+                raise refuse(f"{item!r}: # takes one day (write 1#2,3#2 for the second Monday and Wednesday)")
+            nth |= 1 << (7 * (int(occurrence) - 1) + value(day_text) % 7)
+            continue
+        if index == 5 and len(item) > 1 and item[-1] in "lL" and not any(mark in item for mark in "-/*"):
+            last |= 1 << value(item[:-1]) % 7
+            continue
         base, slash, step_text = item.partition("/")
         if base == "*":
-            first, last = low, high
+            first, last_value = low, high
         else:
             start, dash, end = base.partition("-")
             first = value(start)
-            last = value(end) if dash else high if slash else first
-            if last < first:
+            last_value = value(end) if dash else high if slash else first
+            if last_value < first:
                 raise refuse(f"range {base!r} runs backwards (write two ranges)")
         step = 1
         if slash:
             span = high - low + 1
             if not step_text.isdigit() or not 1 <= int(step_text) <= span:
-                raise refuse(f"step {step_text!r} in {item!r} must be a number from 1 to {span}")
+                hint = ""
+                if step_text.isdigit() and int(step_text) > span:
+                    hint = "; " + _LARGE_STEP_HINT[index].format(S=int(step_text))
+                raise refuse(f"step {step_text!r} in {item!r} must be a number from 1 to {span}{hint}")
             step = int(step_text)
-        for number in range(first, last + 1, step):
+        for number in range(first, last_value + 1, step):
             mask |= 1 << number
     if index == 5 and mask >> 7:  # day-of-week 7 is Sunday
         mask = (mask | 1) & _FULL[5]
-    return mask
+    if index == 3:
+        return mask, star, last_day
+    if index == 5:
+        return mask, star, (nth, last)
+    return mask, star, None
 
 
-def _render(index: int, mask: int) -> str:
+def _render(index: int, mask: int, star: bool | None) -> str:
     """The canonical text of one field: ``*``, ``*/S``, ``A-B/S`` or a list of ``N`` and ``A-B``.
 
-    Whatever it returns parses back to ``mask`` (dow ``*/S`` is only used where it means the same).
+    ``star`` is whether the text must start with ``*`` (None: a field where that means nothing).
+    Whatever it returns parses back to ``mask`` and ``star`` (dow ``*/S`` only where it means the same).
     """
     low, high = _FIELDS[index][1:3]
     if mask == _FULL[index]:
         return "*"
+    if star:  # the smallest */S the values hold, then the rest
+        step = next(s for s in range(2, high - low + 2) if _star_step_mask(index, s) & ~mask == 0)
+        rest = mask & ~_star_step_mask(index, step)
+        return f"*/{step}" + (f",{_render(index, rest, False)}" if rest else "")
     values = [v for v in range(low, high + 1) if mask >> v & 1]
     if len(values) >= 3:
         step = values[1] - values[0]
         if step > 1 and all(b - a == step for a, b in zip(values, values[1:])):
-            if values[0] == low and _parse_field("", index, f"*/{step}") == mask:
+            if star is None and values[0] == low and _star_step_mask(index, step) == mask:
                 return f"*/{step}"
             return f"{values[0]}-{values[-1]}/{step}"
     runs: list[str] = []
@@ -359,18 +548,13 @@ def _days_from_civil(year: int, month: int, day: int) -> int:
     return era * 146_097 + year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year - 719_468
 
 
-def _utc_offset(instant: int) -> int:
-    """Seconds east of UTC that local time has at ``instant`` (seconds since the epoch)."""
-    return time.localtime(instant).tm_gmtoff
-
-
 # Offsets are sampled this far either side of a wall time: every instant showing that wall time
 # lies within 25 h of it (POSIX offsets are at most 24:59:59), and no real rule changes the offset
 # twice within 2.3 days.
 _OFFSET_REACH = 100_000
 
 
-def _instant_of(wall: int) -> tuple[int, int]:
+def _instant_of(wall: int, _utc_offset) -> tuple[int, int]:
     """The instant (s) at which local wall time ``wall`` fires, and the last wall second of its repeat.
 
     The instant is the first one at which the clock shows ``wall``, or, when the clock skips it,
@@ -380,14 +564,28 @@ def _instant_of(wall: int) -> tuple[int, int]:
     before, after = _utc_offset(wall - _OFFSET_REACH), _utc_offset(wall + _OFFSET_REACH)
     hits = sorted(wall - offset for offset in {before, after} if _utc_offset(wall - offset) == offset)
     if not hits:  # a gap: the clock jumps over wall; fire at the jump
-        return _offset_change(wall - max(before, after), wall - min(before, after)), wall
+        return _offset_change(wall - max(before, after), wall - min(before, after), _utc_offset), wall
     if len(hits) == 1:
         return hits[0], wall
     first_offset = wall - hits[0]
-    return hits[0], _offset_change(hits[0], hits[1]) + first_offset - 1
+    return hits[0], _offset_change(hits[0], hits[1], _utc_offset) + first_offset - 1
 
 
-def _offset_change(early: int, late: int) -> int:
+def _first_change(start: int, end: int, offset: int, _utc_offset) -> int | None:
+    """The first instant in ``(start, end]`` whose UTC offset is not ``offset``, or None.
+
+    Sampled a day apart, then bisected: no real rule changes the offset twice within a day.
+    """
+    early = start
+    while early < end:
+        late = min(early + 86_400, end)
+        if _utc_offset(late) != offset:
+            return _offset_change(early, late, _utc_offset)
+        early = late
+    return None
+
+
+def _offset_change(early: int, late: int, _utc_offset) -> int:
     """The first instant in ``(early, late]`` whose UTC offset differs from ``early``'s (bisection)."""
     offset = _utc_offset(early)
     while late - early > 1:

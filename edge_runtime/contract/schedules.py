@@ -14,6 +14,7 @@ import msgspec
 
 from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.time_zones import TimeZone, time_zone_text
 from edge_runtime.contract.runs import Name, TimeoutMs, argv_problem
 from edge_runtime.contract.validation import Command, SafeInt, identifier_problem
 
@@ -62,9 +63,14 @@ class AddScheduleCommand(Command):
     name: Name | msgspec.UnsetType = msgspec.UNSET
     overlap: Overlap = Overlap.SKIP
     timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
+    #: The zone its fire times are computed in (docs/schedules.md); unset: the device's zone,
+    #: which the store resolves and stores when it adds the schedule.
+    time_zone: str | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
+        if self.time_zone is not msgspec.UNSET:
+            time_zone_text(self.time_zone)  # InvalidTimeZoneError says what to write instead
         return argv_problem(self.argv)
 
 
@@ -92,6 +98,9 @@ class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     coalesced_count: int
     created_at_ms: SafeInt
     updated_at_ms: SafeInt
+    #: The zone the schedule fires in; unset only for a schedule stored before zones were kept
+    #: (it fires in the device's zone).
+    time_zone: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class FirePlan(msgspec.Struct, frozen=True, gc=False):
@@ -104,14 +113,16 @@ class FirePlan(msgspec.Struct, frozen=True, gc=False):
 
 
 def plan_fire(
-    expression: str, overlap: Overlap, next_fire_at_ms: int, now_ms: int, active: list[tuple[str, bool]]
+    expression: str, overlap: Overlap, next_fire_at_ms: int, now_ms: int, active: list[tuple[str, bool]],
+    zone: TimeZone | None = None,
 ) -> FirePlan | None:
     """What firing a schedule at ``now_ms`` does, or None when it is not due.
 
     ``active`` lists the schedule's active Runs as ``(run_id, cancel_requested)``. Missed slots up
-    to now fold into this one fire (:func:`~edge_runtime.contract.cron.due_fire`).
+    to now fold into this one fire (:func:`~edge_runtime.contract.cron.due_fire`); the next slot
+    is computed in ``zone``, the schedule's own.
     """
-    due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms)
+    due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms, zone)
     if due is None:
         return None
     if not active:
@@ -136,6 +147,11 @@ class ScheduleStore(Protocol):
     def start_waiting(self, *, actor_id: str) -> list[str]:
         """Start each waiting slot whose schedule has no active Run left; return the active Runs
         that a still-waiting ``replace`` slot must (still) cancel (after a crash, say)."""
+        ...
+
+    def arm_boot_schedules(self, boot_id: str) -> list[str]:
+        """Make each ``@reboot`` schedule not yet fired for ``boot_id`` due now, once (one
+        transaction); return their ids. A restart within the same boot arms nothing."""
         ...
 
     def timed_out_run_ids(self) -> list[str]:

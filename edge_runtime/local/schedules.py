@@ -5,6 +5,9 @@ Every change is one ``BEGIN IMMEDIATE`` transaction with the clock read after th
 re-reads the schedule inside its transaction and moves ``next_fire_at_ms`` forward only from the
 value it read, and the Run it creates is unique on (schedule, slot): two services, or a service
 restarted after a crash, never fire one slot twice.
+
+Each schedule fires in its own zone (``time_zone``); one stored before zones were kept fires in
+the device's zone (:func:`edge_runtime.local.device.device_time_zone`, read once per repository).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.contract.cron import parse_schedule
+from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS, BootSchedule, parse_schedule
 from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.contract.schedules import (
@@ -28,7 +31,9 @@ from edge_runtime.contract.schedules import (
     check_schedule_id,
     plan_fire,
 )
+from edge_runtime.contract.time_zones import TimeZone, time_zone, time_zone_text
 from edge_runtime.local.clock import read_now_ms
+from edge_runtime.local.device import device_time_zone, read_boot_id
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.runs import LocalRunRepository, insert_run
@@ -40,7 +45,7 @@ _decode_argv = msgspec.json.Decoder(list[str]).decode
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms"
+    "updated_at_ms, time_zone"
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
@@ -63,12 +68,34 @@ schedule_repository_errors = StorageErrors(ScheduleRepositoryError)
 
 
 class LocalScheduleRepository:
-    """Schedules in the local SQLite database."""
+    """Schedules in the local SQLite database.
 
-    __slots__ = ("_db",)
+    ``device_zone`` is the zone text of schedules stored without one and of new schedules added
+    without one (default: :func:`~edge_runtime.local.device.device_time_zone`, read when first
+    needed); ``boot_id`` is the current boot's (default: the kernel's), given to new ``@reboot``
+    schedules so that they first fire at the next boot.
+    """
 
-    def __init__(self, db: LocalDatabase) -> None:
+    __slots__ = ("_db", "_device_zone", "_boot_id", "_zones")
+
+    def __init__(self, db: LocalDatabase, *, device_zone: str | None = None, boot_id: str | None = None) -> None:
         self._db = db
+        self._device_zone = device_zone
+        self._boot_id = boot_id
+        self._zones: dict[str, TimeZone] = {}
+
+    def device_zone(self) -> str:
+        if self._device_zone is None:
+            self._device_zone = device_time_zone()
+        return self._device_zone
+
+    def zone_of(self, record: ScheduleRecord) -> TimeZone:
+        """The zone ``record`` fires in (its own, or the device's for one stored without)."""
+        text = self.device_zone() if record.time_zone is _UNSET else record.time_zone
+        zone = self._zones.get(text)
+        if zone is None:
+            zone = self._zones[text] = time_zone(text)
+        return zone
 
     # ----------------------------------------------------------------- CLI
 
@@ -94,14 +121,19 @@ class LocalScheduleRepository:
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
         AddScheduleCommand.require(cmd, "add")
         expression = parse_schedule(cmd.expression)
+        zone_text = self.device_zone() if cmd.time_zone is _UNSET else time_zone_text(cmd.time_zone)
+        zone = time_zone(zone_text)  # an IANA name this system has no zoneinfo for is refused here
+        # A new @reboot schedule belongs to this boot already: it first fires at the next one.
+        boot_id = (self._boot_id or read_boot_id()) if isinstance(expression, BootSchedule) else None
         schedule_id = str(uuid.uuid4())
         with schedule_repository_errors(), self._db.write() as now:
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, updated_at_ms, time_zone, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
-                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now), now, now),
+                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now, zone), now, now,
+                 zone_text, boot_id),
             )
             return self._row(schedule_id)
 
@@ -114,7 +146,8 @@ class LocalScheduleRepository:
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
             if record.paused != paused:
-                next_fire = record.next_fire_at_ms if paused else parse_schedule(record.expression).next_fire_after(now)
+                next_fire = record.next_fire_at_ms if paused else parse_schedule(record.expression).next_fire_after(
+                    now, self.zone_of(record))
                 self._db.connection.execute(
                     "UPDATE schedules SET paused = ?, next_fire_at_ms = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
                     "WHERE id = ?",
@@ -155,7 +188,8 @@ class LocalScheduleRepository:
             record = self._row(schedule_id)
             if record is None or record.paused:
                 return None  # removed or paused since it was listed
-            plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now, self._active(schedule_id))
+            plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now, self._active(schedule_id),
+                             self.zone_of(record))
             if plan is None:
                 return None  # another service fired it first
             due, connection = plan.due, self._db.connection
@@ -206,6 +240,28 @@ class LocalScheduleRepository:
                 )
         return to_cancel
 
+    def arm_boot_schedules(self, boot_id: str) -> list[str]:
+        """Each ``@reboot`` schedule whose stored boot is not ``boot_id`` gets ``boot_id``, and, when
+        it is not paused, the slot "now" (due at once, fired by the next tick like any slot).
+
+        A restart of the service within the same boot finds every boot id already equal: nothing
+        fires again. A paused one takes the boot id too, so resuming it later in this boot does
+        not make the next restart fire it. A crash between this commit and the fire leaves the
+        slot due, and the next start fires it (the slot's Run is unique on (schedule, slot)).
+        """
+        with schedule_repository_errors(), self._db.write() as now:
+            rows = self._db.connection.execute(
+                "SELECT id FROM schedules WHERE expression = ? AND (boot_id IS NULL OR boot_id != ?)",
+                (BootSchedule().text, boot_id),
+            ).fetchall()
+            self._db.connection.execute(
+                "UPDATE schedules SET boot_id = ?1, "
+                "next_fire_at_ms = CASE WHEN paused = 0 THEN ?2 ELSE next_fire_at_ms END, updated_at_ms = ?2 "
+                "WHERE expression = ?3 AND (boot_id IS NULL OR boot_id != ?1)",
+                (boot_id, now, BootSchedule().text),
+            )
+            return [row[0] for row in rows]
+
     def timed_out_run_ids(self) -> list[str]:
         with schedule_repository_errors():
             now = read_now_ms(self._db.clock)
@@ -226,7 +282,7 @@ class LocalScheduleRepository:
         with schedule_repository_errors():
             return self._db.connection.execute(
                 f"""SELECT min(t) FROM (
-                    SELECT min(next_fire_at_ms) AS t FROM schedules WHERE paused = 0
+                    SELECT min(next_fire_at_ms) AS t FROM schedules WHERE paused = 0 AND next_fire_at_ms < {NEVER_BY_THE_CLOCK_MS}
                     UNION ALL
                     SELECT min(a.started_at_ms + r.timeout_ms) FROM run_attempts a JOIN runs r ON r.id = a.run_id
                       WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.started_at_ms IS NOT NULL

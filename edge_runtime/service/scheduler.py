@@ -7,6 +7,10 @@ per-second polling, and a tick reads only what is due (indexed), never every sch
 Each fire is one short transaction in the store. Cancels (``replace`` and timeouts) go through
 the Run repository's durable cancel request, so the CancellationDispatch delivers them: SIGTERM,
 the grace period, then SIGKILL, across restarts.
+
+``@reboot`` schedules: the first tick arms those not yet fired for this boot (``boot_id``, which
+the composition root reads from the kernel), so they fire once per boot of the device and never
+on a mere restart of the service.
 """
 
 from __future__ import annotations
@@ -18,11 +22,14 @@ ACTOR_ID = "scheduler"
 
 
 class Scheduler:
-    __slots__ = ("_store", "_journal")
+    __slots__ = ("_store", "_journal", "_boot_id")
 
-    def __init__(self, store: ScheduleStore, journal: Journal) -> None:
+    def __init__(self, store: ScheduleStore, journal: Journal, boot_id: str | None = None) -> None:
         self._store = store
         self._journal = journal
+        self._boot_id = boot_id
+        if boot_id is None:
+            journal.warning("schedule.boot_unknown", detail="no boot id: @reboot schedules do not fire")
 
     def tick(self) -> bool:
         """Fire what is due, start slots that waited, cancel timed-out Runs; whether anything happened.
@@ -32,6 +39,11 @@ class Scheduler:
                 still due and is retried by the service's next tick.
         """
         worked = False
+        if self._boot_id is not None:
+            armed = self._store.arm_boot_schedules(self._boot_id)
+            self._boot_id = None  # once per start: a failure above leaves it set and is retried
+            for schedule_id in armed:
+                self._journal.info("schedule.boot_armed", schedule=schedule_id)
         for schedule_id in self._store.due_schedule_ids(64):
             plan = self._store.fire(schedule_id, actor_id=ACTOR_ID)
             if plan is None:

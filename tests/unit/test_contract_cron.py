@@ -129,22 +129,32 @@ def test_parsed_fields_are_value_sets() -> None:
         ("* * * foo *", "month", "'foo' is not a number or a name (jan, feb, mar, ...)"),
         ("* * * * monday", "day-of-week", "'monday' is not a number"),
         ("jan * * * *", "minute", "'jan' is not a number"),
-        ("* * * * 1#2", "day-of-week", "L, W and # are not supported"),
-        ("* * L * *", "day-of-month", "L, W and # are not supported"),
-        ("* * 15W * *", "day-of-month", "L, W and # are not supported"),
+        ("* * * * 1#6", "day-of-week", "k from 1 to 5"),
+        ("* * * * 1-2#2", "day-of-week", "# takes one day"),
+        ("* * * * L", "day-of-week", "nL and n#k"),
+        ("* L * * *", "hour", "nL and n#k"),
+        ("* * 15W * *", "day-of-month", "W (nearest weekday) is not supported"),
+        ("* * LW * *", "day-of-month", "W (nearest weekday) is not supported"),
+        ("1* * * * *", "minute", "`*` stands alone"),
+        ("*/90 * * * *", "minute", "write `@every 90m`"),
+        ("0 */25 * * *", "hour", "write `@every 25h`"),
+        ("* * * *", "expression", "write every field"),
+        ("0 0 */15 * 1#2", "day-of-month", "never fires"),
         ("? * * * *", "minute", "'?' is not a number"),
         ("* * ?/2 * *", "day-of-month", "'?' is not a number"),
         ("0 0 30 2 *", "day-of-month", "day 30 is in none"),
+        ("0 0 31 2,4 *", "day-of-month", "write L"),
         ("0 0 31 4,6,9,11 *", "day-of-month", "day 31 is in none"),
         ("0 0 30,31 feb *", "day-of-month", "day 30 is in none"),
-        ("@reboot", "expression", "unknown or misused macro '@reboot'"),
+        ("@reboot now", "expression", "unknown or misused macro '@reboot'"),
         ("@daily 5", "expression", "unknown or misused macro"),
         ("@every", "@every", "write one duration"),
         ("@every 5 m", "@every", "write one duration"),
         ("@every 5x", "@every", "not valid"),
         ("@every 0s", "@every", "leave a zero part out"),
         ("@every 400d", "@every", "out of range"),
-        ("* * * * *\n", "expression", "only printable ASCII"),
+        ("* * *\n* *", "expression", "only printable ASCII"),
+        ("* * * * *\v", "expression", "only printable ASCII"),
         ("* * * * \u4e00", "expression", "only printable ASCII"),
         ("1" + "," * MAX_EXPRESSION_LENGTH + " * * * *", "expression", f"over {MAX_EXPRESSION_LENGTH} characters"),
     ],
@@ -188,16 +198,18 @@ def test_day_of_month_or_day_of_week_when_both_are_restricted(utc_zone) -> None:
     ]
 
 
-def test_a_stepped_day_of_month_is_restricted(utc_zone) -> None:
-    # */2 restricts (odd days), so Mondays fire too: 5, 12 (Monday), 19 (odd and Monday, once).
-    assert [d[8:10] for d in fires("0 0 */2 * mon", utc(2026, 1, 1), 10)] == [
-        "03", "05", "07", "09", "11", "12", "13", "15", "17", "19",
+def test_a_day_field_starting_with_a_star_makes_the_days_match_both(utc_zone) -> None:
+    # Vixie's rule by the text: */2 starts with *, so only odd-numbered Mondays fire: 5, 19 January.
+    assert [d[:10] for d in fires("0 0 */2 * mon", utc(2026, 1, 1), 4)] == [
+        "2026-01-05", "2026-01-19", "2026-02-09", "2026-02-23",
     ]
 
 
-def test_a_whole_range_does_not_restrict(utc_zone) -> None:
-    assert [d[:10] for d in fires("0 0 1-31 * mon", utc(2026, 1, 1), 3)] == ["2026-01-05", "2026-01-12", "2026-01-19"]
-    assert [d[:10] for d in fires("0 0 13 * 0-7", utc(2026, 1, 1), 2)] == ["2026-01-13", "2026-02-13"]
+def test_a_whole_range_written_without_a_star_restricts(utc_zone) -> None:
+    # 1-31 and 0-7 do not start with *: ORed with the other day field, every day fires.
+    assert [d[:10] for d in fires("0 0 1-31 * mon", utc(2026, 1, 1), 3)] == ["2026-01-02", "2026-01-03", "2026-01-04"]
+    assert [d[:10] for d in fires("0 0 13 * 0-7", utc(2026, 1, 1), 2)] == ["2026-01-02", "2026-01-03"]
+    assert parse_schedule("0 0 1 * 0-6").text == "0 0 * * *"
 
 
 def test_names_and_sunday_as_0_or_7(utc_zone) -> None:
@@ -262,7 +274,7 @@ def test_local_time_follows_the_posix_tz(zone: str) -> None:
         (CET, "0 * * * *", utc(2026, 3, 28, 23, 30), ["2026-03-29 00:00:00", "2026-03-29 01:00:00", "2026-03-29 02:00:00"]),
         (CET, "*/30 2-3 * * *", utc(2026, 3, 28, 23), ["2026-03-29 01:00:00", "2026-03-29 01:30:00", "2026-03-30 00:00:00"]),
         (CET, "30 2 * * *", utc(2026, 10, 24, 12), ["2026-10-25 00:30:00", "2026-10-26 01:30:00"]),
-        (CET, "0 * * * *", utc(2026, 10, 24, 23, 30), ["2026-10-25 00:00:00", "2026-10-25 02:00:00", "2026-10-25 03:00:00"]),
+        (CET, "0 * * * *", utc(2026, 10, 24, 23, 30), ["2026-10-25 00:00:00", "2026-10-25 01:00:00", "2026-10-25 02:00:00"]),
         (CET, "*/20 2 * * *", utc(2026, 10, 25, 0, 30), ["2026-10-25 00:40:00", "2026-10-26 01:00:00"]),
         # US Eastern: 2026-03-08 02:00 EST (07:00Z) jumps to 03:00 EDT; 2026-11-01 02:00 EDT (06:00Z) falls back.
         (US_EASTERN, "15 2 * * *", utc(2026, 3, 7, 12), ["2026-03-08 07:00:00", "2026-03-09 06:15:00"]),
@@ -277,17 +289,17 @@ def test_local_time_follows_the_posix_tz(zone: str) -> None:
         (LORD_HOWE, "45 1 * * *", utc(2026, 4, 4), ["2026-04-04 14:45:00", "2026-04-05 15:15:00"]),
     ],
 )
-def test_dst_gaps_fire_once_after_the_gap_and_overlaps_once_at_the_first_occurrence(
+def test_dst_fixed_hours_fire_once_and_wildcard_hours_whenever_the_clock_shows_them(
     zone: str, expression: str, after: int, expected: list[str]
 ) -> None:
     with posix_tz(zone):
         assert fires(expression, after, len(expected)) == expected
 
 
-def test_asked_inside_the_second_pass_of_an_overlap_the_repeat_is_skipped() -> None:
-    # 2026-10-25 02:10 CET (01:10Z): the second 02:10..02:59 must not fire again.
+def test_asked_inside_the_second_pass_of_an_overlap_a_fixed_hour_is_not_repeated() -> None:
+    # 2026-10-25 02:10 CET (01:10Z): a fixed hour 2 already fired in the first pass; `*` hours go on.
     with posix_tz(CET):
-        assert fires("* * * * *", utc(2026, 10, 25, 1, 10), 2) == ["2026-10-25 02:00:00", "2026-10-25 02:01:00"]
+        assert fires("* * * * *", utc(2026, 10, 25, 1, 10), 2) == ["2026-10-25 01:11:00", "2026-10-25 01:12:00"]
         assert fires("*/20 2 * * *", utc(2026, 10, 25, 1, 10), 1) == ["2026-10-26 01:00:00"]
 
 
