@@ -12,6 +12,7 @@ from __future__ import annotations
 import calendar
 import datetime as dt
 import io
+import json
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -279,3 +280,52 @@ def test_schedules_of_the_previous_migration_survive_and_fire_in_the_device_zone
         record = repo.add(AddScheduleCommand(expression=" ".join(irregular) + " * * *", argv=["true"]))
         assert len(record.expression) > 256 and parse_schedule(record.expression) == parse_schedule(
             " ".join(irregular) + " * * *")
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def _cli(capsys: pytest.CaptureFixture[str], db_path: Path, *argv: str) -> tuple[int, str, str]:
+    from edge_runtime.cli.main import main
+
+    code = main(["--db", str(db_path), *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_schedule_add_tz_and_the_zone_and_next_fire_in_list_and_show(
+    capsys: pytest.CaptureFixture[str], db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "UTC0")  # the device's zone: not the schedule's
+    code, out, _ = _cli(capsys, db_path, "schedule", "add", "--tz", "CST-8", "0\u300014 * * *\n", "--", "true")
+    assert code == 0
+    schedule_id = out.strip()
+    code, out, _ = _cli(capsys, db_path, "schedule", "list")
+    assert code == 0 and "tz=CST-8" in out and "T14:00:00+08:00" in out and "'0 14 * * *'" in out
+    code, out, _ = _cli(capsys, db_path, "schedule", "show", schedule_id)
+    assert "time zone  CST-8" in out and "T14:00:00+08:00  (" in out and "T06:00:00.000Z)" in out
+    code, out, _ = _cli(capsys, db_path, "schedule", "show", schedule_id, "--json")
+    assert json.loads(out)["timeZone"] == "CST-8"
+    code, out, _ = _cli(capsys, db_path, "schedule", "add", "@boot", "--", "true")
+    assert code == 0
+    code, out, _ = _cli(capsys, db_path, "schedule", "list")
+    assert "next=next-boot  tz=UTC0  '@reboot'" in out
+
+
+def test_schedule_add_without_tz_takes_the_device_zone(
+    capsys: pytest.CaptureFixture[str], db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "CET-1CEST,M3.5.0,M10.5.0/3")
+    code, out, _ = _cli(capsys, db_path, "schedule", "add", "--json", "0 9 * * 1#2", "--", "true")
+    assert code == 0 and json.loads(out)["timeZone"] == "CET-1CEST,M3.5.0,M10.5.0/3"
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--tz", "Mars/Olympus_Mons"], "write the zone's POSIX TZ string"),
+    (["--tz", "CST-99"], "out of range"),
+])
+def test_schedule_add_refuses_a_bad_zone_with_what_to_write(
+    capsys: pytest.CaptureFixture[str], db_path: Path, argv: list[str], says: str
+) -> None:
+    code, out, err = _cli(capsys, db_path, "schedule", "add", *argv, "* * * * *", "--", "true")
+    assert code != 0 and err.startswith("Error: ") and says in err and out == ""
