@@ -13,6 +13,7 @@ from edge_runtime.cli.common import add_json_flag, format_ms, present, print_jso
 from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
+from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, ScheduleRecord
 from edge_runtime.local.schedules import LocalScheduleRepository
 
@@ -100,14 +101,22 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
 
 def _zone_text(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
     """The zone a schedule fires in; one stored without a zone says it follows the device's."""
-    return r.time_zone if r.time_zone is not msgspec.UNSET else f"device ({repository.device_zone()})"
+    if r.time_zone is not msgspec.UNSET:
+        return r.time_zone
+    try:
+        return f"device ({repository.device_zone()})"
+    except InvalidTimeZoneError as exc:  # shown, not fatal: `schedule list` still lists
+        return f"device (unreadable: {exc.message})"
 
 
 def _next_fire(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
     """The next fire time as the schedule's own clock shows it, with its UTC offset."""
     if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
         return "next-boot"
-    offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
+    try:
+        offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
+    except InvalidTimeZoneError:  # a zone this system cannot load (zoneinfo removed since): the UTC instant
+        return format_ms(r.next_fire_at_ms)
     local = dt.datetime.fromtimestamp(r.next_fire_at_ms / 1000, dt.timezone(dt.timedelta(seconds=offset)))
     return local.isoformat(timespec="seconds")
 

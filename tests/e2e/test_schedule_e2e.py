@@ -103,3 +103,34 @@ def test_schedule_timeout_and_replace(harness: Harness) -> None:
         ).fetchone()
     assert first_status == "cancelled" and first_reason.startswith("replaced")
     assert _schedule(harness, schedule_id)["timeoutMs"] == 30_000
+
+
+def test_reboot_fires_once_per_boot_and_never_on_a_service_restart(harness: Harness) -> None:
+    reboot_id = harness.cli("schedule", "add", "@boot", "--", "true").stdout.strip()
+    ticker_id = harness.cli("schedule", "add", "@every 1s", "--", "true").stdout.strip()
+    assert _schedule(harness, reboot_id)["expression"] == "@reboot"
+
+    def ticks_after(start_ms: int) -> None:  # the scheduler has ticked (and armed) since start_ms
+        wait_for(lambda: any(slot > start_ms + 1000 for slot, _ in _slots(harness, ticker_id)), "ticks")
+
+    started = time.time_ns() // 1_000_000
+    service = harness.serve()
+    ticks_after(started)
+    assert _slots(harness, reboot_id) == []  # added during this boot: it waits for the next one
+    assert service.stop() == 0
+
+    # As if the schedule had last fired in an earlier boot of the device: this start fires it once.
+    with open_database(harness.db_path, create=False) as db, db.write():
+        db.connection.execute("UPDATE schedules SET boot_id = 'an-earlier-boot' WHERE id = ?", (reboot_id,))
+    started = time.time_ns() // 1_000_000
+    service = harness.serve()
+    wait_for(lambda: len(_slots(harness, reboot_id)) == 1, "the boot's fire")
+    ticks_after(started)
+    assert service.stop() == 0
+
+    started = time.time_ns() // 1_000_000
+    service = harness.serve()  # a restart within the same boot
+    ticks_after(started)
+    assert len(_slots(harness, reboot_id)) == 1
+    assert _schedule(harness, reboot_id)["nextFireAtMs"] == 9007199254740991
+    assert service.stop() == 0
