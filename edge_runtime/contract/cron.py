@@ -50,6 +50,7 @@ from edge_runtime.contract.durations import (
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.time_zones import PASTED_BLANKS, ProcessLocalTime, TimeZone
+from edge_runtime.contract.time_zones import days_from_civil as _days_from_civil
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 
 #: Longest expression text accepted: a list of all 60 minutes written out fits several times over.
@@ -538,14 +539,6 @@ def _next_bit(mask: int, start: int) -> int | None:
     """The lowest set bit of ``mask`` at or above ``start``, or None."""
     rest = mask >> start
     return None if rest == 0 else start + (rest & -rest).bit_length() - 1
-
-
-def _days_from_civil(year: int, month: int, day: int) -> int:
-    """Days since 1970-01-01 of a proleptic Gregorian date (March-based years put 29 Feb last)."""
-    year -= month <= 2
-    era, year_of_era = divmod(year, 400)
-    day_of_year = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
-    return era * 146_097 + year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year - 719_468
 
 
 # Offsets are sampled this far either side of a wall time: every instant showing that wall time

@@ -26,7 +26,6 @@ Zone text (docs/schedules.md says the same for users):
 
 from __future__ import annotations
 
-import calendar
 import datetime as dt
 import re
 import time
@@ -85,6 +84,18 @@ class IanaTimeZone:
         return int(moment.utcoffset().total_seconds())  # type: ignore[union-attr]
 
 
+def days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (March-based years put 29 Feb last)."""
+    year -= month <= 2
+    era, year_of_era = divmod(year, 400)
+    day_of_year = (153 * ((month + 9) % 12) + 2) // 5 + day - 1
+    return era * 146_097 + year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year - 719_468
+
+
+def _is_leap(year: int) -> bool:
+    return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+
+
 class _Date:
     """One POSIX rule date: ``kind`` is ``M`` (month, week, weekday), ``J`` (Julian, no leap day)
     or ``D`` (zero-based day of the year); ``seconds`` is the local time of the change."""
@@ -96,18 +107,17 @@ class _Date:
 
     def day_of_year(self, year: int) -> int:
         """Zero-based day of ``year`` (counting 29 February) on which the change happens."""
-        leap = calendar.isleap(year)
         if self.kind == "J":
-            return self.a - 1 + (leap and self.a >= 60)
+            return self.a - 1 + (_is_leap(year) and self.a >= 60)
         if self.kind == "D":
             return self.a
         month, week, weekday = self.a, self.b, self.c
-        first = dt.date(year, month, 1)
-        length = calendar.monthrange(year, month)[1]
-        day = 1 + (weekday - (first.weekday() + 1) % 7) % 7 + 7 * (week - 1)
+        first = days_from_civil(year, month, 1)
+        length = days_from_civil(year + month // 12, month % 12 + 1, 1) - first
+        day = 1 + (weekday - (first + 4) % 7) % 7 + 7 * (week - 1)  # 1970-01-01 was a Thursday (4)
         while day > length:
             day -= 7
-        return dt.date(year, month, day).timetuple().tm_yday - 1
+        return first + day - 1 - days_from_civil(year, 1, 1)
 
 
 class PosixTimeZone:
@@ -126,7 +136,7 @@ class PosixTimeZone:
         """The instants DST starts and ends in ``year`` (only for a zone with DST)."""
         found = self._years.get(year)
         if found is None:
-            base = calendar.timegm((year, 1, 1, 0, 0, 0))
+            base = days_from_civil(year, 1, 1) * 86400
             start = base + self.start.day_of_year(year) * 86400 + self.start.seconds - self.std_offset
             end = base + self.end.day_of_year(year) * 86400 + self.end.seconds - self.dst_offset
             if len(self._years) > 64:
