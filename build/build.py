@@ -64,7 +64,7 @@ _SHARED_TMP_ROOTS = ("/tmp", "/var/tmp", "/usr/tmp", "/dev/shm", "/run/shm", "/r
 def runtime_tmpdir_problem(path: str) -> str | None:
     """Why ``path`` must not be baked in as the one-file build's unpack directory, or None.
 
-    The bootloader creates and loads from it before any of our code runs (README: unpack
+    The bootloader creates and loads from it before any of our code runs (docs/building.md: unpack
     directory); the executable itself refuses one owned by another user or writable by others,
     but only after that first load, so the build refuses what is unsafe by design.
     """
