@@ -35,7 +35,7 @@ bench: $(STAMP)
 	$(PY) tests/bench/run.py
 
 # Skipped when dist/ already holds a build of the same sources (build/build.py --force rebuilds).
-# RUNTIME_TMPDIR=/path bakes a fixed unpack directory into the one-file build (README: artifact).
+# RUNTIME_TMPDIR=/path bakes a fixed unpack directory into the one-file build (docs/building.md: unpack directory).
 RUNTIME_TMPDIR ?=
 build: $(STAMP)
 	$(PY) build/build.py $(if $(RUNTIME_TMPDIR),--runtime-tmpdir $(RUNTIME_TMPDIR))
@@ -64,7 +64,7 @@ bench-cluster: $(CSTAMP)
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_cluster.py
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_workers.py
 
-# Router artifacts (README: router builds): TARGET=aarch64-musl|mipsel-musl-sf|mipsel-musl-hf|armv7-musl.
+# Router artifacts (docs/building.md: router builds): TARGET=aarch64-musl|mipsel-musl-sf|mipsel-musl-hf|armv7-musl.
 # Caches go to $$EDGE_CROSS_CACHE (default /var/cache/edge-runtime-cross), never into the repo.
 TARGET ?=
 cross: $(STAMP)

@@ -43,6 +43,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "build"))
+import atomic_publish  # noqa: E402  (build/atomic_publish.py: the one publish step, shared with build.py)
+
 try:
     from PyInstaller.archive.readers import CArchiveReader, NotAnArchiveError
     from PyInstaller.loader.pyimod01_archive import ArchiveReadError
@@ -547,23 +550,8 @@ def render_json(reports: list[ArtifactReport]) -> str:
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Temp file, fsync, rename, fsync the directory: a reader sees the old report or the whole new one."""
-    directory = path.resolve().parent
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    """A reader sees the old report or the whole new one (build/atomic_publish.py)."""
+    atomic_publish.publish(path, lambda temp: temp.write_text(text, encoding="utf-8"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,9 @@
 Both come from build/edge-runtime.spec, one PyInstaller run per form (the one-folder form stores
 its modules uncompressed so that xz can compress them together), with build/work/ as PyInstaller's
 work and staging directory. Outputs are published the way every file
-we produce outside SQLite is: written to a temp file, fsynced, renamed, directory fsynced.
+we produce outside SQLite is (build/atomic_publish.py): written to a temp file, fsynced, renamed,
+directory fsynced. ``publish_onefile`` and ``publish_tarball`` take their destination, so the router
+build (build/cross/package.py) publishes into its own directory through them.
 
 A build costs minutes of CPU on a small machine, so it is skipped when dist/ already holds the
 outputs of the same inputs (sources, migrations, build files, PyInstaller and Python versions,
@@ -29,6 +31,9 @@ import sys
 import tarfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import atomic_publish  # noqa: E402  (build/atomic_publish.py: the one publish step)
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / "build"
 WORK_DIR = BUILD_DIR / "work"
@@ -47,6 +52,7 @@ _INPUT_GLOBS = (
     "build/excludes.toml",
     "build/exclusions.py",
     "build/build.py",
+    "build/atomic_publish.py",
 )
 
 
@@ -58,7 +64,7 @@ _SHARED_TMP_ROOTS = ("/tmp", "/var/tmp", "/usr/tmp", "/dev/shm", "/run/shm", "/r
 def runtime_tmpdir_problem(path: str) -> str | None:
     """Why ``path`` must not be baked in as the one-file build's unpack directory, or None.
 
-    The bootloader creates and loads from it before any of our code runs (README: unpack
+    The bootloader creates and loads from it before any of our code runs (docs/building.md: unpack
     directory); the executable itself refuses one owned by another user or writable by others,
     but only after that first load, so the build refuses what is unsafe by design.
     """
@@ -122,39 +128,10 @@ def input_fingerprint(options: list[str]) -> str:
     return digest.hexdigest()
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _publish(temp: Path, final: Path) -> None:
-    """fsync ``temp``, rename it over ``final``, fsync the directory."""
-    with open(temp, "rb+") as file:
-        os.fsync(file.fileno())
-    os.replace(temp, final)
-    _fsync_dir(final.parent)
-
-
-def _written_then_published(temp: Path, final: Path, write) -> Path:
-    """Call ``write(temp)``, then publish; a failed write leaves no temp file behind in dist/."""
-    try:
-        write(temp)
-        _publish(temp, final)
-    except BaseException:
-        temp.unlink(missing_ok=True)
-        raise
-    return final
-
-
-def publish_onefile(source: Path) -> Path:
-    def write(temp: Path) -> None:
-        shutil.copyfile(source, temp)
-        os.chmod(temp, 0o755)
-
-    return _written_then_published(DIST_DIR / f".{ONEFILE_NAME}.tmp", DIST_DIR / ONEFILE_NAME, write)
+def publish_onefile(source: Path, final: Path | None = None) -> Path:
+    """Publish the one-file executable ``source`` as ``final`` (default ``dist/edge-runtime``), mode 0755."""
+    final = final or DIST_DIR / ONEFILE_NAME
+    return atomic_publish.publish(final, lambda temp: shutil.copyfile(source, temp), mode=0o755)
 
 
 def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
@@ -164,8 +141,9 @@ def _normalized(member: tarfile.TarInfo) -> tarfile.TarInfo:
     return member
 
 
-def publish_tarball(folder: Path) -> Path:
-    final = tarball_path()
+def publish_tarball(folder: Path, final: Path | None = None) -> Path:
+    """Publish the one-folder build ``folder`` as an xz tarball ``final`` (default ``tarball_path()``)."""
+    final = final or tarball_path()
 
     def write(temp: Path) -> None:
         # xz -9e: the one-folder build is mostly libpython and extension modules, which compress
@@ -173,14 +151,12 @@ def publish_tarball(folder: Path) -> Path:
         with tarfile.open(temp, "w:xz", preset=9 | lzma.PRESET_EXTREME) as tar:
             tar.add(folder, arcname=folder.name, filter=_normalized)
 
-    return _written_then_published(DIST_DIR / f".{final.name}.tmp", final, write)
+    return atomic_publish.publish(final, write)
 
 
 def write_stamp(fingerprint: str, options: list[str], outputs: list[Path]) -> None:
     record = {"fingerprint": fingerprint, "options": options, "outputs": {p.name: p.stat().st_size for p in outputs}}
-    temp = STAMP.with_name(STAMP.name + ".tmp")
-    temp.write_text(json.dumps(record, indent=2) + "\n")
-    _publish(temp, STAMP)
+    atomic_publish.publish(STAMP, lambda temp: temp.write_text(json.dumps(record, indent=2) + "\n"))
 
 
 def dist_is_current() -> bool:

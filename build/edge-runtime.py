@@ -9,7 +9,7 @@ import sys
 
 if getattr(sys, "frozen", False) and hasattr(sys, "_MEIPASS"):
     # One-file and one-folder builds: refuse to run from an unpack (or install) directory another
-    # user could have changed. Too late to stop the bootloader's own loads; see README: unpack directory.
+    # user could have changed. Too late to stop the bootloader's own loads; see docs/building.md: unpack directory.
     from edge_runtime.service.trusted_paths import unpack_directory_problem
 
     # The one-file bootloader names its own unpack directory here; a one-folder build sets nothing.
@@ -18,7 +18,7 @@ if getattr(sys, "frozen", False) and hasattr(sys, "_MEIPASS"):
     if _problem is not None:
         sys.stderr.write(
             f"Error: unsafe {'unpack' if _one_file else 'install'} directory: {_problem}; the bootloader already loaded Python from it, "
-            "so nothing else runs (README: unpack directory) [ARTIFACT_UNPACK_DIR_UNSAFE]\n"
+            "so nothing else runs (docs/building.md: unpack directory) [ARTIFACT_UNPACK_DIR_UNSAFE]\n"
         )
         sys.exit(1)
 

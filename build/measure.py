@@ -1,4 +1,4 @@
-"""Measure the built artifacts: the figures the README and the issue ask for (never pass/fail).
+"""Measure the built artifacts: the figures docs/benchmarks.md quotes (never pass/fail).
 
 - one-file size and one-folder .tar.xz size (bytes, against the budget);
 - bytes the one-file build unpacks at every start (from its archive's table of contents);

@@ -6,7 +6,7 @@
 #   /usr/bin/edge-runtime          a symlink to it
 #   /etc/init.d/edge-runtime       the procd init script (build/openwrt/edge-runtime.init)
 #   /etc/config/edge-runtime       the UCI defaults (build/openwrt/edge-runtime.config; a conffile)
-# Install on the router: opkg install ./edge-runtime_….ipk (README: router builds).
+# Install on the router: opkg install ./edge-runtime_….ipk (docs/building.md: router builds).
 # Usage: openwrt-package.sh TARGET
 source "$(dirname "$0")/env.sh"
 TARGET="${1:-${TARGET:-}}"

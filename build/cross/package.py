@@ -99,17 +99,11 @@ def main() -> int:
         staged[form] = work / "dist" / form
 
     # Publish the way `make build` does (temp file, fsync, rename), into this target's directory.
-    host_build.DIST_DIR = out
-    onefile = host_build._written_then_published(
-        out / f".{name}.tmp", out / name,
-        lambda temp: (temp.write_bytes((staged["onefile"] / "edge-runtime").read_bytes()), os.chmod(temp, 0o755)),
-    )
+    onefile = host_build.publish_onefile(staged["onefile"] / "edge-runtime", out / name)
     link = out / "edge-runtime"
     link.unlink(missing_ok=True)
     link.symlink_to(name)
-    tarball = out / f"{name}.tar.xz"
-    host_build.tarball_path = lambda: tarball
-    host_build.publish_tarball(staged["onefolder"] / name)
+    tarball = host_build.publish_tarball(staged["onefolder"] / name, out / f"{name}.tar.xz")
     (out / "build-info.json").write_text(info_file.read_text())
     for path in (onefile, tarball):
         print(f"== built {path.relative_to(ROOT)}: {path.stat().st_size:,} bytes")

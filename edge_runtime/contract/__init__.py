@@ -1,6 +1,7 @@
 """Canonical contract: exact-shape commands, records, results, limits, invariants and errors.
 
-Dependency direction: contract <- local <- service <- cli. Nothing here opens a database,
+Dependency direction: contract <- local, contract <- service, contract <- cli, and
+contract <- cluster_postgres; the contract imports none of them. Nothing here opens a database,
 reads a clock, starts a timer or a process, and nothing here imports apsw, so a Cluster
 Profile adapter can implement the same contract on another store.
 

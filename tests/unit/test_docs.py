@@ -1,0 +1,174 @@
+"""The README and docs/ against the code they describe (as sqlite-utils' test_docs.py does for its CLI).
+
+- every relative link in README.md and docs/*.md names a file of the repository, and every
+  ``#anchor`` a heading of the page it points to (a clone has nothing outside the repository);
+- the configuration table in docs/operating.md lists exactly the keys of ``ServiceConfig``, each
+  with its real default;
+- the command table in README.md names every ``edge-runtime`` subcommand (nested ones too) and
+  only real ones, each option it shows being one that command accepts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from edge_runtime.cli.main import build_parser
+from edge_runtime.service.config import ServiceConfig
+from edge_runtime.service.worker import IDLE_SESSION_LEASE_MS
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+
+
+def _prose(text: str) -> str:
+    """The text without code blocks and code spans, where brackets are not links."""
+    return _CODE_SPAN.sub("", _FENCE.sub("", text))
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, markup and punctuation dropped, spaces to dashes."""
+    text = heading.strip().lower().replace("`", "")
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+
+
+def _links() -> list[tuple[Path, str]]:
+    return [(page, m.group(1)) for page in PAGES for m in _LINK.finditer(_prose(page.read_text(encoding="utf-8")))]
+
+
+def test_the_pages_link_to_one_another() -> None:
+    links = _links()
+    assert any(target.startswith("docs/") for page, target in links if page.name == "README.md")
+    for page in PAGES:
+        assert "../shared" not in page.read_text(encoding="utf-8"), f"{page.name} points outside the repository"
+
+
+@pytest.mark.parametrize(("page", "target"), _links(), ids=lambda v: v.name if isinstance(v, Path) else v)
+def test_every_relative_link_resolves(page: Path, target: str) -> None:
+    if re.match(r"[a-z]+:", target):  # https:, mailto:: not ours to check offline
+        return
+    path_part, _, anchor = target.partition("#")
+    destination = (page.parent / path_part).resolve() if path_part else page
+    assert destination.exists(), f"{page.relative_to(ROOT)} links to {target}, which does not exist"
+    assert ROOT in destination.parents or destination == ROOT, f"{page.name}: {target} leaves the repository"
+    if anchor:
+        assert destination.suffix == ".md", f"{page.name}: {target} has an anchor into a file that is not a page"
+        assert anchor in _anchors(destination), f"{page.name}: {target}: no such heading in {destination.name}"
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    lines = text.splitlines()
+    start = lines.index(header)
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip().strip("|"))])
+    return rows
+
+
+def _documented_defaults() -> dict[str, str]:
+    text = (ROOT / "docs" / "operating.md").read_text(encoding="utf-8")
+    documented = {}
+    for key_cell, default_cell, _meaning in _table(text, "| key | default | meaning |"):
+        keys = re.findall(r"`([a-z_]+)`", key_cell)
+        defaults = [d.strip() for d in default_cell.split(",")] if len(keys) > 1 else [default_cell]
+        assert len(defaults) == len(keys), f"row {key_cell}: one default per key"
+        documented.update(zip(keys, defaults, strict=True))
+    return documented
+
+
+def test_the_configuration_table_lists_every_key_with_its_default() -> None:
+    documented = _documented_defaults()
+    fields = {f.name: f for f in msgspec.structs.fields(ServiceConfig)}
+    assert set(documented) == set(fields)
+    config = ServiceConfig()
+    for name, field in fields.items():
+        doc = documented[name]
+        value = getattr(config, name)
+        if name == "worker_id":
+            assert doc == "`edge-<hostname>`" and value.startswith("edge-")
+        elif name == "log_dir":
+            assert doc.startswith("`logs/` beside the database")
+            assert config.resolved_log_dir("/srv/x/edge.db") == Path("/srv/x/logs")
+        elif name == "idle_session_lease_ms":
+            assert value is msgspec.UNSET and doc.split()[0] == str(IDLE_SESSION_LEASE_MS)
+        elif isinstance(value, bool):
+            assert doc == str(value).lower(), name
+        else:
+            assert field.default is not msgspec.NODEFAULT, name
+            assert doc == str(value), f"{name}: docs say {doc}, the code {value}"
+
+
+def _cli_commands() -> dict[tuple[str, ...], set[str]]:
+    """(command,) or (command, subcommand) -> the options it accepts (the global ones included)."""
+    parser = build_parser()
+    global_options = {o for a in parser._actions for o in a.option_strings}
+
+    def options(p: argparse.ArgumentParser) -> set[str]:
+        return global_options | {o for a in p._actions for o in a.option_strings}
+
+    commands: dict[tuple[str, ...], set[str]] = {}
+    top = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    for name, sub in top.choices.items():
+        nested = [a for a in sub._actions if isinstance(a, argparse._SubParsersAction)]
+        if nested:
+            for child, child_parser in nested[0].choices.items():
+                commands[(name, child)] = options(child_parser)
+        else:
+            commands[(name,)] = options(sub)
+    commands[()] = global_options  # `edge-runtime --version`
+    return commands
+
+
+def _documented_commands() -> dict[tuple[str, ...], set[str]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    known = _cli_commands()
+    documented: dict[tuple[str, ...], set[str]] = {}
+    for row in _table(text, "| command | what it does |"):
+        last: list[tuple[str, ...]] = []
+        for span in re.findall(r"`([^`]+)`", row[0]):
+            words = span.replace("\\|", "|").split()
+            named = words[0] == "edge-runtime"
+            if named:
+                words = words[1:]
+            if named and words[0].startswith("--"):  # `edge-runtime --version`
+                names = [()]
+            elif words[0].startswith("--"):  # `--drop-scrub-backup`: an option of the row's command
+                names = last
+            else:
+                head = words[0] if words else ""
+                if any(key[:1] == (head,) and len(key) == 2 for key in known):
+                    names = [(head, child) for child in words[1].split("|")]
+                else:
+                    names = [(head,)] if head else [()]
+            for name in names:
+                documented.setdefault(name, set()).update(w.split("=")[0] for w in words if w.startswith("--") and w != "--")
+            last = names
+    return documented
+
+
+def test_the_command_table_matches_the_cli() -> None:
+    known = _cli_commands()
+    documented = _documented_commands()
+    assert set(documented) == set(known), (
+        f"missing from the README: {sorted(set(known) - set(documented))}; "
+        f"not commands: {sorted(set(documented) - set(known))}"
+    )
+    for name, flags in documented.items():
+        assert flags <= known[name], f"edge-runtime {' '.join(name)}: no such option {sorted(flags - known[name])}"
