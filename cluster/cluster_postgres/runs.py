@@ -233,6 +233,9 @@ class PostgresRunRepository:
             raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
         name = None if cmd.name is _UNSET else cmd.name
         timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
+        if cmd.env is not _UNSET or cmd.cwd is not _UNSET:
+            # Refused, never dropped: the cluster schema keeps no per-Run environment yet.
+            raise InvalidRunCommandError("--env and --cwd are not supported by the cluster store yet")
         with self._tx():
             now = database_now(self._cur)
             run_id = insert_run(self._cur, cmd.argv, name=name, now=now, actor_type="user", actor_id=actor_id,

@@ -25,6 +25,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultCommand,
     RecordResultOutcome,
 )
+from edge_runtime.contract.environment import EnvironmentStore
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
     ClaimRunCommand,
@@ -162,6 +163,8 @@ class Store(Protocol):
     leases: WorkerLeaseStore
     #: Copies of ended Attempts' logs, or None where the logs are only files (Local).
     attempt_logs: AttemptLogStore | None
+    #: The shared variables (``env set``), or None where the store keeps none (the cluster today).
+    environment: EnvironmentStore | None
 
     def now_ms(self) -> int:
         """The store's time, the only time the service compares stored ``*_at_ms`` values with."""

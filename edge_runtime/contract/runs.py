@@ -13,6 +13,7 @@ import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
+from edge_runtime.contract.environment import env_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
     RunId,
@@ -178,9 +179,25 @@ class SubmitRunCommand(_Command):
     name: Name | msgspec.UnsetType = msgspec.UNSET
     #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
     timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
+    #: The Run's own variables, over the shared ones (docs/environment.md).
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    #: The working directory of its Attempts (absolute); default: the service's ``work_dir``.
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
-        return argv_problem(self.argv)
+        return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+
+
+def run_options_problem(env: object, cwd: object) -> str | None:
+    """Why a Run's (or schedule's) own variables or working directory are invalid, or None."""
+    if env is not msgspec.UNSET:
+        problem = env_problem(env)
+        if problem is not None:
+            return problem
+    if cwd is not msgspec.UNSET:
+        if type(cwd) is not str or not cwd.startswith("/") or "\x00" in cwd or len(cwd) > MAX_ARG_LENGTH:
+            return "the working directory must be an absolute path"
+    return None
 
 
 class CancelRunCommand(_Command):
@@ -249,6 +266,9 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     schedule_id: str | msgspec.UnsetType = msgspec.UNSET
     scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: The Run's own variables and working directory (never a shared variable's value).
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(RunRecord, kw_only=True):

@@ -160,7 +160,9 @@ class LocalRunRepository:
         timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
             run_id = insert_run(self._db.connection, cmd.argv, name=name, now=now, actor_type="user",
-                                actor_id=actor_id, timeout_ms=timeout_ms)
+                                actor_id=actor_id, timeout_ms=timeout_ms,
+                                env=None if cmd.env is _UNSET else cmd.env,
+                                cwd=None if cmd.cwd is _UNSET else cmd.cwd)
             return self._run_row(run_id)
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
@@ -548,6 +550,8 @@ def insert_run(
     timeout_ms: int | None = None,
     schedule_id: str | None = None,
     scheduled_for_ms: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
 ) -> str:
     """Insert a queued, runtime-owned Run with its ``run.created`` event; its id.
 
@@ -556,9 +560,10 @@ def insert_run(
     run_id = _new_id()
     connection.execute(
         "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, "
-        "?, ?, ?)",
-        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd) VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, "
+        "?, ?, ?, ?, ?, ?)",
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id,
+         scheduled_for_ms, None if not env else _encode_json(env).decode(), cwd),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

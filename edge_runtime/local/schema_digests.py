@@ -15,4 +15,5 @@ SCHEMA_DIGESTS: dict[str, str] = {
     "bf6d29987f12449cbf18a613d0d00045b1738a2a6eef3fae7b6f3d41a3533181": "2d8fb66bf179131d0aacb2fb20d3e44468eedee6f68ea41128ede3ca7a422b48",  # 0007_schedules
     "1353064323b382cb65250602a03d9f7aae7604d2abfcd72f1684baa124ca0106": "48bf5acdd040db82c34d2a2d8e1087beb3a0140d351f52fd6e2dd0d94ce85f3d",  # 0008_history_indexes
     "ceecfa621c1da356ce2e6644ca0206d805ee3a3e56db0a2ca0a2d04e85ccd5c5": "6c487120c6da2da63ac7e54fe2605a1c4d96c6c94a2bc5de6c970f096fd268b9",  # 0009_runs_cover_attempts_and_leases
+    "27f26aa696699bbaa08d251a7125cca1cc548d527c0764f70b27b628be9e0fa0": "fef98126bda3682cfca22af980eb0c5872375e5c1a8a64cbd2a8f41cdb95470b",  # 0010_task_environment
 }

@@ -14,6 +14,7 @@ import apsw
 from edge_runtime.contract.ports import Clock
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import SystemClock, read_now_ms
+from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
@@ -22,7 +23,7 @@ from edge_runtime.local.runs import LocalRunRepository
 class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
-    __slots__ = ("db", "where", "clock", "runs", "dispatches", "_leases")
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases")
 
     #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
     attempt_logs = None
@@ -31,6 +32,7 @@ class LocalStore:
         self.db, self.where, self.clock = db, db_path, clock
         self.runs = LocalRunRepository(db)
         self.dispatches = LocalCancellationDispatchRepository(db)
+        self.environment = LocalEnvironmentRepository(db)
         self._leases = None
 
     @property
