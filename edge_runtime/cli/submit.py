@@ -12,7 +12,7 @@ import msgspec
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, wake_service
 from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.environment import InvalidVariableError, parse_assignments
-from edge_runtime.contract.runs import InvalidRunCommandError, SubmitRunCommand
+from edge_runtime.contract.runs import MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -35,6 +35,10 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--env", action="append", metavar="K=V",
                         help="a variable of this task only, over the shared ones (repeatable)")
     parser.add_argument("--cwd", metavar="DIR", help="the working directory (default: the service's work_dir)")
+    parser.add_argument("--retries", metavar="N", type=_retries,
+                        help=f"start a new Attempt after a failed or lost one, at most N times (0..{MAX_RETRIES})")
+    parser.add_argument("--retry-delay", metavar="D",
+                        help="wait D before the first retry (default 10s); doubled for each next one, at most 1h")
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -55,7 +59,23 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
         if not os.path.isdir(cwd):
             raise InvalidRunCommandError(f"--cwd {args.cwd!r}: no such directory")
         options["cwd"] = cwd
+    if args.retries is not None:
+        options["retries"] = args.retries
+    if args.retry_delay is not None:
+        if args.retries is None:
+            raise InvalidRunCommandError("--retry-delay needs --retries N")
+        options["retry_delay_ms"] = parse_duration_ms(args.retry_delay)
     return options
+
+
+def _retries(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0..{MAX_RETRIES}, got {text!r}") from None
+    if not 0 <= value <= MAX_RETRIES:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0..{MAX_RETRIES}, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

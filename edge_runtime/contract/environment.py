@@ -188,3 +188,9 @@ class SecretMasker:
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest if self._pattern is None else self._pattern.sub(MASK.encode(), rest)
+
+
+def mask_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret's value (``MIN_MASKED_LENGTH`` or longer) replaced by ``MASK``."""
+    masker = SecretMasker(secrets)
+    return (masker.feed(text.encode()) + masker.flush()).decode("utf-8", "replace")

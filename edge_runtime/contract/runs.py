@@ -67,7 +67,7 @@ TERMINAL_ATTEMPT_STATUSES = frozenset(
 )
 
 #: The Run status an Attempt's end leads to. A lost Attempt ends its Run as failed (or cancelled
-#: when a cancel was requested): nothing on the device retries a Run on its own.
+#: when a cancel was requested), unless the Run has retries left (``retry_wait_ms``).
 RUN_STATUS_AFTER_ATTEMPT = {
     AttemptStatus.SUCCEEDED: RunStatus.SUCCEEDED,
     AttemptStatus.FAILED: RunStatus.FAILED,
@@ -82,6 +82,10 @@ EVENT_RUN_STARTED = "run.started"
 EVENT_RUN_REQUEUED = "run.requeued"
 EVENT_KILL_SENT = "run.kill_sent"
 EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+#: A failed or lost Attempt left retries: the Run waits (``retry_wait``) until ``retry_at_ms``.
+EVENT_RETRY_SCHEDULED = "run.retry_scheduled"
+#: The wait is over: the Run is queued again for its next Attempt.
+EVENT_RETRY_QUEUED = "run.retry_queued"
 
 
 def attempt_event_key(attempt: int, step: str) -> str:
@@ -112,8 +116,16 @@ MAX_REASON_LENGTH = 256
 #: end of the output (where errors are) survives. The cluster schema's CHECK repeats it (tested).
 STORED_LOG_MAX_BYTES = 64 * 1024
 
+#: Retries (``--retries N --retry-delay D``): at most this many; the delay doubles after each
+#: failed Attempt, up to the cap.
+MAX_RETRIES = 100
+DEFAULT_RETRY_DELAY_MS = 10_000
+MAX_RETRY_DELAY_MS = 3_600_000
+
 Name = identifier_type(MAX_NAME_LENGTH)
 TimeoutMs = bounded_int_type(MIN_DURATION_MS, MAX_DURATION_MS)
+Retries = bounded_int_type(0, MAX_RETRIES)
+RetryDelayMs = bounded_int_type(MIN_DURATION_MS, MAX_RETRY_DELAY_MS)
 Reason = identifier_type(MAX_REASON_LENGTH)
 
 # --------------------------------------------------------------------------- errors
@@ -183,9 +195,22 @@ class SubmitRunCommand(_Command):
     env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
     #: The working directory of its Attempts (absolute); default: the service's ``work_dir``.
     cwd: str | msgspec.UnsetType = msgspec.UNSET
+    #: New Attempts after a failed or lost one, at most; the first after ``retry_delay_ms``.
+    retries: Retries | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+
+
+def retry_wait_ms(retries: int | None, retry_delay_ms: int | None, failed_attempt: int) -> int | None:
+    """How long a Run waits before its next Attempt after its Attempt number ``failed_attempt``
+    failed (or was lost), or None when its retries are spent. The delay doubles per Attempt,
+    capped at ``MAX_RETRY_DELAY_MS``. Never called for a cancelled Run (a timeout is a cancel)."""
+    if not retries or failed_attempt > retries:
+        return None
+    delay = DEFAULT_RETRY_DELAY_MS if retry_delay_ms is None else retry_delay_ms
+    return min(MAX_RETRY_DELAY_MS, delay << min(failed_attempt - 1, 32))
 
 
 def run_options_problem(env: object, cwd: object) -> str | None:
@@ -269,6 +294,10 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     #: The Run's own variables and working directory (never a shared variable's value).
     env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
     cwd: str | msgspec.UnsetType = msgspec.UNSET
+    retries: int | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: While ``retry_wait``: when the next Attempt may start.
+    retry_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(RunRecord, kw_only=True):

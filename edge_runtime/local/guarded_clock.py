@@ -111,7 +111,7 @@ FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
     ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
-    ("schedules", "next_fire_at_ms"),
+    ("schedules", "next_fire_at_ms"), ("runs", "retry_at_ms"),
 )
 
 

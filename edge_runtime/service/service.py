@@ -379,6 +379,8 @@ class DeviceService:
                 # A replaced session is noticed as soon as when it heartbeated every 10 s, by a read.
                 worker.check_current()
                 self._next_session_check_ms = now + worker.check_interval_ms()
+            # A Run whose retry wait is over goes back to the queue, to start in this very tick.
+            worked |= self._store.runs.release_due_retries(actor_id=worker.owner) > 0
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()
