@@ -208,10 +208,19 @@ class PostgresRunRepository:
         return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
                          dispatch=_UNSET if dispatch is None else dispatch)
 
-    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
-        """Newest first."""
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None, name: str | None = None,
+                  schedule_id: str | None = None) -> list[RunRecord]:
+        """Newest first; ``name`` and ``schedule_id`` filter exactly."""
         with reading(ClusterRunStorageError):
-            if status is None:
+            if name is not None or schedule_id is not None:
+                rows = self._cur.execute(
+                    f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE (%(s)s::text IS NULL OR status = %(s)s) "
+                    "AND (%(n)s::text IS NULL OR name = %(n)s) AND (%(i)s::text IS NULL OR schedule_id = %(i)s) "
+                    "ORDER BY created_at_ms DESC, id DESC LIMIT %(l)s",
+                    {"s": None if status is None else RunStatus(status).value, "n": name, "i": schedule_id,
+                     "l": limit},
+                ).fetchall()
+            elif status is None:
                 rows = self._cur.execute(
                     f"SELECT {RUN_COLUMNS} FROM ql3.runs ORDER BY created_at_ms DESC, id DESC LIMIT %s", (limit,)
                 ).fetchall()
@@ -447,6 +456,15 @@ class PostgresRunRepository:
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
+
+    def find_run_ids(self, form: str, limit: int) -> list[str]:
+        """See the ``RunStore`` port; ``form`` is matched literally (no LIKE wildcards)."""
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                "SELECT id FROM ql3.runs WHERE left(id, length(%(f)s)) = %(f)s OR right(id, length(%(f)s)) = %(f)s "
+                "ORDER BY created_at_ms DESC LIMIT %(n)s", {"f": form, "n": limit},
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def release_due_retries(self, *, actor_id: str) -> int:
         """Queue again every ``retry_wait`` Run whose wait is over (one event each); how many.

@@ -18,7 +18,7 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, printable
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, printable, resolve_run_id
 from edge_runtime.contract.environment import SecretMasker
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
@@ -53,6 +53,7 @@ _CHUNK = 64 * 1024
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         store.runs.get(args.run_id)
         attempt = _attempt(store, args)
         # Every printed log masks the secrets' values (docs/environment.md).

@@ -132,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
 def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
     from edge_runtime.local.wake import poke
 
-    wake_service(lambda: poke(args.db))  # after the commit: the service recomputes its sleep at once
+    wake_service(lambda: poke(args.db), note_when_none=args.action == "add")  # after the commit: the service recomputes its sleep at once
     if args.json:
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
@@ -148,7 +148,7 @@ def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
             f"is skip: no Run started")
     from edge_runtime.local.wake import poke
 
-    wake_service(lambda: poke(args.db))
+    wake_service(lambda: poke(args.db), note_when_none=True)
     if args.json:
         print_json(outcome)
     elif outcome.outcome is FireOutcome.STARTED:

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import (
+    resolve_run_id,
     LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
 )
 from edge_runtime.contract.durations import format_duration
@@ -26,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         repository = store.runs
         detail = repository.detail(args.run_id)
         secrets = () if store.environment is None else store.environment.secret_values()

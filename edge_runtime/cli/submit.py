@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     )
     with args.stores.open(args, CREATE) as store:
         record = store.runs.submit(command)
-        wake_service(store.wake_workers)
+        wake_service(store.wake_workers, note_when_none=True)
     if args.json:
         print_json(record)
     else:

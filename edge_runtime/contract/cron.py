@@ -256,7 +256,9 @@ def parse_schedule(text: str) -> ScheduleExpression:
     if len(words) not in (5, 6):
         raise InvalidCronExpressionError(
             text, "expression",
-            f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got {len(words)}",
+            f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got {len(words)}"
+            + (" (quote the whole expression, e.g. '*/5 * * * *': unquoted, the shell splits it and expands *)"
+               if len(words) < 5 else ""),
         )
     if len(words) == 5:
         words.insert(0, "0")

@@ -147,6 +147,23 @@ class RunNotFoundError(RunError):
     code = "RUN_NOT_FOUND"
 
 
+class AmbiguousRunIdError(RunError):
+    """A short id form matches several Runs; the message names them."""
+
+    code = "RUN_ID_AMBIGUOUS"
+
+
+#: Every command about one Run accepts its full id or a short form: a unique prefix or suffix of
+#: at most this many characters. ``list`` shows the suffix of ``SHORT_ID_LENGTH`` (the ids are
+#: UUIDv7: their beginning is the creation time, the same for Runs created close together).
+MAX_SHORT_ID_LENGTH = 12
+SHORT_ID_LENGTH = 8
+
+
+def short_run_id(run_id: str) -> str:
+    return run_id[-SHORT_ID_LENGTH:]
+
+
 class RunStateConflictError(RunError):
     """The Run or Attempt is not in a state that allows the operation (e.g. it already ended)."""
 

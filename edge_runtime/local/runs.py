@@ -134,10 +134,17 @@ class LocalRunRepository:
         return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
                          dispatch=msgspec.UNSET if dispatch is None else dispatch)
 
-    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
-        """Newest first."""
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None, name: str | None = None,
+                  schedule_id: str | None = None) -> list[RunRecord]:
+        """Newest first; ``name`` and ``schedule_id`` filter exactly."""
         with run_repository_errors():
-            if status is None:
+            if name is not None or schedule_id is not None:
+                rows = self._db.connection.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR name = ?2) "
+                    "AND (?3 IS NULL OR schedule_id = ?3) ORDER BY created_at_ms DESC, rowid DESC LIMIT ?4",
+                    (None if status is None else RunStatus(status).value, name, schedule_id, limit),
+                ).fetchall()
+            elif status is None:
                 rows = self._db.connection.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?", (limit,)
                 ).fetchall()
@@ -371,6 +378,15 @@ class LocalRunRepository:
     # Read-only queries over partial indexes (migration 0003), so an idle service costs almost
     # nothing. They read the store's time for "due" and decide nothing: the claim or transition
     # that follows re-checks under ``BEGIN IMMEDIATE``.
+
+    def find_run_ids(self, form: str, limit: int) -> list[str]:
+        """See the ``RunStore`` port; ``form`` is matched literally (no LIKE wildcards)."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 OR substr(id, -length(?1)) = ?1 "
+                "ORDER BY created_at_ms DESC LIMIT ?2", (form, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def release_due_retries(self, *, actor_id: str) -> int:
         """Queue again every ``retry_wait`` Run whose wait is over (one event each); how many.

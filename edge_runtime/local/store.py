@@ -51,11 +51,12 @@ class LocalStore:
 
         return WakeSocket(self.where)
 
-    def wake_workers(self) -> None:
-        """Poke the service's wake socket beside the database (none listening: nothing happens)."""
+    def wake_workers(self) -> int:
+        """Poke the service's wake socket beside the database; how many services took it (0: none
+        is running; the work waits for one)."""
         from edge_runtime.local.wake import poke
 
-        poke(self.where)
+        return poke(self.where)
 
     def keep_time(self, *, final: bool = False) -> None:
         """The guarded clock's watermark and jump events: one short transaction per interval."""

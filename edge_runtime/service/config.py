@@ -195,4 +195,9 @@ def load_config(
     try:
         return msgspec.convert(merged, type=ServiceConfig)
     except msgspec.ValidationError as exc:
+        message = str(exc)
+        key = message.rpartition("at `$.")[2].rstrip("`").split("[")[0].split(".")[0] if "at `$." in message else ""
+        if key:
+            where = f"--{key.replace('_', '-')}, ${ENV_PREFIX}{key.upper()} or the config file's {key}"
+            raise ConfigError(f"invalid setting {key} ({where}): {message.partition(' - at ')[0]}") from None
         raise ConfigError(f"invalid configuration (file, environment or flags): {exc}") from None
