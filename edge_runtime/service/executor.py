@@ -124,37 +124,36 @@ def spawn(
     return identity
 
 
-def _enter_directory(cwd: str | None, program: str) -> int | None:
-    """Make ``cwd`` the service's directory for the spawn; a descriptor of the one to return to.
+def _enter_directory(cwd: str | None, program: str) -> str | None:
+    """Make ``cwd`` the service's directory for the spawn; the one to return to (None: no change).
 
     ``posix_spawn`` has no working-directory action (glibc's ``addchdir_np`` is not exposed), and
     the child inherits the parent's directory at the spawn: the single-threaded service enters
-    ``cwd`` just for the call and returns at once (``_leave_directory``). A directory that is
-    missing or not enterable fails the Attempt (not retryable: it is the Run's setting).
+    ``cwd`` just for the call and returns at once (``_leave_directory``). By path, not by a
+    descriptor: a start must not need one more descriptor than it has (descriptor exhaustion).
+    A directory that is missing or not enterable fails the Attempt (its Run's setting).
 
     Raises:
-        SpawnError: ``cwd`` cannot be entered, or no descriptor is free to come back.
+        SpawnError: ``cwd`` cannot be entered, or the service's own directory cannot be named.
     """
     if cwd is None:
         return None
     try:
-        back = os.open(".", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        back = os.getcwd()
     except OSError as exc:
-        raise SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
+        raise SpawnError(f"cannot start {program!r}: the service's directory: {exc.strerror or exc}") from None
+    if back == cwd:
+        return None
     try:
         os.chdir(cwd)
     except OSError as exc:
-        os.close(back)
         raise SpawnError(f"cannot start {program!r}: working directory {cwd!r}: {exc.strerror or exc}") from None
     return back
 
 
-def _leave_directory(back: int | None) -> None:
+def _leave_directory(back: str | None) -> None:
     if back is not None:
-        try:
-            os.fchdir(back)
-        finally:
-            os.close(back)
+        os.chdir(back)
 
 
 def _move_above_stderr(fd: int, program: str) -> int:
