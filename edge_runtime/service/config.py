@@ -199,5 +199,5 @@ def load_config(
         key = message.rpartition("at `$.")[2].rstrip("`").split("[")[0].split(".")[0] if "at `$." in message else ""
         if key:
             where = f"--{key.replace('_', '-')}, ${ENV_PREFIX}{key.upper()} or the config file's {key}"
-            raise ConfigError(f"invalid setting {key} ({where}): {message}") from None
+            raise ConfigError(f"invalid configuration: setting {key} ({where}): {message}") from None
         raise ConfigError(f"invalid configuration (file, environment or flags): {exc}") from None
