@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test,build]'
 	@touch $@
 
-# Starts the service on the default database, runs a demo command, cancels it, shows the events.
+# Starts the service on a demo database of its own (.demo/ under the checkout), runs a demo command, cancels it.
 run: $(STAMP)
 	EDGE_RUNTIME=$(VENV)/bin/edge-runtime sh build/demo.sh
 

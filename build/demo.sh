@@ -1,7 +1,12 @@
 #!/bin/sh
-# `make run`: start the service on the default database, submit a demo command, cancel it while it
-# runs, and show what happened. Uses only the public CLI, as a user on the device would.
+# `make run`: start the service on a demo database of its own (under the checkout, never the
+# user's default one), submit a demo command, cancel it while it runs, and show what happened.
+# Uses only the public CLI, as a user on the device would.
 set -eu
+
+# The demo's own database: the commands below read $EDGE_RUNTIME_DB like --db.
+EDGE_RUNTIME_DB=${DEMO_DB:-$(pwd)/.demo/edge-runtime.db}
+export EDGE_RUNTIME_DB
 
 ER=${EDGE_RUNTIME:-.venv/bin/edge-runtime}
 GRACE_MS=${DEMO_GRACE_MS:-3000}

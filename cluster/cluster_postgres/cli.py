@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         require_utf8(f"argument {position}", token)
     args = _parser().parse_args(argv)
     if args.command in USER_COMMANDS:
-        return execute(lambda: args.run(args))
+        return execute(lambda: args.run(args), json_errors=bool(getattr(args, "json", False)))
     try:
         if args.command == "serve":
             from cluster_postgres import serve

@@ -27,6 +27,8 @@ from edge_runtime.contract.runs import (
     EVENT_RUN_CREATED,
     EVENT_RUN_REQUEUED,
     EVENT_RUN_STARTED,
+    EVENT_RETRY_QUEUED,
+    EVENT_RETRY_SCHEDULED,
     RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
     AttemptRecord,
@@ -44,6 +46,7 @@ from edge_runtime.contract.runs import (
     RunStatus,
     SubmitRunCommand,
     attempt_event_key,
+    retry_wait_ms,
     run_ended_event,
 )
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
@@ -66,7 +69,8 @@ _ESCAPED_PIDS_KEPT = 32
 
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
-    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms"
+    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms, "
+    "env, cwd, retries, retry_delay_ms, retry_at_ms"
 )
 ATTEMPT_COLUMNS = (
     "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
@@ -86,16 +90,20 @@ def _absent(value: Any) -> Any:
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
     (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
-     schedule_id, scheduled_for, timeout) = row
+     schedule_id, scheduled_for, timeout, env, cwd, retries, retry_delay, retry_at) = row
     try:
         if command is not None and not (isinstance(command, list) and all(type(a) is str for a in command)):
             raise ValueError("command is not a list of strings")
+        if env is not None and not (isinstance(env, dict) and all(type(v) is str for v in env.values())):
+            raise ValueError("env is not an object of strings")
         return RunRecord(
             id=run_id, execution_owner=owner, status=RunStatus(status), version=version, event_sequence=sequence,
             name=_absent(name), command=_absent(command), cancel_requested_at_ms=_absent(requested),
             cancel_reason=_absent(reason), created_at_ms=created, updated_at_ms=_absent(updated),
             finished_at_ms=_absent(finished), schedule_id=_absent(schedule_id),
-            scheduled_for_ms=_absent(scheduled_for), timeout_ms=_absent(timeout),
+            scheduled_for_ms=_absent(scheduled_for), timeout_ms=_absent(timeout), env=_absent(env),
+            cwd=_absent(cwd), retries=_absent(retries), retry_delay_ms=_absent(retry_delay),
+            retry_at_ms=_absent(retry_at),
         )
     except ValueError as exc:
         raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
@@ -200,10 +208,19 @@ class PostgresRunRepository:
         return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
                          dispatch=_UNSET if dispatch is None else dispatch)
 
-    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
-        """Newest first."""
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None, name: str | None = None,
+                  schedule_id: str | None = None) -> list[RunRecord]:
+        """Newest first; ``name`` and ``schedule_id`` filter exactly."""
         with reading(ClusterRunStorageError):
-            if status is None:
+            if name is not None or schedule_id is not None:
+                rows = self._cur.execute(
+                    f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE (%(s)s::text IS NULL OR status = %(s)s) "
+                    "AND (%(n)s::text IS NULL OR name = %(n)s) AND (%(i)s::text IS NULL OR schedule_id = %(i)s) "
+                    "ORDER BY created_at_ms DESC, id DESC LIMIT %(l)s",
+                    {"s": None if status is None else RunStatus(status).value, "n": name, "i": schedule_id,
+                     "l": limit},
+                ).fetchall()
+            elif status is None:
                 rows = self._cur.execute(
                     f"SELECT {RUN_COLUMNS} FROM ql3.runs ORDER BY created_at_ms DESC, id DESC LIMIT %s", (limit,)
                 ).fetchall()
@@ -236,7 +253,10 @@ class PostgresRunRepository:
         with self._tx():
             now = database_now(self._cur)
             run_id = insert_run(self._cur, cmd.argv, name=name, now=now, actor_type="user", actor_id=actor_id,
-                                timeout_ms=timeout_ms)
+                                timeout_ms=timeout_ms, env=None if cmd.env is _UNSET else cmd.env,
+                                cwd=None if cmd.cwd is _UNSET else cmd.cwd,
+                                retries=None if cmd.retries is _UNSET else cmd.retries,
+                                retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
             self._cur.execute(NOTIFY_WAKE)
             return self._run_row(run_id)
 
@@ -275,7 +295,7 @@ class PostgresRunRepository:
             if reason is not None:
                 payload["reason"] = reason
             _event(cur, fence, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
-            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
+            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED, RunStatus.RETRY_WAIT):
                 end_run(cur, fence, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
                         extra={"reason": "cancelled before an attempt started"})
             cur.execute(NOTIFY_WAKE)
@@ -384,7 +404,8 @@ class PostgresRunRepository:
             if run.status in ACTIVE_RUN_STATUSES:
                 if completed is not None:
                     extra.update(completed_grant_extra(completed))
-                end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+                end_or_retry(cur, fence, run, attempt.attempt, run_status, now, actor_id, attempt_id=attempt_id,
+                             extra=extra)
             elif completed is not None:
                 lease_event(cur, fence, completed, _new_id(), EVENT_LEASE_COMPLETED, "completed", now,
                             attempt_status=status.value)
@@ -435,6 +456,47 @@ class PostgresRunRepository:
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
+
+    def find_run_ids(self, form: str, limit: int) -> list[str]:
+        """See the ``RunStore`` port; ``form`` is matched literally (no LIKE wildcards)."""
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                "SELECT id FROM ql3.runs WHERE left(id, length(%(f)s)) = %(f)s OR right(id, length(%(f)s)) = %(f)s "
+                "ORDER BY created_at_ms DESC LIMIT %(n)s", {"f": form, "n": limit},
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def release_due_retries(self, *, actor_id: str) -> int:
+        """Queue again every ``retry_wait`` Run whose wait is over (one event each); how many.
+        Reads first, so a tick with nothing due writes nothing; Runs another worker is releasing
+        are skipped."""
+        with reading(ClusterRunStorageError):
+            due = self._cur.execute(
+                f"SELECT 1 FROM ql3.runs WHERE status = {sql_literal(RunStatus.RETRY_WAIT)} "
+                "AND retry_at_ms <= ql3.now_ms() LIMIT 1").fetchone()
+        if due is None:
+            return 0
+        released = 0
+        with self._tx():
+            cur = self._cur
+            now = database_now(cur)
+            rows = cur.execute(
+                f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE status = {sql_literal(RunStatus.RETRY_WAIT)} "
+                "AND retry_at_ms <= %s ORDER BY retry_at_ms, id LIMIT 64 FOR NO KEY UPDATE SKIP LOCKED", (now,),
+            ).fetchall()
+            for row in rows:
+                run = run_from_row(row)
+                number = cur.execute("SELECT coalesce(max(attempt), 0) + 1 FROM ql3.run_attempts WHERE run_id = %s",
+                                     (run.id,)).fetchone()[0]
+                cur.execute("UPDATE ql3.runs SET status = %s, retry_at_ms = NULL WHERE id = %s",
+                            (RunStatus.QUEUED.value, run.id))
+                append_run_event(cur, [run.version, run.event_sequence], run_id=run.id, event_id=_new_id(),
+                                 event_type=EVENT_RETRY_QUEUED, dedupe_key=attempt_event_key(number, "queued"),
+                                 actor_type="worker", actor_id=actor_id, payload={"attempt": number}, now_ms=now)
+                released += 1
+            if released:
+                cur.execute(NOTIFY_WAKE)
+        return released
 
     def queued_run_ids(self, limit: int) -> list[str]:
         """Oldest queued Runs without a cancel request; Runs another transaction is taking are skipped."""
@@ -517,6 +579,8 @@ class PostgresRunRepository:
                     SELECT min(kill_deadline_at_ms) FROM ql3.run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
                         AND status IN {ACTIVE_ATTEMPT_SQL}{attempt_owned}
+                    UNION ALL
+                    SELECT min(retry_at_ms) FROM ql3.runs WHERE status = {sql_literal(RunStatus.RETRY_WAIT)}
                 ) due
                 """, params * 3,
             ).fetchone()[0]
@@ -553,12 +617,29 @@ def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, 
         return run.status
     if cancelled or may_have_started:
         run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
-        end_run(cur, fence, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
-        return run_status
+        return end_or_retry(cur, fence, run, number, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
     cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.QUEUED.value, run.id))
     _event(cur, fence, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
            {"reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
+
+
+def end_or_retry(cur: psycopg.Cursor[Any], fence: list[int], run: RunRecord, attempt_number: int, status: RunStatus,
+                 now: int, actor_id: str, *, attempt_id: str, extra: dict[str, Any]) -> RunStatus:
+    """End the locked active Run in ``status``, or put it in ``retry_wait`` (the Local rule of
+    ``edge_runtime.local.runs.end_or_retry``: a failed or lost Attempt, no cancel, retries left)."""
+    wait_ms = None
+    if status is RunStatus.FAILED and run.cancel_requested_at_ms is _UNSET:
+        wait_ms = retry_wait_ms(_none(run.retries), _none(run.retry_delay_ms), attempt_number)
+    if wait_ms is None:
+        end_run(cur, fence, run.id, status, now, actor_id, attempt_id=attempt_id, extra=extra)
+        return status
+    cur.execute("UPDATE ql3.runs SET status = %s, retry_at_ms = %s WHERE id = %s",
+                (RunStatus.RETRY_WAIT.value, now + wait_ms, run.id))
+    _event(cur, fence, run.id, EVENT_RETRY_SCHEDULED, attempt_event_key(attempt_number, "retry"), actor_id,
+           {**extra, "retry_at_ms": now + wait_ms, "delay_ms": wait_ms, "retries_left": run.retries - attempt_number},
+           now, attempt_id=attempt_id)
+    return RunStatus.RETRY_WAIT
 
 
 def end_run(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, status: RunStatus, now: int, actor_id: str, *,
@@ -584,14 +665,17 @@ def insert_attempt(cur: psycopg.Cursor[Any], run_id: str, attempt_id: str, *, no
 
 def insert_run(cur: psycopg.Cursor[Any], argv: list[str], *, name: str | None, now: int, actor_type: str,
                actor_id: str, timeout_ms: int | None = None, schedule_id: str | None = None,
-               scheduled_for_ms: int | None = None) -> str:
+               scheduled_for_ms: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
+               retries: int | None = None, retry_delay_ms: int | None = None) -> str:
     """Insert a queued, runtime-owned Run with its ``run.created`` event; its id."""
     run_id = _new_id()
     cur.execute(
         "INSERT INTO ql3.runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (%s, 'runtime', %s, 0, 0, %s, "
-        "%s::jsonb, %s, %s, %s, %s, %s)",
-        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms) "
+        "VALUES (%s, 'runtime', %s, 0, 0, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id,
+         scheduled_for_ms, None if not env else _encode_json(env).decode(), cwd, retries or None,
+         retry_delay_ms if retries else None),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

@@ -89,4 +89,7 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
     journal.info("cluster.composition", store=describe_dsn(dsn), worker=config.worker_id,
                  retention="off (the runtime role has no DELETE)", schedules="off (no schedules table)")
     opener = postgres_store_opener(dsn, worker_id=config.worker_id, report=report)
-    return DeviceService(opener, config, log_dir=log_dir, journal=journal)
+    # An Attempt never runs wherever `serve` was started: work_dir, else a `work` beside the logs.
+    work_dir = (Path(config.work_dir).expanduser() if config.work_dir is not msgspec.UNSET
+                else log_dir.parent / "work")
+    return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, journal=journal)

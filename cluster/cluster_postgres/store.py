@@ -212,6 +212,9 @@ class PostgresStore:
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
                  "attempt_logs")
 
+    #: No shared variables on the cluster store yet (``env`` is a device command).
+    environment = None
+
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
         self._worker_id = worker_id

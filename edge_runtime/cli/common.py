@@ -53,7 +53,27 @@ LOCAL_STORES = LocalStores()
 
 def add_run_argument(parser: argparse.ArgumentParser) -> None:
     """The positional Run id of the commands about one Run."""
-    parser.add_argument("run_id", metavar="RUN", help="the Run id")
+    parser.add_argument("run_id", metavar="RUN", help="the Run id, or a unique prefix or suffix of it (12 characters at most)")
+
+
+def resolve_run_id(store: Any, form: str) -> str:
+    """The full id of the Run that ``form`` names: a full id as it is, else a unique prefix or
+    suffix of at most ``MAX_SHORT_ID_LENGTH`` characters (as ``list`` shows it).
+
+    Raises:
+        RunNotFoundError: no Run matches. AmbiguousRunIdError: several do (named).
+    """
+    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH, AmbiguousRunIdError, RunNotFoundError
+
+    if not isinstance(form, str) or len(form) > MAX_SHORT_ID_LENGTH or not form:
+        return form
+    found = store.runs.find_run_ids(form, 6)
+    if not found:
+        raise RunNotFoundError(f"no run with id {form!r} (nor one whose id begins or ends with it)")
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousRunIdError(f"{form!r} names several runs: {shown}; give more characters")
+    return found[0]
 
 
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
@@ -65,10 +85,13 @@ def print_json(value: Any) -> None:
 
 
 def format_ms(value: Any) -> str:
-    """A millisecond timestamp as UTC ISO-8601, or '-' when absent."""
+    """A millisecond timestamp in the device's local time with its offset
+    (``2026-12-03 08:00:00 +08:00``), or '-' when absent; ``--json`` keeps the milliseconds."""
     if not isinstance(value, int) or isinstance(value, bool):
         return "-"
-    return dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    local = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone()
+    offset = local.strftime("%z")
+    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
 
 
 #: C0 controls, DEL and C1 controls: a stored name or reason could otherwise move the cursor,
@@ -87,13 +110,21 @@ def present(value: Any, default: str = "-") -> str:
     return default if value is msgspec.UNSET or value is None else printable(str(value))
 
 
-def wake_service(wake: Callable[[], None]) -> None:
+#: What ``submit`` and ``schedule add`` say on stderr when no service took the wake-up (exit 0).
+NO_SERVICE_NOTE = "Note: no service is running for this database; the Run will wait until one starts\n"
+
+
+def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False) -> None:
     """Tell a running service that new work was committed, so it acts now instead of at its next poll.
 
-    Best effort by design: when no service runs, the committed work simply waits for one. It runs
+    Best effort by design: when no service runs, the committed work simply waits for one (with
+    ``note_when_none``, the user is told so when ``wake`` says 0 services took it). It runs
     after the commit, so a failure is at most a warning: the command has succeeded either way.
     """
     try:
-        wake()
+        woken = wake()
     except (OSError, EdgeRuntimeError) as exc:
         sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")
+        return
+    if note_when_none and woken == 0:
+        sys.stderr.write(NO_SERVICE_NOTE)

@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from edge_runtime.cli.common import (
+    resolve_run_id,
     LOCAL_STORES, READ, WRITE, add_json_flag, add_run_argument, format_ms, present, print_json, wake_service,
 )
 
@@ -34,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 def run_show(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         record = store.dispatches.find_by_run_id(args.run_id)
         if record is None:
             store.runs.get(args.run_id)  # RunNotFoundError when there is no such Run
@@ -65,6 +67,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_rearm(args: argparse.Namespace) -> int:
     with args.stores.open(args, WRITE) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         outcome = store.dispatches.rearm(args.run_id, args.expected_version, event_id=str(uuid.uuid4()), actor_id="cli")
         wake_service(store.wake_workers)
     if args.json:

@@ -8,7 +8,9 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json
+from edge_runtime.cli.common import (
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, resolve_run_id,
+)
 
 #: Keys sorted: a payload reads the same whichever store kept it (PostgreSQL's jsonb reorders keys).
 _encode = msgspec.json.Encoder(order="sorted").encode
@@ -23,6 +25,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         events = store.runs.events(args.run_id)
     if args.json:
         print_json(events)

@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json
-from edge_runtime.contract.runs import RunStatus
+import msgspec
+
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable
+from edge_runtime.contract.durations import format_duration
+from edge_runtime.contract.runs import RunStatus, short_run_id
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number between 1 and 10000, got {text!r}") from None
     if not 1 <= value <= 10_000:
         raise argparse.ArgumentTypeError("must be between 1 and 10000")
     return value
@@ -21,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser = subparsers.add_parser("list", help=help_text)
     parser.add_argument("--status", choices=[s.value for s in RunStatus], help="only Runs in this status")
     parser.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
+    parser.add_argument("--name", help="only Runs with this name")
+    parser.add_argument("--schedule", metavar="ID", help="only Runs fired by this schedule")
     add_json_flag(parser)
     parser.set_defaults(run=run, stores=stores)
 
@@ -28,14 +37,35 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
         runs = store.runs.list_runs(
-            limit=args.limit, status=None if args.status is None else RunStatus(args.status)
+            limit=args.limit, status=None if args.status is None else RunStatus(args.status), name=args.name,
+            schedule_id=args.schedule,
         )
-    if args.json:
-        print_json(runs)
-        return 0
-    sys.stdout.write(f"{'RUN':36}  {'STATUS':10}  {'CREATED':24}  NAME\n")
+        if args.json:
+            print_json(runs)
+            return 0
+        # The last Attempt gives the exit code; the first one's start, the duration.
+        attempts = {record.id: store.runs.attempts(record.id) for record in runs}
+    sys.stdout.write(f"{'RUN':8}  {'STATUS':10}  {'NAME':16}  {'COMMAND':32}  {'EXIT':>4}  {'TOOK':>8}  CREATED\n")
     for record in runs:
+        tried = attempts[record.id]
+        exit_code = tried[-1].exit_code if tried and tried[-1].exit_code is not msgspec.UNSET else "-"
+        started = tried[0].started_at_ms if tried else msgspec.UNSET
+        took = ("-" if started is msgspec.UNSET or record.finished_at_ms is msgspec.UNSET
+                else _duration(record.finished_at_ms - started))
+        command = "" if record.command is msgspec.UNSET else printable(shlex.join(record.command))
         sys.stdout.write(
-            f"{record.id:36}  {record.status.value:10}  {format_ms(record.created_at_ms):24}  {present(record.name, '')}\n"
+            f"{short_run_id(record.id):8}  {record.status.value:10}  {_cut(present(record.name, ''), 16):16}  "
+            f"{_cut(command, 32):32}  {exit_code!s:>4}  {took:>8}  {format_ms(record.created_at_ms)}\n"
         )
     return 0
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _duration(ms: int) -> str:
+    if ms < 1000:
+        return f"{max(ms, 0)}ms"
+    seconds = ms // 1000
+    return format_duration(seconds * 1000)

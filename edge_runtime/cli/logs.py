@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import stat
 import sys
+import time
 from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, printable, resolve_run_id
+from edge_runtime.contract.environment import SecretMasker
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
 from edge_runtime.service.log_capture import open_checked
@@ -40,19 +41,30 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser = subparsers.add_parser("logs", help=help_text)
     add_run_argument(parser)
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    parser.add_argument("--follow", "-f", action="store_true",
+                        help="keep printing the output as it is written until the Attempt ends, then exit 0")
     parser.set_defaults(run=run, stores=stores)
+
+
+#: How often ``--follow`` looks for new output and for the Attempt's end.
+FOLLOW_POLL_S = 0.25
+_CHUNK = 64 * 1024
 
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         store.runs.get(args.run_id)
-        attempts = store.runs.attempts(args.run_id)
-        if args.attempt is not None:
-            attempts = [a for a in attempts if a.attempt == args.attempt]
-        if not attempts:
-            raise RunStateConflictError(f"run {args.run_id} has no attempt{'' if args.attempt is None else f' {args.attempt}'} yet")
-        attempt = attempts[-1]
+        attempt = _attempt(store, args)
+        # Every printed log masks the secrets' values (docs/environment.md).
+        masker = SecretMasker(() if store.environment is None else store.environment.secret_values())
+        if attempt.log_path is msgspec.UNSET and args.follow and attempt.status in ACTIVE_ATTEMPT_STATUSES:
+            attempt = _wait_for_log(store, args)
         if attempt.log_path is msgspec.UNSET:
+            if attempt.status not in ACTIVE_ATTEMPT_STATUSES:
+                reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(attempt.end_reason)}"
+                raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} ended "
+                                            f"{attempt.status.value} before its command started{reason}; no log")
             raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
         copies = store.attempt_logs
         if copies is None:
@@ -60,11 +72,41 @@ def run(args: argparse.Namespace) -> int:
         else:
             fd = _open_log_here(attempt, args.run_id)
             if fd is None:
-                return _print_copy(store, copies, attempt, args.run_id)
-    with open(fd, "rb") as log:
-        shutil.copyfileobj(log, sys.stdout.buffer)
+                return _print_copy(store, copies, attempt, args.run_id, masker)
+        with open(fd, "rb") as log:
+            _copy(log, masker)
+            while args.follow and attempt.status in ACTIVE_ATTEMPT_STATUSES:
+                time.sleep(FOLLOW_POLL_S)
+                attempt = _attempt(store, args)  # read before the file: its end's output is all there
+                _copy(log, masker)
+    sys.stdout.buffer.write(masker.flush())
     sys.stdout.flush()
     return 0
+
+
+def _attempt(store: Any, args: argparse.Namespace) -> AttemptRecord:
+    attempts = store.runs.attempts(args.run_id)
+    if args.attempt is not None:
+        attempts = [a for a in attempts if a.attempt == args.attempt]
+    if not attempts:
+        raise RunStateConflictError(f"run {args.run_id} has no attempt{'' if args.attempt is None else f' {args.attempt}'} yet")
+    return attempts[-1]
+
+
+def _wait_for_log(store: Any, args: argparse.Namespace) -> AttemptRecord:
+    """``--follow`` on an Attempt still starting: wait until it has a log or ends."""
+    while True:
+        attempt = _attempt(store, args)
+        if attempt.log_path is not msgspec.UNSET or attempt.status not in ACTIVE_ATTEMPT_STATUSES:
+            return attempt
+        time.sleep(FOLLOW_POLL_S)
+
+
+def _copy(log: Any, masker: SecretMasker) -> None:
+    """What the log has past its current position, masked, to stdout."""
+    while chunk := log.read(_CHUNK):
+        sys.stdout.buffer.write(masker.feed(chunk))
+    sys.stdout.flush()
 
 
 def _open_log(attempt: AttemptRecord, run_id: str) -> int:
@@ -91,7 +133,7 @@ def _open_log_here(attempt: AttemptRecord, run_id: str) -> int | None:
         return None  # same kernel, other file system (a container's own mount namespace): use the copy
 
 
-def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str) -> int:
+def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str, masker: SecretMasker) -> int:
     copy = copies.find(attempt.id)
     if copy is None:
         lease = store.leases.find_lease(attempt.id)
@@ -110,6 +152,6 @@ def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str) ->
     if copy.truncated:
         sys.stderr.write(f"Note: attempt {attempt.attempt} ran on worker {copy.worker_id}; its log had {copy.size_bytes} bytes, "
                          f"the stored copy is the last {len(copy.content)} (the whole log is {attempt.log_path} there)\n")
-    sys.stdout.buffer.write(copy.content)
+    sys.stdout.buffer.write(masker.feed(copy.content) + masker.flush())
     sys.stdout.flush()
     return 0

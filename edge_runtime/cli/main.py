@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("events", "show a Run's event log"),
     "logs": ("logs", "print the captured output of a Run's Attempt"),
     "dispatch": ("dispatch", "inspect or re-arm a Run's cancellation dispatch"),
+    "env": ("env", "set, list or remove the shared variables every Run gets (secrets never shown)"),
     "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
@@ -81,7 +82,20 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
             importlib.import_module(f"edge_runtime.cli.{module_name}").register(subparsers, help_text)
         else:
             subparsers.add_parser(name, help=help_text, add_help=False)
+    for sub in subparsers.choices.values():
+        _accept_db(sub)
     return parser
+
+
+def _accept_db(parser: argparse.ArgumentParser) -> None:
+    """``--db PATH`` after the command word too (``edge-runtime list --db x.db``), at every level;
+    SUPPRESS keeps the global one's value when it is not given there."""
+    if not any("--db" in action.option_strings for action in parser._actions):
+        parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                _accept_db(sub)
 
 
 def require_utf8(what: str, text: str) -> None:
@@ -125,12 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             require_utf8("the database path", args.db)
         return args.run(args)
 
-    return execute(run)
+    return execute(run, json_errors=bool(getattr(args, "json", False)))
 
 
-def execute(run: Callable[[], int]) -> int:
+def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
     """Run a command and turn its errors into the exit codes above (``edge-runtime-cluster`` runs
-    the same user commands through it)."""
+    the same user commands through it). With ``json_errors`` (the command's ``--json``) an error
+    is one JSON object on stderr, ``{"error": {"code": ..., "message": ...}}``, same exit code."""
     try:
         code = run()
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
@@ -138,8 +153,20 @@ def execute(run: Callable[[], int]) -> int:
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except EdgeRuntimeError as exc:
-        sys.stderr.write(f"Error: {exc} [{exc.code}]\n")
+        _report(json_errors, exc.code, str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
-        sys.stderr.write("Error: interrupted\n")
+        # Ctrl-C in `logs | slow-reader`: the reader is interrupted too, so the interpreter's final
+        # flush of stdout would raise BrokenPipeError: drop what is left, as for a closed pipe.
+        _quiet_broken_pipe()
+        _report(json_errors, "INTERRUPTED", "interrupted")
         return 130
+
+
+def _report(as_json: bool, code: str, message: str) -> None:
+    if as_json:
+        import msgspec
+
+        sys.stderr.write(msgspec.json.encode({"error": {"code": code, "message": message}}).decode() + "\n")
+    else:
+        sys.stderr.write(f"Error: {message} [{code}]\n")

@@ -1,4 +1,4 @@
-"""``edge-runtime schedule add|list|show|pause|resume|remove``: run commands at cron times."""
+"""``edge-runtime schedule add|edit|run|list|show|pause|resume|remove``: run commands at cron times."""
 
 from __future__ import annotations
 
@@ -14,7 +14,22 @@ from edge_runtime.cli.local_database import open_existing, open_or_create, open_
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
-from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, ScheduleRecord
+from edge_runtime.cli.submit import add_run_options, run_options
+from edge_runtime.contract.schedules import (
+    AddScheduleCommand,
+    EditScheduleCommand,
+    FireOutcome,
+    Overlap,
+    RunNowOutcome,
+    ScheduleError,
+    ScheduleRecord,
+)
+
+
+class ScheduleOverlapError(ScheduleError):
+    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
+
+    code = "SCHEDULE_RUN_SKIPPED"
 from edge_runtime.local.schedules import LocalScheduleRepository
 
 
@@ -37,9 +52,23 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     add.add_argument("--overlap", choices=[o.value for o in Overlap], default="skip",
                      help="while the previous Run is active: skip the slot (default), queue it, or replace "
                      "(cancel the previous Run, then start)")
+    add_run_options(add)
     add_json_flag(add)
     add.add_argument("expression", metavar="CRON", help="the schedule expression (quote it)")
     add.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    edit = commands.add_parser("edit", help="change a schedule in place (its id, counts and Runs stay)")
+    edit.add_argument("schedule_id", metavar="ID", help="the schedule id")
+    edit.add_argument("--cron", metavar="CRON", help="a new schedule expression (quote it)")
+    edit.add_argument("--name", help="a new label")
+    edit.add_argument("--timeout", metavar="D", help="a new timeout of its Runs")
+    edit.add_argument("--overlap", choices=[o.value for o in Overlap])
+    add_run_options(edit)
+    add_json_flag(edit)
+    edit.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="a new command")
+    edit.set_defaults(edit_parser=edit)
+    run_now = commands.add_parser("run", help="start a Run of a schedule now and print its id (overlap applies)")
+    run_now.add_argument("schedule_id", metavar="ID", help="the schedule id")
+    add_json_flag(run_now)
     listing = commands.add_parser("list", help="list the schedules")
     add_json_flag(listing)
     for action, text in (("show", "show a schedule"), ("pause", "stop firing a schedule"),
@@ -59,10 +88,31 @@ def run(args: argparse.Namespace) -> int:
             overlap=Overlap(args.overlap),
             timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
             time_zone=msgspec.UNSET if args.tz is None else args.tz,
+            **run_options(args),
         )
         with open_or_create(args) as db:
             record = LocalScheduleRepository(db).add(command)
         return _done(args, record, record.id)
+    if args.action == "edit":
+        # The options may follow the id (`edit ID --name N -- CMD`): what comes before `--` in the
+        # remainder is parsed as the options it is, the rest is the new command.
+        rest = list(args.argv)
+        split = rest.index("--") if "--" in rest else len(rest)
+        rest, argv = rest[:split], rest[split + 1:]
+        if rest:
+            args.edit_parser.parse_args([*rest, args.schedule_id], namespace=args)
+        fields = {"expression": args.cron, "name": args.name, "overlap": args.overlap,
+                  "timeout_ms": None if args.timeout is None else parse_duration_ms(args.timeout),
+                  "argv": argv or None}
+        edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
+                                   **run_options(args))
+        with open_existing(args) as db:
+            record = LocalScheduleRepository(db).edit(edit)
+        return _done(args, record, f"schedule {record.id} changed")
+    if args.action == "run":
+        with open_existing(args) as db:
+            outcome = LocalScheduleRepository(db).run_now(args.schedule_id, actor_id="cli")
+        return _ran(args, outcome)
     if args.action in ("list", "show"):
         with open_read_only(args) as db:
             repository = LocalScheduleRepository(db)
@@ -71,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
             print_json(records if args.action == "list" else records[0])
         elif args.action == "list":
             for r in records:
-                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={_next_fire(repository, r)}  "
+                next_text = "-" if r.paused else _next_fire(repository, r)
+                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={next_text}  "
                                  f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
                                  f"{present(r.name)}\n")
         else:
@@ -91,11 +142,29 @@ def run(args: argparse.Namespace) -> int:
 def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
     from edge_runtime.local.wake import poke
 
-    wake_service(lambda: poke(args.db))  # after the commit: the service recomputes its sleep at once
-    if args.json and record is not None:
-        print_json(record)
+    wake_service(lambda: poke(args.db), note_when_none=args.action == "add")  # after the commit: the service recomputes its sleep at once
+    if args.json:
+        # Every --json command prints JSON: a removed schedule has no record left, so its id.
+        print_json(record if record is not None else {"removed": args.schedule_id})
     else:
         sys.stdout.write(text + "\n")
+    return 0
+
+
+def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
+    if outcome.outcome is FireOutcome.SKIPPED:
+        raise ScheduleOverlapError(
+            f"schedule {outcome.schedule_id} has an active Run ({', '.join(outcome.active_run_ids)}) and its overlap "
+            f"is skip: no Run started")
+    from edge_runtime.local.wake import poke
+
+    wake_service(lambda: poke(args.db), note_when_none=True)
+    if args.json:
+        print_json(outcome)
+    elif outcome.outcome is FireOutcome.STARTED:
+        sys.stdout.write(f"{outcome.run_id}\n")
+    else:
+        sys.stdout.write(f"waiting: the Run starts once {', '.join(outcome.active_run_ids)} ended\n")
     return 0
 
 
@@ -127,8 +196,20 @@ def _show(repository: LocalScheduleRepository, r: ScheduleRecord) -> None:
     out.write(f"time zone  {printable(_zone_text(repository, r))}\n")
     out.write(f"command    {printable(shlex.join(r.command))}\noverlap    {r.overlap.value}\n")
     out.write(f"timeout    {'-' if r.timeout_ms is msgspec.UNSET else format_duration(r.timeout_ms)}\n")
-    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {_next_fire(repository, r)}"
-              f"{'' if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS else '  (' + format_ms(r.next_fire_at_ms) + ')'}\n")
+    if r.cwd is not msgspec.UNSET:
+        out.write(f"cwd        {printable(r.cwd)}\n")
+    for name, value in ({} if r.env is msgspec.UNSET else r.env).items():
+        out.write(f"env        {name}={printable(value)}\n")
+    if r.retries is not msgspec.UNSET:
+        out.write(f"retries    {r.retries}\n")
+    # A paused schedule has no next fire: resuming computes it from the first slot after then.
+    if r.paused:
+        next_fire = "- (paused)"
+    elif r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
+        next_fire = _next_fire(repository, r)
+    else:
+        next_fire = f"{_next_fire(repository, r)}  ({format_ms(r.next_fire_at_ms)})"
+    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {next_fire}\n")
     if r.waiting_fire_at_ms is not msgspec.UNSET:
         out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
     out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")

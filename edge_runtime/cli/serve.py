@@ -92,7 +92,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
-    return DeviceService(open_store, config, log_dir=log_dir, journal=journal,
+    return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
                          retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
 
 

@@ -10,10 +10,12 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import (
+    resolve_run_id,
     LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
 )
 from edge_runtime.contract.durations import format_duration
-from edge_runtime.contract.runs import EVENT_CANCEL_ESCAPED
+from edge_runtime.contract.environment import mask_text
+from edge_runtime.contract.runs import DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -25,11 +27,20 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
         repository = store.runs
         detail = repository.detail(args.run_id)
+        secrets = () if store.environment is None else store.environment.secret_values()
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
+    if secrets:
+        # A secret's value is never shown, even where a Run's own command or variable repeats it.
+        detail = msgspec.structs.replace(
+            detail,
+            command=detail.command if detail.command is msgspec.UNSET else [mask_text(a, secrets) for a in detail.command],
+            env=detail.env if detail.env is msgspec.UNSET else {k: mask_text(v, secrets) for k, v in detail.env.items()},
+        )
     if args.json:
         print_json(detail)
         return 0
@@ -46,6 +57,15 @@ def run(args: argparse.Namespace) -> int:
     if detail.timeout_ms is not msgspec.UNSET:
         timeout = detail.timeout_ms
         out.write(f"timeout    {format_duration(timeout) if timeout % 1000 == 0 else f'{timeout}ms'}\n")
+    if detail.cwd is not msgspec.UNSET:
+        out.write(f"cwd        {printable(detail.cwd)}\n")
+    for name, value in ({} if detail.env is msgspec.UNSET else detail.env).items():
+        out.write(f"env        {name}={printable(value)}\n")
+    if detail.retries is not msgspec.UNSET:
+        delay = DEFAULT_RETRY_DELAY_MS if detail.retry_delay_ms is msgspec.UNSET else detail.retry_delay_ms
+        out.write(f"retries    {detail.retries} (first after {format_duration(delay)}, doubling)\n")
+    if detail.retry_at_ms is not msgspec.UNSET and detail.status is RunStatus.RETRY_WAIT:
+        out.write(f"retry at   {format_ms(detail.retry_at_ms)}\n")
     if detail.cancel_requested_at_ms is not msgspec.UNSET:
         out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
     for attempt in detail.attempts:

@@ -1,8 +1,9 @@
-"""``edge-runtime submit [--name N] -- CMD ARGS...``: queue a command as a new Run; print its id."""
+"""``edge-runtime submit [--name N] [--env K=V] [--cwd DIR] -- CMD ARGS...``: queue a command as a new Run; print its id."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -10,7 +11,8 @@ import msgspec
 
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, wake_service
 from edge_runtime.contract.durations import parse_duration_ms
-from edge_runtime.contract.runs import SubmitRunCommand
+from edge_runtime.contract.environment import InvalidVariableError, parse_assignments
+from edge_runtime.contract.runs import MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -22,9 +24,58 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     )
     parser.add_argument("--name", help="a short label shown by list and show")
     parser.add_argument("--timeout", metavar="D", help="cancel the Run (reason timeout) once it ran D (90s, 5m, 1h30m)")
+    add_run_options(parser)
     add_json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     parser.set_defaults(run=run, stores=stores)
+
+
+def add_run_options(parser: argparse.ArgumentParser) -> None:
+    """``--env K=V`` and ``--cwd DIR``, the same on ``submit`` and the schedule commands."""
+    parser.add_argument("--env", action="append", metavar="K=V",
+                        help="a variable of this task only, over the shared ones (repeatable)")
+    parser.add_argument("--cwd", metavar="DIR", help="the working directory (default: the service's work_dir)")
+    parser.add_argument("--retries", metavar="N", type=_retries,
+                        help=f"start a new Attempt after a failed or lost one, at most N times (0..{MAX_RETRIES})")
+    parser.add_argument("--retry-delay", metavar="D",
+                        help="wait D before the first retry (default 10s); doubled for each next one, at most 1h")
+
+
+def run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The given ``--env``/``--cwd`` as command fields. A missing directory is refused here, at
+    submit, not when an Attempt fails to start in it later.
+
+    Raises:
+        InvalidRunCommandError: a malformed ``K=V``, or ``--cwd`` is not a directory.
+    """
+    options: dict[str, Any] = {}
+    if args.env:
+        try:
+            options["env"] = parse_assignments(args.env)
+        except InvalidVariableError as exc:
+            raise InvalidRunCommandError(str(exc)) from None
+    if args.cwd is not None:
+        cwd = os.path.abspath(os.path.expanduser(args.cwd))
+        if not os.path.isdir(cwd):
+            raise InvalidRunCommandError(f"--cwd {args.cwd!r}: no such directory")
+        options["cwd"] = cwd
+    if args.retries is not None:
+        options["retries"] = args.retries
+    if args.retry_delay is not None:
+        if args.retries is None:
+            raise InvalidRunCommandError("--retry-delay needs --retries N")
+        options["retry_delay_ms"] = parse_duration_ms(args.retry_delay)
+    return options
+
+
+def _retries(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0..{MAX_RETRIES}, got {text!r}") from None
+    if not 0 <= value <= MAX_RETRIES:
+        raise argparse.ArgumentTypeError(f"expected a whole number 0..{MAX_RETRIES}, got {text!r}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:
@@ -35,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
     command = SubmitRunCommand(
         argv=argv, name=msgspec.UNSET if args.name is None else args.name,
         timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
+        **run_options(args),
     )
     with args.stores.open(args, CREATE) as store:
         record = store.runs.submit(command)
-        wake_service(store.wake_workers)
+        wake_service(store.wake_workers, note_when_none=True)
     if args.json:
         print_json(record)
     else:

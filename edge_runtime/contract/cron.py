@@ -399,7 +399,9 @@ def _parse(text: str) -> ScheduleExpression:
         raise InvalidCronExpressionError(
             text, "expression",
             f"expected 5 fields (minute hour day-of-month month day-of-week) or 6 (second first), got {len(words)}; "
-            f"write every field, `*` for any value{hint}",
+            f"write every field, `*` for any value{hint}"
+            + (" (quote the whole expression, e.g. '*/5 * * * *': unquoted, the shell splits it and expands *)"
+               if len(words) < 5 else ""),
         )
     if len(words) == 5:
         words.insert(0, "0")

@@ -43,13 +43,13 @@ def parse_duration_ms(text: str) -> int:
         raise InvalidDurationError(
             f"duration {text!r} is not valid: {_EXAMPLES} (whole numbers, units d h m s in that order)"
         )
-    total = 0
+    total = sum(int(part) * _UNIT_MS[unit] for unit, part in zip("dhms", match.groups()) if part is not None)
     for unit, part in zip("dhms", match.groups()):
-        if part is None:
-            continue
-        if part[0] == "0":
-            raise InvalidDurationError(f"duration {text!r} is not valid: {part}{unit} (leave a zero part out)")
-        total += int(part) * _UNIT_MS[unit]
+        if part is None or part[0] != "0" or not total:
+            continue  # a duration of zero in all is refused below, as out of range
+        if part.strip("0"):
+            raise InvalidDurationError(f"duration {text!r} is not valid: {part}{unit} (write it without a leading zero)")
+        raise InvalidDurationError(f"duration {text!r} is not valid: {part}{unit} (leave a zero part out)")
     if not MIN_DURATION_MS <= total <= MAX_DURATION_MS:
         raise InvalidDurationError(
             f"duration {text!r} is out of range: it must be between {format_duration(MIN_DURATION_MS)} "

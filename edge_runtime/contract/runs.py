@@ -13,6 +13,7 @@ import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
+from edge_runtime.contract.environment import env_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
     RunId,
@@ -66,7 +67,7 @@ TERMINAL_ATTEMPT_STATUSES = frozenset(
 )
 
 #: The Run status an Attempt's end leads to. A lost Attempt ends its Run as failed (or cancelled
-#: when a cancel was requested): nothing on the device retries a Run on its own.
+#: when a cancel was requested), unless the Run has retries left (``retry_wait_ms``).
 RUN_STATUS_AFTER_ATTEMPT = {
     AttemptStatus.SUCCEEDED: RunStatus.SUCCEEDED,
     AttemptStatus.FAILED: RunStatus.FAILED,
@@ -81,6 +82,10 @@ EVENT_RUN_STARTED = "run.started"
 EVENT_RUN_REQUEUED = "run.requeued"
 EVENT_KILL_SENT = "run.kill_sent"
 EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+#: A failed or lost Attempt left retries: the Run waits (``retry_wait``) until ``retry_at_ms``.
+EVENT_RETRY_SCHEDULED = "run.retry_scheduled"
+#: The wait is over: the Run is queued again for its next Attempt.
+EVENT_RETRY_QUEUED = "run.retry_queued"
 
 
 def attempt_event_key(attempt: int, step: str) -> str:
@@ -111,8 +116,16 @@ MAX_REASON_LENGTH = 256
 #: end of the output (where errors are) survives. The cluster schema's CHECK repeats it (tested).
 STORED_LOG_MAX_BYTES = 64 * 1024
 
+#: Retries (``--retries N --retry-delay D``): at most this many; the delay doubles after each
+#: failed Attempt, up to the cap.
+MAX_RETRIES = 100
+DEFAULT_RETRY_DELAY_MS = 10_000
+MAX_RETRY_DELAY_MS = 3_600_000
+
 Name = identifier_type(MAX_NAME_LENGTH)
 TimeoutMs = bounded_int_type(MIN_DURATION_MS, MAX_DURATION_MS)
+Retries = bounded_int_type(0, MAX_RETRIES)
+RetryDelayMs = bounded_int_type(MIN_DURATION_MS, MAX_RETRY_DELAY_MS)
 Reason = identifier_type(MAX_REASON_LENGTH)
 
 # --------------------------------------------------------------------------- errors
@@ -132,6 +145,23 @@ class InvalidRunCommandError(RunError):
 
 class RunNotFoundError(RunError):
     code = "RUN_NOT_FOUND"
+
+
+class AmbiguousRunIdError(RunError):
+    """A short id form matches several Runs; the message names them."""
+
+    code = "RUN_ID_AMBIGUOUS"
+
+
+#: Every command about one Run accepts its full id or a short form: a unique prefix or suffix of
+#: at most this many characters. ``list`` shows the suffix of ``SHORT_ID_LENGTH`` (the ids are
+#: UUIDv7: their beginning is the creation time, the same for Runs created close together).
+MAX_SHORT_ID_LENGTH = 12
+SHORT_ID_LENGTH = 8
+
+
+def short_run_id(run_id: str) -> str:
+    return run_id[-SHORT_ID_LENGTH:]
 
 
 class RunStateConflictError(RunError):
@@ -178,9 +208,38 @@ class SubmitRunCommand(_Command):
     name: Name | msgspec.UnsetType = msgspec.UNSET
     #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
     timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
+    #: The Run's own variables, over the shared ones (docs/environment.md).
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    #: The working directory of its Attempts (absolute); default: the service's ``work_dir``.
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
+    #: New Attempts after a failed or lost one, at most; the first after ``retry_delay_ms``.
+    retries: Retries | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
-        return argv_problem(self.argv)
+        return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+
+
+def retry_wait_ms(retries: int | None, retry_delay_ms: int | None, failed_attempt: int) -> int | None:
+    """How long a Run waits before its next Attempt after its Attempt number ``failed_attempt``
+    failed (or was lost), or None when its retries are spent. The delay doubles per Attempt,
+    capped at ``MAX_RETRY_DELAY_MS``. Never called for a cancelled Run (a timeout is a cancel)."""
+    if not retries or failed_attempt > retries:
+        return None
+    delay = DEFAULT_RETRY_DELAY_MS if retry_delay_ms is None else retry_delay_ms
+    return min(MAX_RETRY_DELAY_MS, delay << min(failed_attempt - 1, 32))
+
+
+def run_options_problem(env: object, cwd: object) -> str | None:
+    """Why a Run's (or schedule's) own variables or working directory are invalid, or None."""
+    if env is not msgspec.UNSET:
+        problem = env_problem(env)
+        if problem is not None:
+            return problem
+    if cwd is not msgspec.UNSET:
+        if type(cwd) is not str or not cwd.startswith("/") or "\x00" in cwd or len(cwd) > MAX_ARG_LENGTH:
+            return "the working directory must be an absolute path"
+    return None
 
 
 class CancelRunCommand(_Command):
@@ -249,6 +308,13 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     schedule_id: str | msgspec.UnsetType = msgspec.UNSET
     scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: The Run's own variables and working directory (never a shared variable's value).
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
+    retries: int | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: While ``retry_wait``: when the next Attempt may start.
+    retry_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(RunRecord, kw_only=True):

@@ -15,7 +15,14 @@ import msgspec
 from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.time_zones import TimeZone, time_zone_text
-from edge_runtime.contract.runs import Name, TimeoutMs, argv_problem
+from edge_runtime.contract.runs import (
+    Name,
+    RetryDelayMs,
+    Retries,
+    TimeoutMs,
+    argv_problem,
+    run_options_problem,
+)
 from edge_runtime.contract.validation import Command, SafeInt, identifier_problem
 
 SCHEDULE_ID_MAX_LENGTH = 36
@@ -66,12 +73,70 @@ class AddScheduleCommand(Command):
     #: The zone its fire times are computed in (docs/schedules.md); unset: the device's zone,
     #: which the store resolves and stores when it adds the schedule.
     time_zone: str | msgspec.UnsetType = msgspec.UNSET
+    #: Given to each Run it fires: its own variables, working directory and retries.
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
+    retries: Retries | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
         if self.time_zone is not msgspec.UNSET:
             time_zone_text(self.time_zone)  # InvalidTimeZoneError says what to write instead
-        return argv_problem(self.argv)
+        return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+
+
+class EditScheduleCommand(Command):
+    """Change a schedule in place (``schedule edit``): only the given fields change; its id, its
+    counts and its Runs stay. A new expression moves the next fire to its first slot after now.
+    ``env`` replaces the schedule's own variables as a whole."""
+
+    error = InvalidScheduleCommandError
+
+    schedule_id: str
+    expression: str | msgspec.UnsetType = msgspec.UNSET
+    argv: list[str] | msgspec.UnsetType = msgspec.UNSET
+    name: Name | msgspec.UnsetType = msgspec.UNSET
+    overlap: Overlap | msgspec.UnsetType = msgspec.UNSET
+    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
+    retries: Retries | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
+
+    def rule_problem(self) -> str | None:
+        problem = identifier_problem("schedule_id", self.schedule_id, SCHEDULE_ID_MAX_LENGTH)
+        if problem is not None:
+            return problem
+        if self.expression is not msgspec.UNSET:
+            parse_schedule(self.expression)
+        if self.argv is not msgspec.UNSET:
+            problem = argv_problem(self.argv)
+            if problem is not None:
+                return problem
+        if all(getattr(self, f) is msgspec.UNSET for f in self.__struct_fields__ if f != "schedule_id"):
+            return "nothing to change: give at least one of --cron, --name, --timeout, --overlap, --env, --cwd, " \
+                   "--retries, --retry-delay or -- CMD ARGS"
+        return run_options_problem(self.env, self.cwd)
+
+    def changes(self) -> dict[str, object]:
+        """The given fields by name (``argv`` as ``command``), for the adapter's UPDATE."""
+        given = {f: getattr(self, f) for f in self.__struct_fields__
+                 if f != "schedule_id" and getattr(self, f) is not msgspec.UNSET}
+        if "argv" in given:
+            given["command"] = given.pop("argv")
+        return given
+
+
+class RunNowOutcome(msgspec.Struct, rename="camel", frozen=True, gc=False, kw_only=True):
+    """What ``schedule run ID`` did: ``started`` (``run_id``), ``skipped`` (overlap ``skip``, a Run
+    of the schedule is active: ``active_run_ids``) or ``waiting`` (overlap ``queue``/``replace``:
+    it starts when the active Run ends; ``replace`` requested its cancel)."""
+
+    schedule_id: str
+    outcome: FireOutcome
+    run_id: str | msgspec.UnsetType = msgspec.UNSET
+    active_run_ids: list[str] = msgspec.field(default_factory=list)
 
 
 def check_schedule_id(schedule_id: object) -> None:
@@ -87,6 +152,10 @@ class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     command: list[str]
     overlap: Overlap
     timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
+    cwd: str | msgspec.UnsetType = msgspec.UNSET
+    retries: int | msgspec.UnsetType = msgspec.UNSET
+    retry_delay_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     paused: bool
     next_fire_at_ms: SafeInt
     waiting_fire_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
@@ -131,6 +200,23 @@ def plan_fire(
         return FirePlan(due, FireOutcome.SKIPPED)
     to_cancel = tuple(run_id for run_id, requested in active if not requested) if overlap is Overlap.REPLACE else ()
     return FirePlan(due, FireOutcome.WAITING, to_cancel)
+
+
+class ScheduleAdmin(Protocol):
+    """The port of the user's schedule commands beyond add/list/show/pause/resume/remove, one
+    adapter per store (Local: edge_runtime/local/schedules.py). Each is one transaction.
+
+    Raises (both): ScheduleNotFoundError; InvalidScheduleCommandError; ScheduleRepositoryError.
+    """
+
+    def edit(self, cmd: EditScheduleCommand) -> ScheduleRecord:
+        """Apply the given changes in place; the schedule as it is now."""
+        ...
+
+    def run_now(self, schedule_id: str, *, actor_id: str) -> RunNowOutcome:
+        """Start a Run of the schedule now (paused or not), its overlap applying as to a fire:
+        the Run gets the schedule's command and options, and ``scheduled_for_ms`` = now."""
+        ...
 
 
 class ScheduleStore(Protocol):

@@ -94,7 +94,7 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("clock_watermark", "updated_at_ms"), ("device_events", "created_at_ms"),
     # A waiting fire time is a slot that already came (overlap kept it for later): observed.
     ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
-    ("schedules", "updated_at_ms"),
+    ("schedules", "updated_at_ms"), ("shared_env", "updated_at_ms"),
 )
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's
@@ -111,7 +111,7 @@ FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
     ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
-    ("schedules", "next_fire_at_ms"),
+    ("schedules", "next_fire_at_ms"), ("runs", "retry_at_ms"),
 )
 
 

@@ -22,11 +22,12 @@ from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
 _decode_argv = msgspec.json.Decoder(list[str]).decode
+_decode_env = msgspec.json.Decoder(dict[str, str]).decode
 
 _RUN_NAMES = (
     "id", "execution_owner", "status", "version", "event_sequence", "name", "command", "cancel_requested_at_ms",
     "cancel_reason", "created_at_ms", "updated_at_ms", "finished_at_ms", "schedule_id", "scheduled_for_ms",
-    "timeout_ms",
+    "timeout_ms", "env", "cwd", "retries", "retry_delay_ms", "retry_at_ms",
 )
 _ATTEMPT_NAMES = (
     "id", "run_id", "attempt", "status", "executor_type", "pid", "pgid", "process_start_ticks", "boot_id",
@@ -49,6 +50,8 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
         fields["status"] = RunStatus(fields["status"])
         if fields["command"] is not _UNSET:
             fields["command"] = _decode_argv(fields["command"])
+        if fields["env"] is not _UNSET:
+            fields["env"] = _decode_env(fields["env"])
         return RunRecord(**fields)
     except (ValueError, msgspec.DecodeError) as exc:
         raise RunRepositoryError(f"stored run {fields['id']!r} is malformed: {exc}") from None

@@ -26,6 +26,8 @@ from edge_runtime.contract.runs import (
     EVENT_RUN_CREATED,
     EVENT_RUN_REQUEUED,
     EVENT_RUN_STARTED,
+    EVENT_RETRY_QUEUED,
+    EVENT_RETRY_SCHEDULED,
     ACTIVE_RUN_STATUSES,
     RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
@@ -43,6 +45,7 @@ from edge_runtime.contract.runs import (
     RunStatus,
     SubmitRunCommand,
     attempt_event_key,
+    retry_wait_ms,
     run_ended_event,
 )
 from edge_runtime.contract.cancellation_dispatch import DispatchStatus
@@ -131,10 +134,17 @@ class LocalRunRepository:
         return RunDetail(**msgspec.structs.asdict(run), attempts=attempts,
                          dispatch=msgspec.UNSET if dispatch is None else dispatch)
 
-    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None) -> list[RunRecord]:
-        """Newest first."""
+    def list_runs(self, *, limit: int = 50, status: RunStatus | None = None, name: str | None = None,
+                  schedule_id: str | None = None) -> list[RunRecord]:
+        """Newest first; ``name`` and ``schedule_id`` filter exactly."""
         with run_repository_errors():
-            if status is None:
+            if name is not None or schedule_id is not None:
+                rows = self._db.connection.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR name = ?2) "
+                    "AND (?3 IS NULL OR schedule_id = ?3) ORDER BY created_at_ms DESC, rowid DESC LIMIT ?4",
+                    (None if status is None else RunStatus(status).value, name, schedule_id, limit),
+                ).fetchall()
+            elif status is None:
                 rows = self._db.connection.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs ORDER BY created_at_ms DESC, rowid DESC LIMIT ?", (limit,)
                 ).fetchall()
@@ -160,7 +170,11 @@ class LocalRunRepository:
         timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
             run_id = insert_run(self._db.connection, cmd.argv, name=name, now=now, actor_type="user",
-                                actor_id=actor_id, timeout_ms=timeout_ms)
+                                actor_id=actor_id, timeout_ms=timeout_ms,
+                                env=None if cmd.env is _UNSET else cmd.env,
+                                cwd=None if cmd.cwd is _UNSET else cmd.cwd,
+                                retries=None if cmd.retries is _UNSET else cmd.retries,
+                                retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
             return self._run_row(run_id)
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
@@ -198,7 +212,7 @@ class LocalRunRepository:
             if reason is not None:
                 payload["reason"] = reason
             _event(connection, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
-            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED):
+            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED, RunStatus.RETRY_WAIT):
                 end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
                               extra={"reason": "cancelled before an attempt started"})
             return self._run_row(cmd.run_id)
@@ -307,7 +321,8 @@ class LocalRunRepository:
             if run.status in ACTIVE_RUN_STATUSES:
                 if completed is not None:
                     extra.update(completed_grant_extra(completed))
-                end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+                end_or_retry(connection, run, attempt.attempt, run_status, now, actor_id, attempt_id=attempt_id,
+                             extra=extra)
             elif completed is not None:
                 lease_event(connection, None, completed, _new_id(), EVENT_LEASE_COMPLETED, "completed", now,
                             attempt_status=status.value)
@@ -363,6 +378,39 @@ class LocalRunRepository:
     # Read-only queries over partial indexes (migration 0003), so an idle service costs almost
     # nothing. They read the store's time for "due" and decide nothing: the claim or transition
     # that follows re-checks under ``BEGIN IMMEDIATE``.
+
+    def find_run_ids(self, form: str, limit: int) -> list[str]:
+        """See the ``RunStore`` port; ``form`` is matched literally (no LIKE wildcards)."""
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM runs WHERE substr(id, 1, length(?1)) = ?1 OR substr(id, -length(?1)) = ?1 "
+                "ORDER BY created_at_ms DESC LIMIT ?2", (form, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def release_due_retries(self, *, actor_id: str) -> int:
+        """Queue again every ``retry_wait`` Run whose wait is over (one event each); how many.
+        Reads first: a tick with nothing due writes nothing."""
+        with run_repository_errors():
+            due = self._db.connection.execute(
+                f"SELECT 1 FROM runs WHERE status = {sql_literal(RunStatus.RETRY_WAIT)} AND retry_at_ms <= ? LIMIT 1",
+                (read_now_ms(self._db.clock),),
+            ).fetchone()
+        if due is None:
+            return 0
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            rows = connection.execute(
+                f"UPDATE runs SET status = {sql_literal(RunStatus.QUEUED)}, retry_at_ms = NULL "
+                f"WHERE status = {sql_literal(RunStatus.RETRY_WAIT)} AND retry_at_ms <= ? "
+                "RETURNING id, (SELECT max(attempt) FROM run_attempts a WHERE a.run_id = runs.id)",
+                (now,),
+            ).fetchall()
+            for run_id, number in rows:
+                append_run_event(connection, run_id=run_id, event_id=_new_id(), event_type=EVENT_RETRY_QUEUED,
+                                 dedupe_key=attempt_event_key((number or 0) + 1, "queued"), actor_type="worker",
+                                 actor_id=actor_id, payload={"attempt": (number or 0) + 1}, now_ms=now)
+            return len(rows)
 
     def queued_run_ids(self, limit: int) -> list[str]:
         """Oldest queued Runs without a cancel request, to start."""
@@ -444,6 +492,8 @@ class LocalRunRepository:
                       JOIN runs r ON r.id = d.run_id AND r.status IN {ACTIVE_RUN_SQL}
                       WHERE d.status = {sql_literal(DispatchStatus.LEASED)}
                     UNION ALL
+                    SELECT min(retry_at_ms) FROM runs WHERE status = {sql_literal(RunStatus.RETRY_WAIT)}
+                    UNION ALL
                     SELECT min(kill_deadline_at_ms) FROM run_attempts
                       WHERE kill_deadline_at_ms IS NOT NULL AND killed_at_ms IS NULL
                         AND status IN {ACTIVE_ATTEMPT_SQL}
@@ -513,12 +563,40 @@ def end_unstarted(
         return run.status
     if cancelled or may_have_started:
         run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
-        end_run(connection, run.id, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
-        return run_status
+        return end_or_retry(connection, run, number, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
     connection.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.QUEUED.value, run.id))
     _event(connection, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
            {"reason": reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
+
+
+def end_or_retry(
+    connection: apsw.Connection,
+    run: RunRecord,
+    attempt_number: int,
+    status: RunStatus,
+    now: int,
+    actor_id: str,
+    *,
+    attempt_id: str,
+    extra: dict[str, Any],
+) -> RunStatus:
+    """An Attempt of the active ``run`` ended: end the Run in ``status`` (what the Attempt's end
+    leads to), or, when it failed, no cancel was requested (a timeout is one) and retries are
+    left, put it in ``retry_wait`` for its next Attempt. The Run's new status."""
+    wait_ms = None
+    if status is RunStatus.FAILED and run.cancel_requested_at_ms is _UNSET:
+        wait_ms = retry_wait_ms(None if run.retries is _UNSET else run.retries,
+                                None if run.retry_delay_ms is _UNSET else run.retry_delay_ms, attempt_number)
+    if wait_ms is None:
+        end_run(connection, run.id, status, now, actor_id, attempt_id=attempt_id, extra=extra)
+        return status
+    connection.execute("UPDATE runs SET status = ?, retry_at_ms = ? WHERE id = ?",
+                       (RunStatus.RETRY_WAIT.value, now + wait_ms, run.id))
+    _event(connection, run.id, EVENT_RETRY_SCHEDULED, attempt_event_key(attempt_number, "retry"), actor_id,
+           {**extra, "retry_at_ms": now + wait_ms, "delay_ms": wait_ms, "retries_left": run.retries - attempt_number},
+           now, attempt_id=attempt_id)
+    return RunStatus.RETRY_WAIT
 
 
 def end_run(
@@ -548,6 +626,10 @@ def insert_run(
     timeout_ms: int | None = None,
     schedule_id: str | None = None,
     scheduled_for_ms: int | None = None,
+    env: dict[str, str] | None = None,
+    cwd: str | None = None,
+    retries: int | None = None,
+    retry_delay_ms: int | None = None,
 ) -> str:
     """Insert a queued, runtime-owned Run with its ``run.created`` event; its id.
 
@@ -556,9 +638,11 @@ def insert_run(
     run_id = _new_id()
     connection.execute(
         "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms) VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, "
-        "?, ?, ?)",
-        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id, scheduled_for_ms),
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms) "
+        "VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id,
+         scheduled_for_ms, None if not env else _encode_json(env).decode(), cwd, retries or None,
+         retry_delay_ms if retries else None),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

@@ -22,12 +22,14 @@ from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
+    EditScheduleCommand,
     FireOutcome,
     FirePlan,
     Overlap,
     ScheduleNotFoundError,
     ScheduleRecord,
     ScheduleRepositoryError,
+    RunNowOutcome,
     check_schedule_id,
     plan_fire,
 )
@@ -41,11 +43,12 @@ from edge_runtime.local.runs import LocalRunRepository, insert_run
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
 _decode_argv = msgspec.json.Decoder(list[str]).decode
+_decode_env = msgspec.json.Decoder(dict[str, str]).decode
 
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms"
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
@@ -55,8 +58,11 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
     values = dict(zip(_COLUMNS.split(", "), row))
     try:
         values["command"] = _decode_argv(values["command"])
+        if values["env"] is not None:
+            values["env"] = _decode_env(values["env"])
         values["paused"] = bool(values["paused"])
-        camel = {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in values.items()}
+        camel = {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in values.items()
+                 if k != "env"} | {"env": values["env"]}
         return msgspec.convert({k: v for k, v in camel.items() if v is not None}, ScheduleRecord)
     except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ScheduleRepositoryError(f"stored schedule {values['id']!r} is malformed: {exc}") from None
@@ -129,13 +135,77 @@ class LocalScheduleRepository:
         with schedule_repository_errors(), self._db.write() as now:
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, boot_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now, zone), now, now,
-                 zone_text, boot_id),
+                 zone_text, boot_id,
+                 None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
+                 None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
+                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms),
             )
             return self._row(schedule_id)
+
+    def edit(self, cmd: EditScheduleCommand) -> ScheduleRecord:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
+        EditScheduleCommand.require(cmd, "edit")
+        changes = cmd.changes()
+        with schedule_repository_errors(), self._db.write() as now:
+            record = self._row(cmd.schedule_id)
+            if record is None:
+                raise ScheduleNotFoundError(f"no schedule with id {cmd.schedule_id!r}")
+            columns: dict[str, object] = {}
+            for name, value in changes.items():
+                if name == "expression":
+                    expression = parse_schedule(value)
+                    columns["expression"] = expression.text
+                    if not record.paused:  # a paused one computes its next fire when resumed
+                        columns["next_fire_at_ms"] = expression.next_fire_after(now, self.zone_of(record))
+                elif name in ("command", "env"):
+                    columns[name] = _encode_json(value).decode() if value else None
+                elif name == "overlap":
+                    columns[name] = Overlap(value).value
+                else:
+                    columns[name] = value
+            columns["updated_at_ms"] = now
+            assignments = ", ".join(f"{name} = ?" for name in columns)  # names from the command's own fields
+            self._db.connection.execute(f"UPDATE schedules SET {assignments} WHERE id = ?",
+                                        (*columns.values(), cmd.schedule_id))
+            return self._row(cmd.schedule_id)
+
+    def run_now(self, schedule_id: str, *, actor_id: str) -> RunNowOutcome:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
+        check_schedule_id(schedule_id)
+        with schedule_repository_errors(), self._db.write() as now:
+            record = self._row(schedule_id)
+            if record is None:
+                raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
+            active = self._active(schedule_id)
+            if active:
+                ids = [run_id for run_id, _ in active]
+                if record.overlap is Overlap.SKIP:
+                    return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.SKIPPED, active_run_ids=ids)
+                self._db.connection.execute(
+                    "UPDATE schedules SET waiting_fire_at_ms = coalesce(waiting_fire_at_ms, ?), last_outcome = ?, "
+                    "updated_at_ms = ? WHERE id = ?", (now, FireOutcome.WAITING.value, now, schedule_id))
+                to_cancel = [run_id for run_id, requested in active if not requested]
+            else:
+                # One Run per (schedule, slot): a slot fired in this very millisecond moves this one on.
+                slot = now
+                while self._db.connection.execute(
+                        "SELECT 1 FROM runs WHERE schedule_id = ? AND scheduled_for_ms = ?", (schedule_id, slot)).fetchone():
+                    slot += 1
+                run_id = self._start(record, slot, now, actor_id)
+                self._db.connection.execute(
+                    "UPDATE schedules SET last_fire_at_ms = ?, last_outcome = ?, last_run_id = ?, "
+                    "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
+                    (now, FireOutcome.STARTED.value, run_id, now, schedule_id))
+                return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.STARTED, run_id=run_id)
+        if record.overlap is Overlap.REPLACE:
+            for run_id in to_cancel:  # after the commit: each cancel is its own transaction
+                self.request_cancel(run_id, f"replaced by schedule {schedule_id}", actor_id=actor_id)
+        return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.WAITING, active_run_ids=ids)
 
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
         """Pause or resume. Resuming restarts from the first slot after now: slots missed while
@@ -213,7 +283,9 @@ class LocalScheduleRepository:
         return insert_run(
             self._db.connection, record.command, name=None if record.name is _UNSET else record.name, now=now,
             actor_type="schedule", actor_id=actor_id, timeout_ms=None if record.timeout_ms is _UNSET else record.timeout_ms,
-            schedule_id=record.id, scheduled_for_ms=slot_ms,
+            schedule_id=record.id, scheduled_for_ms=slot_ms, env=None if record.env is _UNSET else record.env,
+            cwd=None if record.cwd is _UNSET else record.cwd, retries=None if record.retries is _UNSET else record.retries,
+            retry_delay_ms=None if record.retry_delay_ms is _UNSET else record.retry_delay_ms,
         )
 
     def start_waiting(self, *, actor_id: str) -> list[str]:

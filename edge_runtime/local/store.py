@@ -14,6 +14,7 @@ import apsw
 from edge_runtime.contract.ports import Clock
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import SystemClock, read_now_ms
+from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
@@ -22,7 +23,7 @@ from edge_runtime.local.runs import LocalRunRepository
 class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
-    __slots__ = ("db", "where", "clock", "runs", "dispatches", "_leases")
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases")
 
     #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
     attempt_logs = None
@@ -31,6 +32,7 @@ class LocalStore:
         self.db, self.where, self.clock = db, db_path, clock
         self.runs = LocalRunRepository(db)
         self.dispatches = LocalCancellationDispatchRepository(db)
+        self.environment = LocalEnvironmentRepository(db)
         self._leases = None
 
     @property
@@ -49,11 +51,12 @@ class LocalStore:
 
         return WakeSocket(self.where)
 
-    def wake_workers(self) -> None:
-        """Poke the service's wake socket beside the database (none listening: nothing happens)."""
+    def wake_workers(self) -> int:
+        """Poke the service's wake socket beside the database; how many services took it (0: none
+        is running; the work waits for one)."""
         from edge_runtime.local.wake import poke
 
-        poke(self.where)
+        return poke(self.where)
 
     def keep_time(self, *, final: bool = False) -> None:
         """The guarded clock's watermark and jump events: one short transaction per interval."""

@@ -43,11 +43,12 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import msgspec
 
+from edge_runtime.contract.environment import compose_environment
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import AttemptLogStore, RunStore
 from edge_runtime.contract.run_lease import NoCapacityOutcome
@@ -126,6 +127,9 @@ class AttemptSupervisor:
         env: Mapping[str, str] | None = None,
         log_linger_ms: int = 30_000,
         log_copies: AttemptLogStore | None = None,
+        pass_env: Sequence[str] = (),
+        work_dir: str | None = None,
+        shared_env: Callable[[], Mapping[str, str]] | None = None,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -137,6 +141,10 @@ class AttemptSupervisor:
         self._log_max_bytes = log_max_bytes
         self._boot_id = boot_id
         self._env = task_environment(os.environ if env is None else env)
+        #: What an Attempt's environment is composed of besides the base (docs/environment.md).
+        self._pass_env = tuple(pass_env)
+        self._work_dir = work_dir
+        self._shared_env = shared_env
         #: Where a copy of each ended Attempt's log goes (``Store.attempt_logs``), or None (Local).
         self._log_copies = log_copies
         self.running: dict[str, RunningAttempt] = {}
@@ -206,6 +214,7 @@ class AttemptSupervisor:
         log_path, fifo_path = log_paths(self._log_dir, attempt_id)
         try:
             run = self._runs.get(run_id)
+            shared = {} if self._shared_env is None else self._shared_env()
             create_fifo(fifo_path)
             writer, capture = self._open_output(attempt_id, log_path, fifo_path)
         except (EdgeRuntimeError, OSError) as exc:
@@ -213,7 +222,7 @@ class AttemptSupervisor:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
-        return self._spawn(run, attempt_id, grant, fifo_path, writer, capture)
+        return self._spawn(run, attempt_id, grant, fifo_path, writer, capture, shared)
 
     def _open_output(self, attempt_id: str, log_path: Path, fifo_path: Path) -> tuple[int, LogCapture | None]:
         """The child's end of the output and the service's capture of it, both opened before the
@@ -295,12 +304,14 @@ class AttemptSupervisor:
 
     def _spawn(
         self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,
-        capture: LogCapture | None,
+        capture: LogCapture | None, shared: Mapping[str, str],
     ) -> bool | object:
         argv = [] if run.command is _UNSET else list(run.command)
-        env = dict(self._env, EDGE_RUNTIME_RUN_ID=run.id, EDGE_RUNTIME_ATTEMPT_ID=attempt_id)
+        env = compose_environment(self._env, pass_env=self._pass_env, shared=shared,
+                                  own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
+        cwd = self._work_dir if run.cwd is _UNSET else run.cwd
         try:
-            identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id)
+            identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id, cwd=cwd)
         except SpawnError as exc:
             if capture is not None:
                 capture.abandon()  # its FIFO and its still empty log go with it

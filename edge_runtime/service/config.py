@@ -80,6 +80,13 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     retain_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 7
     #: All Attempt logs in log_dir together; the oldest are deleted first beyond it.
     log_total_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 40)] = 6 << 20
+    #: Variables of the service's own environment an Attempt also gets, besides the documented
+    #: base (docs/environment.md); ``EDGE_RUNTIME_PASS_ENV`` takes them comma-separated.
+    pass_env: Annotated[list[Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")]],
+                        msgspec.Meta(max_length=256)] = msgspec.field(default_factory=list)
+    #: The working directory of an Attempt whose Run names none; default: a ``work`` directory
+    #: beside the database (created 0700 at start when missing).
+    work_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
     #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
     stop_runs_on_exit: bool = False
 
@@ -89,6 +96,11 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
 
     def resolved_idle_session_lease_ms(self, default: int) -> int:
         return default if self.idle_session_lease_ms is msgspec.UNSET else self.idle_session_lease_ms
+
+    def resolved_work_dir(self, db_path: str) -> Path:
+        if self.work_dir is not msgspec.UNSET:
+            return Path(self.work_dir).expanduser().resolve()
+        return Path(db_path).expanduser().resolve().parent / "work"
 
     def resolved_log_dir(self, db_path: str) -> Path:
         if self.log_dir is not msgspec.UNSET:
@@ -130,7 +142,7 @@ def _decode_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-_TEXT_FIELDS = frozenset({"worker_id", "log_dir"})
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir"})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
@@ -147,6 +159,8 @@ def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
             overrides[field.name] = lowered in ("1", "true", "yes")
         elif field.name in _TEXT_FIELDS:
             overrides[field.name] = text
+        elif field.name == "pass_env":
+            overrides[field.name] = [name.strip() for name in text.split(",") if name.strip()]
         else:
             try:
                 overrides[field.name] = int(text.strip(), 10)
@@ -181,4 +195,9 @@ def load_config(
     try:
         return msgspec.convert(merged, type=ServiceConfig)
     except msgspec.ValidationError as exc:
+        message = str(exc)
+        key = message.rpartition("at `$.")[2].rstrip("`").split("[")[0].split(".")[0] if "at `$." in message else ""
+        if key:
+            where = f"--{key.replace('_', '-')}, ${ENV_PREFIX}{key.upper()} or the config file's {key}"
+            raise ConfigError(f"invalid configuration: setting {key} ({where}): {message}") from None
         raise ConfigError(f"invalid configuration (file, environment or flags): {exc}") from None

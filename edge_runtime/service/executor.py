@@ -64,8 +64,11 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) 
     return env
 
 
-def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str) -> ProcessIdentity:
-    """Start ``argv`` in a new session with stdout and stderr on ``output_fd``.
+def spawn(
+    argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str, cwd: str | None = None,
+) -> ProcessIdentity:
+    """Start ``argv`` in a new session with stdout and stderr on ``output_fd``, in ``cwd`` (None:
+    the service's own directory).
 
     ``output_fd`` is closed here, whatever happens, as soon as the child has its copy: reading the
     identity needs a descriptor, and with the table full (issue 10 point 8) that is the one freed.
@@ -78,6 +81,12 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
             raise SpawnError("the command is empty")
         # dup2 onto 1 and 2 must not clobber its own source: one below 3 is moved up first.
         source = output_fd if output_fd > 2 else _move_above_stderr(output_fd, argv[0])
+        try:
+            entered = _enter_directory(cwd, argv[0])
+        except SpawnError:
+            if source != output_fd:
+                os.close(source)
+            raise
         try:
             pid = os.posix_spawnp(
                 argv[0],
@@ -95,6 +104,7 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
         except OSError as exc:
             raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
         finally:
+            _leave_directory(entered)
             if source != output_fd:
                 os.close(source)
     finally:
@@ -112,6 +122,38 @@ def spawn(argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_i
         os.waitpid(pid, 0)
         raise SpawnError(f"process {pid} could not be identified after its start; it was killed", started=True)
     return identity
+
+
+def _enter_directory(cwd: str | None, program: str) -> str | None:
+    """Make ``cwd`` the service's directory for the spawn; the one to return to (None: no change).
+
+    ``posix_spawn`` has no working-directory action (glibc's ``addchdir_np`` is not exposed), and
+    the child inherits the parent's directory at the spawn: the single-threaded service enters
+    ``cwd`` just for the call and returns at once (``_leave_directory``). By path, not by a
+    descriptor: a start must not need one more descriptor than it has (descriptor exhaustion).
+    A directory that is missing or not enterable fails the Attempt (its Run's setting).
+
+    Raises:
+        SpawnError: ``cwd`` cannot be entered, or the service's own directory cannot be named.
+    """
+    if cwd is None:
+        return None
+    try:
+        back = os.getcwd()
+    except OSError as exc:
+        raise SpawnError(f"cannot start {program!r}: the service's directory: {exc.strerror or exc}") from None
+    if back == cwd:
+        return None
+    try:
+        os.chdir(cwd)
+    except OSError as exc:
+        raise SpawnError(f"cannot start {program!r}: working directory {cwd!r}: {exc.strerror or exc}") from None
+    return back
+
+
+def _leave_directory(back: str | None) -> None:
+    if back is not None:
+        os.chdir(back)
 
 
 def _move_above_stderr(fd: int, program: str) -> int:

@@ -110,6 +110,7 @@ class DeviceService:
         config: ServiceConfig,
         *,
         log_dir: Path,
+        work_dir: Path | None = None,
         journal: Journal | None = None,
         controller: LocalProcessController | None = None,
         retention: Callable[[Store], Retention] | None = None,
@@ -120,6 +121,8 @@ class DeviceService:
         self._hooks: list[TickHook] = []
         self.config = config
         self.log_dir = log_dir
+        #: Where an Attempt whose Run names no directory runs (the ``work_dir`` setting).
+        self.work_dir = work_dir
         self.journal = journal or Journal()
         self.controller = controller or LocalProcessController()
         self._open_store = open_store
@@ -153,6 +156,12 @@ class DeviceService:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
         # Root writes task output by fixed names there and opens the database's -wal/-shm beside it.
         require_trusted_directory(log_dir, "log directory")
+        if self.work_dir is not None:
+            try:
+                self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ServiceError(f"cannot create the work directory {self.work_dir} (setting work_dir): "
+                                   f"{exc.strerror or exc}") from None
         store = self._store = self._open_store()
         try:
             self._retention = self._make_retention(store) if self._make_retention is not None else None
@@ -195,6 +204,8 @@ class DeviceService:
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
                 log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs,
+                pass_env=config.pass_env, work_dir=None if self.work_dir is None else str(self.work_dir),
+                shared_env=None if getattr(store, "environment", None) is None else store.environment.task_values,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,
@@ -368,6 +379,8 @@ class DeviceService:
                 # A replaced session is noticed as soon as when it heartbeated every 10 s, by a read.
                 worker.check_current()
                 self._next_session_check_ms = now + worker.check_interval_ms()
+            # A Run whose retry wait is over goes back to the queue, to start in this very tick.
+            worked |= self._store.runs.release_due_retries(actor_id=worker.owner) > 0
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()

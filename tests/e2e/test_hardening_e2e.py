@@ -51,7 +51,9 @@ def shared_dir() -> Iterator[Path]:
 
 def test_a_task_never_sees_bundler_variables(harness: Harness) -> None:
     harness.serve(env={"_PYI_APPLICATION_HOME_DIR": "/tmp/_MEIgone", "_PYI_ARCHIVE_FILE": "/x",
-                       "LD_LIBRARY_PATH": "/opt/vendor/lib", "EDGE_TEST_MARK": "kept"})
+                       "LD_LIBRARY_PATH": "/opt/vendor/lib", "EDGE_TEST_MARK": "kept",
+                       # Passed on only when pass_env names them; a bundler's variable not even then.
+                       "EDGE_RUNTIME_PASS_ENV": "LD_LIBRARY_PATH,EDGE_TEST_MARK,_PYI_ARCHIVE_FILE"})
     run_id = harness.submit("env")
     harness.wait_status(run_id, "succeeded")
     task_env = dict(line.split("=", 1) for line in harness.cli("logs", run_id).stdout.splitlines() if "=" in line)

@@ -57,7 +57,9 @@ class ServiceCampaign:
         # abandoned (and its cancel can end) within the settle phase rather than after a minute.
         self.env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", FAULT_TOKEN_LOG=str(self.tokens),
                         STARTS=str(self.starts), EDGE_RUNTIME_RUN_LEASE_MS="3000",
-                        EDGE_RUNTIME_SESSION_LEASE_MS="3000")
+                        EDGE_RUNTIME_SESSION_LEASE_MS="3000",
+                        # The tasks log their start to $STARTS: a task gets only what pass_env names.
+                        EDGE_RUNTIME_PASS_ENV="STARTS")
         for variable in ("EDGE_RUNTIME_CONFIG", "EDGE_RUNTIME_DB"):
             self.env.pop(variable, None)
         self.env.update(env or {})

@@ -4,6 +4,8 @@ else, and a refused input writes nothing."""
 
 from __future__ import annotations
 
+import json
+
 import contextlib
 import importlib
 import inspect
@@ -293,7 +295,9 @@ def test_cli_arguments_give_usage_or_runtime_errors_only(
         if code == 0:
             return
         refused += 1
-        assert stderr.startswith("Error: ") or stderr.startswith("usage:"), stderr
+        # With --json an error is one JSON object (its code and message) instead of the Error: line.
+        assert (stderr.startswith("Error: ") or stderr.startswith("usage:")
+                or set(json.loads(stderr)["error"]) == {"code", "message"}), stderr
         with open_database(db_path, create=False) as db:
             assert dump(db) == before, f"a refused command wrote: {[command, *args]}"
 

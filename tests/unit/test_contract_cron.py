@@ -151,7 +151,7 @@ def test_parsed_fields_are_value_sets() -> None:
         ("@every", "@every", "write one duration"),
         ("@every 5 m", "@every", "write one duration"),
         ("@every 5x", "@every", "not valid"),
-        ("@every 0s", "@every", "leave a zero part out"),
+        ("@every 0s", "@every", "must be between 1s"),
         ("@every 400d", "@every", "out of range"),
         ("* * *\n* *", "expression", "only printable ASCII"),
         ("* * * * *\v", "expression", "only printable ASCII"),

@@ -37,7 +37,7 @@ class _Idle:
     running: dict = {}
 
     def __getattr__(self, name: str):
-        return lambda *args, **kwargs: 0 if name == "start_queued" else None
+        return lambda *args, **kwargs: 0 if name in ("start_queued", "release_due_retries") else None
 
 
 def test_backoff_doubles_from_the_minimum_and_is_capped() -> None:
@@ -51,6 +51,7 @@ def test_repeated_tick_failures_log_at_powers_of_two_then_recovery_once(tmp_path
     service = DeviceService(_Idle, load_config(env={}), log_dir=tmp_path / "logs", journal=Journal(stream))
     service._store = _Idle()  # the store as the running service holds it: its time and keep_time
     service._store.now_ms = lambda: 1
+    service._store.runs = _Idle()  # no retry wait is over
     dispatcher = _FailingDispatcher()
     idle = _Idle()
     idle.session = type("Session", (), {"available_slots": 2, "max_concurrent_runs": 2})()

@@ -1,0 +1,196 @@
+"""A task's environment: shared variables, secrets and how an Attempt's environment is composed
+(docs/environment.md). Pure: no I/O.
+
+An Attempt never inherits the service's environment wholesale (the service may run as root with
+whatever its starter had set): it gets the documented base (``BASE_NAMES``, taken from the
+service's own environment when set), plus the names the ``pass_env`` setting lists, plus the shared
+variables (``env set``), plus the Run's own (``submit --env``), later ones winning, and always the
+Run's and Attempt's ids.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Protocol
+
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.validation import SafeInt
+
+#: The variables an Attempt gets from the service's own environment without any setting.
+BASE_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL")
+#: Set by the service for every Attempt; neither a shared variable nor a Run's own may set them.
+RUN_ID_NAME = "EDGE_RUNTIME_RUN_ID"
+ATTEMPT_ID_NAME = "EDGE_RUNTIME_ATTEMPT_ID"
+RESERVED_NAMES = frozenset({RUN_ID_NAME, ATTEMPT_ID_NAME})
+#: The PATH an Attempt gets when the service itself has none.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+MAX_NAME_LENGTH = 128
+MAX_VALUE_LENGTH = 32 * 1024
+#: Variables of one Run (``--env``) and shared ones (``env set``), each at most.
+MAX_VARIABLES = 256
+#: What replaces a secret's value in printed output; values shorter than this are not masked
+#: (masking every "1" or "ok" in a log would make it unreadable and hide nothing).
+MASK = "***"
+MIN_MASKED_LENGTH = 4
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class VariableError(EdgeRuntimeError):
+    """Base of the shared-variable errors."""
+
+    code = "ENVIRONMENT_ERROR"
+
+
+class InvalidVariableError(VariableError):
+    code = "INVALID_VARIABLE"
+
+
+class VariableNotFoundError(VariableError):
+    code = "VARIABLE_NOT_FOUND"
+
+
+class EnvironmentRepositoryError(VariableError):
+    code = "ENVIRONMENT_REPOSITORY_FAILED"
+
+
+def variable_problem(name: object, value: object) -> str | None:
+    """Why ``name=value`` cannot be a task's variable, or None."""
+    if type(name) is not str or not _NAME.fullmatch(name) or len(name) > MAX_NAME_LENGTH:
+        return (f"variable name {name!r} is invalid: letters, digits and _, not starting with a digit, "
+                f"at most {MAX_NAME_LENGTH} characters")
+    if name in RESERVED_NAMES:
+        return f"variable {name} is set by the service for every Attempt and cannot be set"
+    if type(value) is not str:
+        return f"the value of {name} must be a string"
+    if "\x00" in value:
+        return f"the value of {name} contains a NUL character"
+    if len(value) > MAX_VALUE_LENGTH:
+        return f"the value of {name} is longer than {MAX_VALUE_LENGTH} characters"
+    return None
+
+
+def env_problem(env: object) -> str | None:
+    """Why a Run's own variables ``env`` are not valid, or None."""
+    if not isinstance(env, dict):
+        return "the environment must be a mapping of names to values"
+    if len(env) > MAX_VARIABLES:
+        return f"{len(env)} variables given; at most {MAX_VARIABLES} are allowed"
+    for name, value in env.items():
+        problem = variable_problem(name, value)
+        if problem is not None:
+            return problem
+    return None
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """``NAME=VALUE`` (as ``--env`` takes it) as ``(name, value)``.
+
+    Raises:
+        InvalidVariableError: no ``=``, or an invalid name or value.
+    """
+    name, sep, value = text.partition("=")
+    if not sep:
+        raise InvalidVariableError(f"--env {text!r}: expected NAME=VALUE")
+    problem = variable_problem(name, value)
+    if problem is not None:
+        raise InvalidVariableError(problem)
+    return name, value
+
+
+def parse_assignments(items: Iterable[str] | None) -> dict[str, str]:
+    """Repeated ``--env NAME=VALUE``: a later one for the same name wins."""
+    return dict(parse_assignment(item) for item in items or ())
+
+
+class SharedVariable(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
+    """A shared variable as it is shown: a secret's value is never part of it (absent)."""
+
+    name: str
+    secret: bool
+    value: str | msgspec.UnsetType = msgspec.UNSET
+    updated_at_ms: SafeInt
+
+
+class EnvironmentStore(Protocol):
+    """The shared variables, kept by the store (``Store.environment``)."""
+
+    def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
+        """Create or replace a variable (its secret flag too). Raises InvalidVariableError."""
+
+    def remove(self, name: str) -> None:
+        """Raises VariableNotFoundError."""
+
+    def list(self) -> list[SharedVariable]:
+        """Every variable by name, secrets without their value."""
+
+    def task_values(self) -> dict[str, str]:
+        """Every variable with its value: what an Attempt gets (the service only)."""
+
+    def secret_values(self) -> list[str]:
+        """The secrets' values: what printed output masks."""
+
+
+def compose_environment(
+    service_env: Mapping[str, str],
+    *,
+    pass_env: Iterable[str] = (),
+    shared: Mapping[str, str] | None = None,
+    own: Mapping[str, str] | None = None,
+    run_id: str,
+    attempt_id: str,
+) -> dict[str, str]:
+    """An Attempt's environment: base, then ``pass_env``, shared variables and the Run's own."""
+    env = {name: service_env[name] for name in (*BASE_NAMES, *pass_env) if name in service_env}
+    env.setdefault("PATH", DEFAULT_PATH)
+    env.update(shared or {})
+    env.update(own or {})
+    env[RUN_ID_NAME] = run_id
+    env[ATTEMPT_ID_NAME] = attempt_id
+    return env
+
+
+class SecretMasker:
+    """Masks every occurrence of a secret's value (``MIN_MASKED_LENGTH`` characters or longer) as
+    ``MASK`` in a byte stream fed in pieces: a value split across two pieces is still masked,
+    since the end of each piece that could begin one is held back until the next (or ``flush``).
+    Longer values are tried first, so one containing another is masked whole."""
+
+    __slots__ = ("_pattern", "_keep", "_pending")
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        values = sorted({s.encode() for s in secrets if len(s) >= MIN_MASKED_LENGTH}, key=len, reverse=True)
+        self._pattern = re.compile(b"|".join(re.escape(v) for v in values)) if values else None
+        self._keep = max((len(v) for v in values), default=1) - 1
+        self._pending = b""
+
+    def feed(self, data: bytes) -> bytes:
+        if self._pattern is None:
+            return data
+        buffer = self._pending + data
+        cut = max(0, len(buffer) - self._keep)
+        out: list[bytes] = []
+        position = 0
+        for match in self._pattern.finditer(buffer):
+            if match.start() >= cut:
+                break
+            out += (buffer[position:match.start()], MASK.encode())
+            position = match.end()
+        cut = max(cut, position)
+        out.append(buffer[position:cut])
+        self._pending = buffer[cut:]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        rest, self._pending = self._pending, b""
+        return rest if self._pattern is None else self._pattern.sub(MASK.encode(), rest)
+
+
+def mask_text(text: str, secrets: Iterable[str]) -> str:
+    """``text`` with every secret's value (``MIN_MASKED_LENGTH`` or longer) replaced by ``MASK``."""
+    masker = SecretMasker(secrets)
+    return (masker.feed(text.encode()) + masker.flush()).decode("utf-8", "replace")

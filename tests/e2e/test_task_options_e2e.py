@@ -1,0 +1,100 @@
+"""A task's everyday needs end to end (docs/environment.md, docs/runs.md): a real ``serve``, the
+real CLI, real processes: the composed environment, secrets masked, working directories,
+retries, ``schedule run``/``edit`` and ``logs --follow``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from service_harness import Harness, decode_json, wait_for
+
+pytestmark = pytest.mark.e2e
+
+SECRET = "hunter2-very-secret"
+
+
+def test_a_task_gets_the_base_pass_env_shared_and_own_variables_and_never_the_rest(harness: Harness, tmp_path) -> None:
+    harness.cli("env", "set", "SHARED", "from-env-set")
+    harness.cli("env", "set", "OVERRIDDEN", "shared")
+    harness.cli("env", "set", "TOKEN", SECRET, "--secret")
+    run_id = harness.cli("submit", "--env", "OVERRIDDEN=own", "--", "sh", "-c",
+                         "echo SHARED=$SHARED OVERRIDDEN=$OVERRIDDEN PASSED=$PASSED LEAK=${LEAK:-none}; "
+                         "echo token=$TOKEN; echo id=$EDGE_RUNTIME_RUN_ID; pwd").stdout.strip()
+    harness.serve(env={"LEAK": "service-only", "PASSED": "yes", "EDGE_RUNTIME_PASS_ENV": "PASSED"})
+    harness.wait_status(run_id, "succeeded")
+    log = harness.cli("logs", run_id).stdout
+    assert "SHARED=from-env-set OVERRIDDEN=own PASSED=yes LEAK=none" in log
+    assert f"id={run_id}" in log
+    # The secret reached the task, and is masked as `logs` prints it.
+    assert "token=***" in log and SECRET not in log
+    # No --cwd: the work_dir setting's default, a `work` directory beside the database.
+    assert log.strip().splitlines()[-1] == str(harness.db_path.parent / "work")
+
+
+def test_a_secret_is_never_shown_by_env_list_show_or_events(harness: Harness) -> None:
+    harness.cli("env", "set", "TOKEN", SECRET, "--secret")
+    harness.cli("env", "set", "PLAIN", "visible")
+    listed = harness.cli("env", "list").stdout
+    as_json = decode_json(harness.cli("env", "list", "--json").stdout)
+    assert SECRET not in listed and "TOKEN=*** (secret)" in listed and "PLAIN=visible" in listed
+    assert {v["name"]: v.get("value") for v in as_json} == {"PLAIN": "visible", "TOKEN": None}
+    run_id = harness.cli("submit", "--env", f"COPY={SECRET}", "--", "echo", SECRET).stdout.strip()
+    for args in (("show", run_id), ("show", run_id, "--json"), ("events", run_id), ("events", run_id, "--json")):
+        assert SECRET not in harness.cli(*args).stdout, args
+    harness.cli("env", "remove", "TOKEN")
+    assert "TOKEN" not in harness.cli("env", "list").stdout
+    assert harness.cli("env", "remove", "TOKEN", check=False).returncode == 1
+
+
+def test_cwd_runs_the_task_there_and_a_missing_directory_is_refused_at_submit(harness: Harness, tmp_path) -> None:
+    work = tmp_path / "task-dir"
+    work.mkdir()
+    refused = harness.cli("submit", "--cwd", str(tmp_path / "missing"), "--", "true", check=False)
+    assert refused.returncode == 1 and refused.stderr.startswith("Error:") and "no such directory" in refused.stderr
+    run_id = harness.cli("submit", "--cwd", str(work), "--", "pwd").stdout.strip()
+    harness.serve()
+    harness.wait_status(run_id, "succeeded")
+    assert harness.cli("logs", run_id).stdout.strip() == str(work)
+
+
+def test_retries_start_new_attempts_until_one_succeeds(harness: Harness, tmp_path) -> None:
+    flag = tmp_path / "second-try"
+    run_id = harness.cli("submit", "--retries", "3", "--retry-delay", "1s", "--", "sh", "-c",
+                         f"test -e {flag} && exit 0; touch {flag}; exit 7").stdout.strip()
+    failing = harness.cli("submit", "--retries", "1", "--retry-delay", "1s", "--", "false").stdout.strip()
+    timed_out = harness.cli("submit", "--retries", "2", "--retry-delay", "1s", "--timeout", "1s", "--",
+                            "sleep", "30").stdout.strip()
+    harness.serve()
+    done = harness.wait_status(run_id, "succeeded")
+    assert [(a.attempt, a.status.value, a.exit_code) for a in done.attempts] == [(1, "failed", 7), (2, "succeeded", 0)]
+    assert [a.status.value for a in harness.wait_status(failing, "failed").attempts] == ["failed", "failed"]
+    assert len(harness.wait_status(timed_out, "cancelled").attempts) == 1  # never after a timeout
+    shown = harness.cli("show", run_id).stdout
+    assert "attempt 1" in shown and "attempt 2" in shown
+
+
+def test_schedule_run_and_edit(harness: Harness) -> None:
+    schedule_id = harness.cli("schedule", "add", "--env", "X=1", "@daily", "--", "sh", "-c", "echo x=$X").stdout.strip()
+    harness.cli("schedule", "edit", schedule_id, "--env", "X=2", "--name", "nightly")
+    run_id = harness.cli("schedule", "run", schedule_id).stdout.strip()
+    harness.serve()
+    harness.wait_status(run_id, "succeeded")
+    assert harness.cli("logs", run_id).stdout.strip() == "x=2"
+    shown = decode_json(harness.cli("schedule", "show", schedule_id, "--json").stdout)
+    assert (shown["id"], shown["name"], shown["firedCount"]) == (schedule_id, "nightly", 1)
+
+
+def test_logs_follow_streams_until_the_attempt_ends(harness: Harness) -> None:
+    harness.cli("env", "set", "TOKEN", SECRET, "--secret")
+    run_id = harness.cli("submit", "--", "sh", "-c",
+                         "echo first; sleep 1.5; echo second $TOKEN; sleep 1.5; echo last").stdout.strip()
+    harness.serve()
+    harness.wait_running(run_id)
+    follow = subprocess.run([sys.executable, "-m", "edge_runtime", "--db", str(harness.db_path), "logs", run_id,
+                             "--follow"], capture_output=True, text=True, env=harness.env, timeout=60)
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout.splitlines() == ["first", "second ***", "last"]
+    wait_for(lambda: harness.detail(run_id).status.value == "succeeded", "the run's end")

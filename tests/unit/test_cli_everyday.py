@@ -1,0 +1,112 @@
+"""The CLI's everyday points in-process: short id forms, --db after the command, JSON errors,
+list filters and columns, local times with their offset, the no-service note, and wording."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from edge_runtime.cli.common import format_ms
+from edge_runtime.cli.main import main
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _submit(capsys, db: Path, *extra: str) -> str:
+    code, out, _ = _cli(capsys, "--db", str(db), "submit", *extra, "--", "true")
+    assert code == 0
+    return out.strip()
+
+
+def test_a_unique_suffix_or_prefix_names_a_run_and_an_ambiguous_one_is_an_error(capsys, tmp_path) -> None:
+    db = tmp_path / "e.db"
+    first, second = _submit(capsys, db), _submit(capsys, db)
+    code, out, _ = _cli(capsys, "--db", str(db), "show", first[-8:], "--json")
+    assert code == 0 and json.loads(out)["id"] == first
+    code, out, _ = _cli(capsys, "--db", str(db), "list")
+    assert out.splitlines()[1].split()[0] == second[-8:]  # the first column is a form every command takes
+    shared_prefix = first[:4]
+    assert second.startswith(shared_prefix)  # UUIDv7: made in the same instant
+    code, _, err = _cli(capsys, "--db", str(db), "show", shared_prefix)
+    assert code == 1 and "RUN_ID_AMBIGUOUS" in err and first in err and second in err
+    code, _, err = _cli(capsys, "--db", str(db), "cancel", "zzzz")
+    assert code == 1 and "RUN_NOT_FOUND" in err
+
+
+def test_db_is_accepted_after_the_command(capsys, tmp_path) -> None:
+    db = tmp_path / "after.db"
+    code, out, _ = _cli(capsys, "submit", "--db", str(db), "--", "true")
+    assert code == 0 and db.exists()
+    code, listed, _ = _cli(capsys, "list", "--json", "--db", str(db))
+    assert code == 0 and [r["id"] for r in json.loads(listed)] == [out.strip()]
+    code, _, _ = _cli(capsys, "schedule", "list", "--db", str(db))
+    assert code == 0
+
+
+def test_with_json_an_error_is_one_json_object_on_stderr(capsys, tmp_path) -> None:
+    db = tmp_path / "e.db"
+    _submit(capsys, db)
+    code, out, err = _cli(capsys, "--db", str(db), "show", "no-such-run-id-at-all", "--json")
+    assert (code, out) == (1, "")
+    assert json.loads(err) == {"error": {"code": "RUN_NOT_FOUND", "message": "no run with id 'no-such-run-id-at-all'"}}
+    code, _, err = _cli(capsys, "--db", str(db), "show", "no-such-run-id-at-all")
+    assert err.startswith("Error: ")
+
+
+def test_list_filters_by_name_and_schedule_and_shows_exit_and_command(capsys, tmp_path) -> None:
+    db = tmp_path / "e.db"
+    named = _submit(capsys, db, "--name", "nightly")
+    _submit(capsys, db)
+    code, out, _ = _cli(capsys, "--db", str(db), "list", "--name", "nightly", "--json")
+    assert [r["id"] for r in json.loads(out)] == [named]
+    code, out, _ = _cli(capsys, "--db", str(db), "list", "--schedule", "none-such", "--json")
+    assert json.loads(out) == []
+    header = _cli(capsys, "--db", str(db), "list")[1].splitlines()[0].split()
+    assert header == ["RUN", "STATUS", "NAME", "COMMAND", "EXIT", "TOOK", "CREATED"]
+
+
+def test_times_are_local_with_their_offset(monkeypatch) -> None:
+    import time
+
+    monkeypatch.setenv("TZ", "Asia/Shanghai")
+    time.tzset()
+    try:
+        assert format_ms(1_796_256_000_000) == "2026-12-03 08:00:00 +08:00"
+    finally:
+        monkeypatch.delenv("TZ")
+        time.tzset()
+    assert format_ms(None) == "-"
+
+
+def test_submit_without_a_service_says_so_on_stderr_and_succeeds(capsys, tmp_path) -> None:
+    code, out, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "submit", "--", "true")
+    assert code == 0 and len(out.strip()) == 36
+    assert err == "Note: no service is running for this database; the Run will wait until one starts\n"
+
+
+def test_wording_of_bad_input(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", db, "list", "--limit", "abc"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2 and "_positive" not in err and "whole number" in err
+    code, _, err = _cli(capsys, "--db", db, "submit", "--timeout", "0s", "--", "true")
+    assert code == 1 and "zero part" not in err and "between 1s" in err
+    code, _, err = _cli(capsys, "--db", db, "schedule", "add", "*", "--", "true")
+    assert code == 1 and "quote" in err
+    code, _, err = _cli(capsys, "--db", db, "submit", "--cwd", str(tmp_path / "missing"), "--", "true")
+    assert code == 1 and err.startswith("Error: --cwd") and not (tmp_path / "e.db").exists()
+
+
+def test_schedule_remove_json_prints_json(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    code, out, _ = _cli(capsys, "--db", db, "schedule", "add", "@daily", "--", "true")
+    schedule_id = out.strip()
+    code, out, _ = _cli(capsys, "--db", db, "schedule", "remove", schedule_id, "--json")
+    assert code == 0 and json.loads(out) == {"removed": schedule_id}

@@ -1,0 +1,78 @@
+"""A task's environment (docs/environment.md): composition, secret masking, shared variables on
+the device store, and the pass_env / work_dir settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from edge_runtime.contract.environment import (
+    InvalidVariableError,
+    SecretMasker,
+    VariableNotFoundError,
+    compose_environment,
+    mask_text,
+    parse_assignments,
+)
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.environment import LocalEnvironmentRepository
+from edge_runtime.service.config import load_config
+
+SERVICE_ENV = {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "AWS_SECRET": "x", "PROXY": "p",
+               "LD_PRELOAD": "/evil.so"}
+
+
+def test_the_base_then_pass_env_then_shared_then_own_and_always_the_ids() -> None:
+    env = compose_environment(SERVICE_ENV, pass_env=["PROXY"], shared={"A": "shared", "B": "shared"},
+                              own={"B": "own"}, run_id="r1", attempt_id="a1")
+    assert env == {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "PROXY": "p", "A": "shared", "B": "own",
+                   "EDGE_RUNTIME_RUN_ID": "r1", "EDGE_RUNTIME_ATTEMPT_ID": "a1"}
+    # Nothing else of the service's environment, and a PATH even when the service has none.
+    assert compose_environment({}, run_id="r", attempt_id="a")["PATH"].startswith("/usr/local/sbin")
+
+
+@pytest.mark.parametrize("pieces", [
+    [b"token=hunter2-secret\n"],
+    [b"token=hunt", b"er2-secret\n"],
+    [b"token=h", b"u", b"nter2-secre", b"t\n"],
+])
+def test_a_secret_is_masked_even_when_split_across_reads(pieces: list[bytes]) -> None:
+    masker = SecretMasker(["hunter2-secret", "abc"])
+    out = b"".join(masker.feed(piece) for piece in pieces) + masker.flush()
+    assert out == b"token=***\n"
+
+
+def test_short_values_are_not_masked_and_the_longest_secret_wins() -> None:
+    assert mask_text("abc abcd abcdef", ["abc", "abcd", "abcdef"]) == "abc *** ***"
+    assert SecretMasker([]).feed(b"as is") == b"as is"
+
+
+def test_assignments_are_parsed_and_bad_ones_refused() -> None:
+    assert parse_assignments(["A=1", "B=x=y", "A=2"]) == {"A": "2", "B": "x=y"}
+    for bad in ("NOEQUALS", "1A=x", "EDGE_RUNTIME_RUN_ID=x", "A-B=x"):
+        with pytest.raises(InvalidVariableError):
+            parse_assignments([bad])
+
+
+def test_shared_variables_on_the_device_store_never_list_a_secrets_value(db: LocalDatabase) -> None:
+    repo = LocalEnvironmentRepository(db)
+    repo.set("PLAIN", "v1", secret=False)
+    made = repo.set("TOKEN", "s3cr3t-value", secret=True)
+    assert made.secret and "s3cr3t-value" not in repr(made)
+    repo.set("PLAIN", "v2", secret=False)  # replaced in place
+    listed = {v.name: v for v in repo.list()}
+    assert listed["PLAIN"].value == "v2" and listed["TOKEN"].secret
+    assert "s3cr3t-value" not in repr(repo.list())
+    assert repo.task_values() == {"PLAIN": "v2", "TOKEN": "s3cr3t-value"}
+    assert repo.secret_values() == ["s3cr3t-value"]
+    repo.remove("TOKEN")
+    with pytest.raises(VariableNotFoundError):
+        repo.remove("TOKEN")
+    with pytest.raises(InvalidVariableError):
+        repo.set("BAD NAME", "x", secret=False)
+
+
+def test_pass_env_and_work_dir_settings(tmp_path) -> None:
+    config = load_config(env={"EDGE_RUNTIME_PASS_ENV": "HTTP_PROXY, NO_PROXY", "EDGE_RUNTIME_WORK_DIR": "/srv/x"})
+    assert config.pass_env == ["HTTP_PROXY", "NO_PROXY"]
+    assert str(config.resolved_work_dir(str(tmp_path / "db"))) == "/srv/x"
+    assert load_config(env={}).resolved_work_dir(str(tmp_path / "edge.db")) == tmp_path / "work"
