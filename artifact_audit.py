@@ -350,9 +350,15 @@ def _top_level_names(entry: Entry) -> list[str]:
     return [entry.package] if entry.package else []
 
 
+# The stdlib's build configuration (read by sysconfig, which zoneinfo imports): named after the
+# platform, so sys.stdlib_module_names cannot list it.
+STDLIB_PLATFORM_PREFIXES = ("_sysconfigdata_",)
+
+
 def _is_allowed_top_level(name: str) -> bool:
     return (
         name in sys.stdlib_module_names
+        or name.startswith(STDLIB_PLATFORM_PREFIXES)
         or name in ALLOWED_THIRD_PARTY
         or name in ENTRY_SCRIPTS
         or name.startswith(BOOTSTRAP_PREFIXES)
