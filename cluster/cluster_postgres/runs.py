@@ -543,6 +543,31 @@ class PostgresRunRepository:
             ).fetchall()
         return [CancellationCandidate(*row) for row in rows]
 
+    def timed_out_run_ids(self) -> list[str]:
+        """Runs whose active Attempt has run longer than the Run's timeout by database time and
+        that have no cancel request yet (this worker's Attempts only, when scoped)."""
+        owned, params = self._owned("a.id")
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT r.id FROM ql3.run_attempts a JOIN ql3.runs r ON r.id = a.run_id "
+                f"WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.started_at_ms IS NOT NULL "
+                "AND r.timeout_ms IS NOT NULL AND r.cancel_requested_at_ms IS NULL "
+                f"AND a.started_at_ms + r.timeout_ms <= ql3.now_ms(){owned} ORDER BY r.id",
+                params,
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def next_timeout_at_ms(self) -> int | None:
+        """The earliest timeout deadline (database time) among the Attempts ``timed_out_run_ids`` watches."""
+        owned, params = self._owned("a.id")
+        with reading(ClusterRunStorageError):
+            return self._cur.execute(
+                f"SELECT min(a.started_at_ms + r.timeout_ms) FROM ql3.run_attempts a JOIN ql3.runs r ON r.id = a.run_id "
+                f"WHERE a.status IN {ACTIVE_ATTEMPT_SQL} AND a.started_at_ms IS NOT NULL "
+                f"AND r.timeout_ms IS NOT NULL AND r.cancel_requested_at_ms IS NULL{owned}",
+                params,
+            ).fetchone()[0]
+
     def kill_candidates(self) -> list[KillCandidate]:
         """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
         owned, params = self._owned("run_attempts.id")
