@@ -89,7 +89,16 @@ def format_ms(value: Any) -> str:
     (``2026-12-03 08:00:00 +08:00``), or '-' when absent; ``--json`` keeps the milliseconds."""
     if not isinstance(value, int) or isinstance(value, bool):
         return "-"
-    local = dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone()
+    return _with_offset(dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone())
+
+
+def format_ms_at_offset(value: int, offset_s: int) -> str:
+    """A millisecond timestamp as a clock ``offset_s`` seconds east of UTC shows it (a schedule's
+    own zone), in :func:`format_ms`'s form."""
+    return _with_offset(dt.datetime.fromtimestamp(value / 1000, dt.timezone(dt.timedelta(seconds=offset_s))))
+
+
+def _with_offset(local: dt.datetime) -> str:
     offset = local.strftime("%z")
     return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
 

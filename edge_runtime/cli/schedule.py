@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import shlex
 import sys
 
 import msgspec
 
-from edge_runtime.cli.common import add_json_flag, format_ms, present, print_json, printable, wake_service
+from edge_runtime.cli.common import (
+    add_json_flag,
+    format_ms,
+    format_ms_at_offset,
+    present,
+    print_json,
+    printable,
+    wake_service,
+)
 from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
@@ -186,8 +193,7 @@ def _next_fire(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
         offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
     except InvalidTimeZoneError:  # a zone this system cannot load (zoneinfo removed since): the UTC instant
         return format_ms(r.next_fire_at_ms)
-    local = dt.datetime.fromtimestamp(r.next_fire_at_ms / 1000, dt.timezone(dt.timedelta(seconds=offset)))
-    return local.isoformat(timespec="seconds")
+    return format_ms_at_offset(r.next_fire_at_ms, offset)
 
 
 def _show(repository: LocalScheduleRepository, r: ScheduleRecord) -> None:

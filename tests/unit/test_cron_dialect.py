@@ -301,9 +301,9 @@ def test_schedule_add_tz_and_the_zone_and_next_fire_in_list_and_show(
     assert code == 0
     schedule_id = out.strip()
     code, out, _ = _cli(capsys, db_path, "schedule", "list")
-    assert code == 0 and "tz=CST-8" in out and "T14:00:00+08:00" in out and "'0 14 * * *'" in out
+    assert code == 0 and "tz=CST-8" in out and "14:00:00 +08:00" in out and "'0 14 * * *'" in out
     code, out, _ = _cli(capsys, db_path, "schedule", "show", schedule_id)
-    assert "time zone  CST-8" in out and "T14:00:00+08:00  (" in out and "T06:00:00.000Z)" in out
+    assert "time zone  CST-8" in out and "14:00:00 +08:00  (" in out and "06:00:00 +00:00)" in out
     code, out, _ = _cli(capsys, db_path, "schedule", "show", schedule_id, "--json")
     assert json.loads(out)["timeZone"] == "CST-8"
     code, out, _ = _cli(capsys, db_path, "schedule", "add", "@boot", "--", "true")
