@@ -111,6 +111,28 @@ def open_checked(path: Path | str, flags: int, file_type: int) -> int:
     return fd
 
 
+def open_checked_in(directory: Path | str, name: str, flags: int, file_type: int) -> int:
+    """:func:`open_checked` of ``name`` (one path component) relative to ``directory``, opened
+    once as a directory: the file opened is the one in that directory, never one a symlink in its
+    name leads to.
+
+    Raises:
+        OSError: the directory or the file cannot be opened, or the file is of another type.
+    """
+    if "/" in name or name in ("", ".", ".."):
+        raise OSError(errno.EINVAL, f"{name!r} is not a file name; refused")
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    if stat.S_IFMT(os.fstat(fd).st_mode) != file_type:
+        os.close(fd)
+        kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
+        raise OSError(errno.EINVAL, f"{Path(directory) / name} is not a {kind}; refused")
+    return fd
+
+
 def open_child_output(fifo_path: Path) -> int:
     """The descriptor to give the child as stdout and stderr (``O_RDWR``: see the module docstring)."""
     fd = open_checked(fifo_path, os.O_RDWR, stat.S_IFIFO)

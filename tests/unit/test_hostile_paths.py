@@ -1,0 +1,93 @@
+"""Hostile paths, second round: log paths named by the database, FIFOs beside it, files in the log
+directory that are not this service's, and the default database of root's CLI. In-process through
+the real CLI (``main``), the same code path as the executable."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import apsw
+import pytest
+
+from edge_runtime.cli.main import main
+from edge_runtime.local.database import LocalDatabase
+from edge_runtime.service.log_capture import log_paths
+from tests.supervisor_rig import SupervisorRig
+
+
+@pytest.fixture(autouse=True)
+def _no_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("EDGE_RUNTIME_CONFIG", raising=False)
+    monkeypatch.delenv("EDGE_RUNTIME_LOG_DIR", raising=False)
+
+
+def _cli(capsys: pytest.CaptureFixture[str], db_path: Path, *argv: str) -> tuple[int, str, str]:
+    code = main(["--db", str(db_path), *argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _ended_run(db: LocalDatabase, tmp_path: Path) -> str:
+    rig = SupervisorRig(db, tmp_path, slots=1)
+    try:
+        run_id = rig.submit("echo the-real-log")
+        assert rig.run_until_ended(run_id) == "succeeded"
+    finally:
+        rig.close()
+    return run_id
+
+
+def _set_log_path(db_path: Path, run_id: str, log_path: str) -> None:
+    connection = apsw.Connection(str(db_path))
+    try:
+        connection.execute("UPDATE run_attempts SET log_path = ? WHERE run_id = ?", (log_path, run_id))
+    finally:
+        connection.close()
+
+
+# ------------------------------------------------------------------ log paths named by the database
+
+
+def test_logs_prints_the_attempts_own_log(capsys, db: LocalDatabase, db_path: Path, tmp_path: Path) -> None:
+    run_id = _ended_run(db, tmp_path)
+    code, out, err = _cli(capsys, db_path, "logs", run_id)
+    assert (code, err) == (0, "") and "the-real-log" in out
+
+
+@pytest.mark.parametrize("target", ["secret", "/proc/self/environ", "/proc/self/mem", "other-attempt", "dotdot"])
+def test_logs_refuses_a_log_path_that_is_not_the_attempts_log_in_the_log_dir(
+        capsys, db: LocalDatabase, db_path: Path, tmp_path: Path, target: str) -> None:
+    run_id = _ended_run(db, tmp_path)
+    secret = tmp_path / "root-only"
+    secret.write_text("SECRET-CONTENT\n")
+    own_log = log_paths(tmp_path / "logs", _attempt_id(db_path, run_id))[0]
+    hostile = {"secret": str(secret), "other-attempt": str(tmp_path / "logs" / "someone-else.log"),
+               "dotdot": f"{tmp_path}/logs/../root-only"}.get(target, target)
+    if target == "other-attempt":
+        Path(hostile).write_text("SECRET-CONTENT\n")
+    _set_log_path(db_path, run_id, hostile)
+    code, out, err = _cli(capsys, db_path, "logs", run_id)
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert err.startswith("Error: ") and err.rstrip().endswith("[LOG_PATH_REFUSED]") and err.count("\n") == 1, err
+    assert str(own_log) in err  # names the only file it would read
+
+
+def test_logs_opens_the_log_without_following_a_symlink_in_its_place(capsys, db: LocalDatabase, db_path: Path,
+                                                                     tmp_path: Path) -> None:
+    run_id = _ended_run(db, tmp_path)
+    own_log = log_paths(tmp_path / "logs", _attempt_id(db_path, run_id))[0]
+    secret = tmp_path / "root-only"
+    secret.write_text("SECRET-CONTENT\n")
+    own_log.unlink()
+    own_log.symlink_to(secret)
+    code, out, err = _cli(capsys, db_path, "logs", run_id)
+    assert code == 1 and "SECRET" not in out and err.rstrip().endswith("[LOG_UNREADABLE]")
+
+
+def _attempt_id(db_path: Path, run_id: str) -> str:
+    connection = apsw.Connection(str(db_path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return connection.execute("SELECT id FROM run_attempts WHERE run_id = ?", (run_id,)).fetchall()[-1][0]
+    finally:
+        connection.close()
