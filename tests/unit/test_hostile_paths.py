@@ -5,6 +5,9 @@ the real CLI (``main``), the same code path as the executable."""
 from __future__ import annotations
 
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
@@ -14,6 +17,8 @@ from edge_runtime.cli.main import main
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.service.log_capture import log_paths
 from tests.supervisor_rig import SupervisorRig
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(autouse=True)
@@ -91,3 +96,27 @@ def _attempt_id(db_path: Path, run_id: str) -> str:
         return connection.execute("SELECT id FROM run_attempts WHERE run_id = ?", (run_id,)).fetchall()[-1][0]
     finally:
         connection.close()
+
+
+# ------------------------------------------------------------------ FIFOs beside the database
+
+
+def _cli_process(db_path: Path, *argv: str) -> "subprocess.CompletedProcess[str]":
+    """The CLI in a child: a command that hangs on a FIFO fails the test by its timeout."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EDGE_RUNTIME_")}
+    return subprocess.run([sys.executable, "-m", "edge_runtime", "--db", str(db_path), *argv], capture_output=True,
+                          text=True, timeout=60, env={**env, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("suffix", ["-wal", "-shm", "-journal"])
+@pytest.mark.parametrize("argv", [["list"], ["submit", "--", "true"], ["check"]])
+def test_a_fifo_beside_the_database_is_refused_without_hanging(db: LocalDatabase, db_path: Path, suffix: str,
+                                                                argv: list[str]) -> None:
+    db.close()
+    side = Path(f"{db_path}{suffix}")
+    side.unlink(missing_ok=True)
+    os.mkfifo(side, 0o600)
+    result = _cli_process(db_path, *argv)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("Error: ") and f"{side} is not a regular file" in result.stderr, result.stderr
+    assert stat.S_ISFIFO(os.lstat(side).st_mode)  # left as found
