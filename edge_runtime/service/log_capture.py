@@ -53,6 +53,7 @@ _MAX_READS_PER_PUMP = 16
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
+
 def truncation_marker(cap_bytes: int) -> bytes:
     return f"\n[edge-runtime: output truncated after {cap_bytes} bytes; the rest was discarded]\n".encode()
 
