@@ -120,3 +120,46 @@ def test_a_fifo_beside_the_database_is_refused_without_hanging(db: LocalDatabase
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.startswith("Error: ") and f"{side} is not a regular file" in result.stderr, result.stderr
     assert stat.S_ISFIFO(os.lstat(side).st_mode)  # left as found
+
+
+# ------------------------------------------------------------------ root's default database
+
+
+def _owned_by_another_user(path: Path) -> Path:
+    path.mkdir(mode=0o755, exist_ok=True)
+    os.chown(path, 4242, 4242)
+    return path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+@pytest.mark.parametrize("argv", [["submit", "--", "true"], ["list"]])
+def test_the_default_database_under_another_users_home_is_refused(tmp_path: Path, argv: list[str]) -> None:
+    home = _owned_by_another_user(tmp_path / "home-of-4242")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EDGE_RUNTIME_", "XDG_"))}
+    env.update(HOME=str(home), PYTHONPATH=str(ROOT))
+    result = subprocess.run([sys.executable, "-m", "edge_runtime", *argv], capture_output=True, text=True,
+                            timeout=60, env=env, stdin=subprocess.DEVNULL)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.startswith("Error: refusing the database's directory") and "owned by uid 4242" in result.stderr
+    assert not (home / ".local").exists()  # nothing created in that user's home
+
+
+def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime.cli.db_path import default_db_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # what "~" expands to
+    env = {"HOME": str(tmp_path), "XDG_STATE_HOME": "relative/state"}
+    assert default_db_path(env) == tmp_path / ".local" / "state" / "edge-runtime" / "edge-runtime.db"
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    assert default_db_path(env) == tmp_path / "state" / "edge-runtime" / "edge-runtime.db"
+
+
+@pytest.mark.parametrize("argv", [["submit", "--", "true"], ["migrate"], ["schedule", "add", "@daily", "--", "true"]])
+def test_writing_commands_refuse_a_database_directory_others_can_write(capsys, tmp_path: Path, argv: list[str]) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    db_path = shared / "edge-runtime.db"
+    code, out, err = _cli(capsys, db_path, *argv)
+    assert code == 1 and out == "" and err.startswith("Error: refusing the database's directory"), err
+    assert "writable by group or others" in err and not db_path.exists()
