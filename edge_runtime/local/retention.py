@@ -113,6 +113,9 @@ class LocalRetention:
         self._log_dir = log_dir
         self._sweep_due = True
 
+    def attempts_ended(self) -> None:
+        self._sweep_due = True
+
     def prune_step(self) -> bool:
         try:
             with retention_errors():
