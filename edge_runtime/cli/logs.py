@@ -112,6 +112,8 @@ def _open_log_here(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int | 
         return _open_log(attempt, run_id, log_dir)
     except RunStateConflictError:
         return None  # same kernel, other file system (a container's own mount namespace): use the copy
+    except HostileLogPathError:
+        return None  # not this host's log directory (another container's worker): the copy, never that file
 
 
 def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str) -> int:
