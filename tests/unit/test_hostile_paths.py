@@ -163,3 +163,50 @@ def test_writing_commands_refuse_a_database_directory_others_can_write(capsys, t
     code, out, err = _cli(capsys, db_path, *argv)
     assert code == 1 and out == "" and err.startswith("Error: refusing the database's directory"), err
     assert "writable by group or others" in err and not db_path.exists()
+
+
+# ------------------------------------------------------------------ symlinks on a trusted path
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a symlink owned by another user needs root")
+def test_a_symlink_owned_by_another_user_on_the_path_is_refused(tmp_path: Path) -> None:
+    from edge_runtime.service.trusted_paths import directory_problem
+
+    trusted = tmp_path / "root-owned"
+    trusted.mkdir(mode=0o700)
+    link = tmp_path / "flippable"
+    link.symlink_to(trusted)
+    assert directory_problem(link) is None  # root's own symlink to a trusted directory is fine
+    os.lchown(link, 4242, 4242)  # now its owner can point it at their own directory at any time
+    problem = directory_problem(link / ".")
+    assert problem is not None and f"{link} is a symlink owned by uid 4242" in problem
+    assert directory_problem(trusted) is None
+
+
+def test_serve_refuses_a_database_swapped_between_the_check_and_the_open(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime.cli import serve
+    from edge_runtime.local import store as local_store
+    from edge_runtime.local.clock import ManualClock
+    from edge_runtime.local.database import open_database
+    from edge_runtime.service.config import load_config
+    from edge_runtime.service.trusted_paths import UntrustedDirectoryError
+
+    db_path = tmp_path / "edge-runtime.db"
+    other = tmp_path / "planted.db"
+    for path in (db_path, other):
+        open_database(path, clock=ManualClock(1_700_000_000_000)).close()
+    real_opener = local_store.local_store_opener
+
+    def swapping_opener(path, **kwargs):
+        open_real = real_opener(path, **kwargs)
+
+        def open_swapped():
+            os.replace(other, db_path)  # what a symlink flip does between the check and apsw's open
+            return open_real()
+        return open_swapped
+
+    monkeypatch.setattr(local_store, "local_store_opener", swapping_opener)
+    service = serve.build_service(str(db_path), load_config(env={}))
+    with pytest.raises(UntrustedDirectoryError, match="the file opened is not the one whose directory was checked"):
+        service._open_store()
