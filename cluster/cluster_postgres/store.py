@@ -18,7 +18,6 @@ from __future__ import annotations
 import select
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -42,10 +41,6 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 #: nothing; an unreachable host costs its connect_timeout per try anyway).
 LISTEN_RETRY_FIRST_S = 0.2
 LISTEN_RETRY_MAX_S = 5.0
-#: Wake-ups are coalesced: every notification read at once is one wake-up (one tick), and wake-ups
-#: are at least this far apart. Any role that can connect may ``NOTIFY ql3_wake``; a flood of them
-#: then costs at most 1/WAKE_MIN_INTERVAL_S ticks a second, not one tick per notification.
-WAKE_MIN_INTERVAL_S = 0.1
 
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
@@ -69,13 +64,12 @@ class PostgresWake:
     """
 
     __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop_reader", "_stop_writer", "_thread", "_conn",
-                 "refused", "where", "_last_wake")
+                 "refused", "where")
 
     def __init__(self, dsn: str, *, report: Reporter | None = None) -> None:
         self._dsn = dsn
         self._report = report
         self.refused: list[str] = []
-        self._last_wake = float("-inf")
         self.where = f"LISTEN {WAKE_CHANNEL} ({describe_dsn(dsn)})"
         # The first connection is made here, so a wrong DSN or a missing grant fails the start.
         self._conn: psycopg.Connection[Any] | None = self._listen_connection()
@@ -136,12 +130,7 @@ class PostgresWake:
                 if self._stop_reader in ready:
                     return
                 # Readable: notifications, or the end of the connection, which raises here.
-                if any(True for _ in self._conn.notifies(timeout=0)):  # a burst is one wake-up
-                    if self._stopping(max(0.0, self._last_wake + WAKE_MIN_INTERVAL_S - time.monotonic())):
-                        return
-                    for _ in self._conn.notifies(timeout=0):
-                        pass  # what came while waiting is covered by this same wake-up
-                    self._last_wake = time.monotonic()
+                for _ in self._conn.notifies(timeout=0):
                     self._poke()
                 if self._conn.broken or self._conn.closed:
                     raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)

@@ -68,34 +68,3 @@ def test_where_never_shows_a_password() -> None:
     shown = describe_dsn("host=db.example port=5433 user=ql3_runtime password=s3cret dbname=qinglong sslmode=require")
     assert shown == "host=db.example port=5433 dbname=qinglong user=ql3_runtime"
     assert "s3cret" not in describe_dsn("postgresql://ql3_runtime:s3cret@db.example/qinglong")
-
-
-def test_a_flood_of_notifications_is_coalesced_into_a_bounded_number_of_wake_ups(pg_database: Any, owner: Any) -> None:
-    """Any role that can connect may NOTIFY the wake channel: a flood costs a bounded number of
-    ticks (at most one per WAKE_MIN_INTERVAL_S, plus the burst's first), not one per notification.
-    The bound is derived from the time the flood took, so a slow machine only lowers the count."""
-    import time
-
-    import psycopg
-
-    from cluster_postgres import store as store_module
-
-    WAKE_MIN_INTERVAL_S = getattr(store_module, "WAKE_MIN_INTERVAL_S", 0.1)  # the bound the listener promises
-
-    listener = PostgresStore(pg_database.runtime_dsn)
-    wake = listener.open_wake()
-    try:
-        wake.drain()
-        started = time.monotonic()
-        with psycopg.connect(pg_database.runtime_dsn, autocommit=True) as flooder:
-            for _ in range(300):
-                flooder.execute("NOTIFY ql3_wake")  # one commit each: PostgreSQL does not merge them
-        assert readable(wake.fileno(), 5.0)
-        time.sleep(2 * WAKE_MIN_INTERVAL_S)  # the last coalesced wake-up has been sent
-        elapsed = time.monotonic() - started
-        woken = wake.drain()
-        assert 1 <= woken <= elapsed / WAKE_MIN_INTERVAL_S + 2, (woken, elapsed)
-        assert woken < 300
-    finally:
-        wake.close()
-        listener.close()
