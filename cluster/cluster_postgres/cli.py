@@ -54,6 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in USER_COMMANDS:
         return execute(lambda: args.run(args), json_errors=bool(getattr(args, "json", False)))
     try:
+        from cluster_postgres.connection import describe_dsn
+
+        for dsn in (getattr(args, "dsn", None), getattr(args, "admin_dsn", None)):
+            if dsn:
+                describe_dsn(dsn)  # refused here, never quoted: libpq's parse errors repeat a password
         if args.command == "serve":
             from cluster_postgres import serve
 

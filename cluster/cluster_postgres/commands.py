@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import importlib
 import os
+from pathlib import Path
 
 #: The edge CLI's commands that work on any store (the rest are the device's: serve, migrate,
 #: check and schedule, whose cluster counterparts are this CLI's own or do not exist).
@@ -29,6 +30,14 @@ class PostgresStores:
         from cluster_postgres.store import PostgresStore
 
         return contextlib.closing(PostgresStore(command_dsn(args)))
+
+    @staticmethod
+    def log_dir(args: argparse.Namespace) -> Path:
+        """This host's Attempt logs' directory as ``serve`` resolves it."""
+        from cluster_postgres.serve import resolved_log_dir
+        from edge_runtime.service.config import load_config
+
+        return resolved_log_dir(load_config(), os.environ)
 
 
 POSTGRES_STORES = PostgresStores()

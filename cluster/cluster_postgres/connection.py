@@ -23,12 +23,43 @@ NETWORK_DEFAULTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle"
                     "keepalives_count": "3", "tcp_user_timeout": "15000"}
 
 
+#: What of a DSN may be shown in a log or an error: never the password or other secrets.
+_SHOWN = ("host", "hostaddr", "port", "dbname", "user")
+
+
+def parse_dsn(dsn: str) -> dict[str, str]:
+    """The DSN's parameters. Every command parses its DSN here first, so that no parse error of
+    libpq, which quotes the text around the mistake (``invalid percent-encoded token:
+    "S3cr%zzPass"``), can reach a user or a log.
+
+    Raises:
+        ClusterDsnError: ``dsn`` is not a connection string (the message never quotes it).
+    """
+    from cluster_postgres.errors import ClusterDsnError
+
+    try:
+        return conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise ClusterDsnError("the DSN is not a valid PostgreSQL connection string (key=value pairs or a "
+                              "postgresql:// URI; not shown, as it may hold a password)") from None
+
+
+def describe_dsn(dsn: str) -> str:
+    """The DSN's host, port, database and user, for the log (no password, no other option).
+
+    Raises:
+        ClusterDsnError: ``dsn`` is not a connection string (see :func:`parse_dsn`).
+    """
+    parts = parse_dsn(dsn)
+    return " ".join(f"{key}={parts[key]}" for key in _SHOWN if parts.get(key))
+
+
 def connect(dsn: str) -> psycopg.Connection[Any]:
     """A connection in autocommit mode (transactions are explicit) with the runtime timeouts.
 
     Statements are prepared after psycopg's default threshold; nothing else is started: no pool,
     no listener, no timer.
     """
-    given = conninfo_to_dict(dsn)
+    given = parse_dsn(dsn)
     network = {key: value for key, value in NETWORK_DEFAULTS.items() if key not in given}
     return psycopg.connect(dsn, autocommit=True, options=_OPTIONS, **network)

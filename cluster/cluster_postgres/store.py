@@ -22,11 +22,10 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
 
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
-from cluster_postgres.connection import connect
+from cluster_postgres.connection import connect, describe_dsn
 from cluster_postgres.errors import (
     ClusterDsnError,
     ClusterDispatchStorageError,
@@ -38,8 +37,6 @@ from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
 
-#: What of a DSN may be shown in a log: never the password or other secrets.
-_SHOWN = ("host", "hostaddr", "port", "dbname", "user")
 #: The listener's reconnect backoff: doubling from the first, capped (a refused connection costs
 #: nothing; an unreachable host costs its connect_timeout per try anyway).
 LISTEN_RETRY_FIRST_S = 0.2
@@ -48,21 +45,6 @@ LISTEN_RETRY_MAX_S = 5.0
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
 Reporter = Callable[..., None]
-
-
-def describe_dsn(dsn: str) -> str:
-    """The DSN's host, port, database and user, for the log (no password, no other option).
-
-    Raises:
-        ClusterDsnError: ``dsn`` is not a connection string (libpq's message is not repeated: it
-            quotes the text around the mistake, which may be a password).
-    """
-    try:
-        parts = conninfo_to_dict(dsn)
-    except psycopg.ProgrammingError:
-        raise ClusterDsnError("the DSN is not a valid PostgreSQL connection string (key=value pairs or a "
-                              "postgresql:// URI; not shown, as it may hold a password)") from None
-    return " ".join(f"{key}={parts[key]}" for key in _SHOWN if parts.get(key))
 
 
 def _power_of_two(n: int) -> bool:

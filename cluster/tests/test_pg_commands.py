@@ -90,7 +90,7 @@ def build_state(store: Any, log_dir: Path) -> dict[str, str]:
     worker.register()
     done = runs.submit(SubmitRunCommand(argv=["sh", "-c", "echo hi; echo err >&2"], name="nightly", timeout_ms=300_000)).id
     grant = worker.start(done)
-    log = log_dir / "done.log"
+    log = log_dir / f"{grant.lease.attempt_id}.log"  # the Attempt's own name: logs reads nothing else
     log.write_bytes(b"hi\nerr\n")
     runs.record_running(grant.lease.attempt_id, ProcessIdentity(4242, 4242, 777, read_boot_id()), log_path=str(log),
                         actor_id=worker.owner)
@@ -103,7 +103,7 @@ def build_state(store: Any, log_dir: Path) -> dict[str, str]:
     busy = runs.submit(SubmitRunCommand(argv=["sleep", "600"], name="long one")).id
     grant = worker.start(busy)
     runs.record_running(grant.lease.attempt_id, ProcessIdentity(4343, 4343, 888, read_boot_id()),
-                        log_path=str(log_dir / "busy.log"), actor_id=worker.owner)
+                        log_path=str(log_dir / f"{grant.lease.attempt_id}.log"), actor_id=worker.owner)
     requested = runs.request_cancel(CancelRunCommand(run_id=busy, reason="stop it"))
     store.dispatches.claim(ClaimCommand(run_id=busy, attempt_id=grant.lease.attempt_id,
                                         requested_at_ms=requested.cancel_requested_at_ms, owner=worker.owner,
@@ -139,12 +139,13 @@ COMMANDS = [
 
 
 def test_every_read_command_prints_what_the_edge_cli_prints_for_the_same_state(
-    dsn: str, db_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dsn: str, db_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     outputs = {}
     for profile in ("edge", "cluster"):
         log_dir = tmp_path / f"logs-{profile}"
         log_dir.mkdir()
+        monkeypatch.setenv("EDGE_RUNTIME_LOG_DIR", str(log_dir))  # where `logs` finds the Attempt's log
         store = local_store_opener(db_path)() if profile == "edge" else PostgresStore(dsn)
         try:
             ids = build_state(store, log_dir)
@@ -392,16 +393,17 @@ def test_logs_of_an_attempt_ended_elsewhere_without_a_copy_say_so(dsn: str, caps
 
 
 def test_logs_on_the_same_host_read_the_file_and_fall_back_to_the_copy_when_it_is_gone(
-    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    dsn: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = tmp_path / "here.log"
-    log.write_bytes(b"fresh text from the file\n")
+    monkeypatch.setenv("EDGE_RUNTIME_LOG_DIR", str(tmp_path))  # this host's log directory
     store = PostgresStore(dsn)
     try:
         worker = WorkerSession(store.leases, worker_id="host-a", slots=1, session_lease_ms=120_000, run_lease_ms=60_000)
         worker.register()
         run_id = store.runs.submit(SubmitRunCommand(argv=["x"])).id
         attempt_id = worker.start(run_id).lease.attempt_id
+        log = tmp_path / f"{attempt_id}.log"
+        log.write_bytes(b"fresh text from the file\n")
         store.runs.record_running(attempt_id, ProcessIdentity(7, 7, 1, read_boot_id()), log_path=str(log),
                                   actor_id=worker.owner)
         store.runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)

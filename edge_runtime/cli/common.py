@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -46,6 +47,13 @@ class LocalStores:
         else:
             db, clock = open_guarded_with_clock(args.db, create=access == CREATE, make_parent=access == CREATE)
         return contextlib.closing(LocalStore(db, args.db, clock))
+
+    @staticmethod
+    def log_dir(args: argparse.Namespace) -> Path:
+        """The Attempt logs' directory as ``serve`` resolves it (configuration, else beside ``--db``)."""
+        from edge_runtime.service.config import load_config
+
+        return load_config().resolved_log_dir(args.db)
 
 
 LOCAL_STORES = LocalStores()

@@ -27,7 +27,9 @@ def default_db_path(env: Mapping[str, str] | None = None) -> Path:
     explicit = env.get(DB_ENV_VAR)
     if explicit:
         return Path(explicit)
-    state_home = env.get("XDG_STATE_HOME") or DEFAULT_STATE_HOME
+    state_home = env.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(state_home):  # the XDG spec: a relative path is invalid and is ignored
+        state_home = DEFAULT_STATE_HOME
     return _expanded(state_home) / "edge-runtime" / DB_FILE_NAME
 
 
@@ -46,3 +48,21 @@ def _expanded(path: str) -> Path:
 def ensure_parent(path: str) -> None:
     """Create the database's directory (private to the user) if it is missing."""
     _expanded(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+
+def require_trusted_database_directory(path: str) -> None:
+    """Refuse a database whose directory (or, when it does not exist yet, its nearest existing
+    ancestor) another user can change: the check ``serve`` applies, for every command that
+    writes and for a default path (``$HOME`` and ``$XDG_STATE_HOME`` come from the environment,
+    which ``sudo -E`` passes to root unchanged).
+
+    Raises:
+        UntrustedDirectoryError: the directory or one above it belongs to someone other than this
+            user or root, or can be written by group or others.
+    """
+    from edge_runtime.service.trusted_paths import require_trusted_directory
+
+    directory = _expanded(path).absolute().parent
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    require_trusted_directory(directory, "database's directory")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from edge_runtime.cli.db_path import ensure_parent
+from edge_runtime.cli.db_path import ensure_parent, require_trusted_database_directory
 
 if TYPE_CHECKING:
     from edge_runtime.local.database import LocalDatabase
@@ -57,8 +57,10 @@ def open_guarded_with_clock(path: str, *, create: bool,
     # A router's clock may sit at 1970 until NTP syncs: writes from the CLI never take a time
     # below the service's persisted watermark (the service itself guards against every stored
     # time; see edge_runtime/local/guarded_clock.py).
+    require_trusted_database_directory(path)  # a write goes where serve, maybe as root, reads
     if make_parent:
         ensure_parent(path)
+        require_trusted_database_directory(path)
     clock = GuardedClock(SystemClock())
     db = open_database(path, clock=clock, create=create)
     try:

@@ -5,6 +5,11 @@ this host. Where workers on several hosts share a store (``edge-runtime-cluster`
 when the Attempt ran in this host's current boot and the file is here; otherwise the copy the
 worker stored when the Attempt ended (``Store.attempt_logs``: the tail, with a note on stderr when
 the start is cut); a still-running Attempt of another host is refused with where it runs.
+
+A log path comes from the database, which is hostile input: only ``<log dir>/<attempt file stem>.log``
+(the name the service gives that Attempt's log, in the log directory of this host) is ever opened,
+relative to the opened log directory and with ``O_NOFOLLOW``; a row naming any other file
+(``/etc/shadow``, ``/proc/self/mem``) is refused as ``LOG_PATH_REFUSED`` and nothing is read.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import os
 import stat
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -22,13 +28,20 @@ from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, printa
 from edge_runtime.contract.environment import SecretMasker
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
-from edge_runtime.service.log_capture import open_checked
+from edge_runtime.service.log_capture import file_stem, open_checked_in
 
 
 class LogUnreadableError(EdgeRuntimeError):
     """The Attempt's log path is not a readable regular file (a symlink, FIFO or directory)."""
 
     code = "LOG_UNREADABLE"
+
+
+class HostileLogPathError(EdgeRuntimeError):
+    """The database names, as an Attempt's log, a file that is not that Attempt's log in the log
+    directory: the row is hostile (or the log directory given is not the service's) and is refused."""
+
+    code = "LOG_PATH_REFUSED"
 
 
 class LogElsewhereError(RunStateConflictError):
@@ -43,6 +56,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     parser.add_argument("--follow", "-f", action="store_true",
                         help="keep printing the output as it is written until the Attempt ends, then exit 0")
+    parser.add_argument("--log-dir", dest="log_dir",
+                        help="the service's log directory (default: as serve resolves it from its configuration)")
     parser.set_defaults(run=run, stores=stores)
 
 
@@ -67,10 +82,11 @@ def run(args: argparse.Namespace) -> int:
                                             f"{attempt.status.value} before its command started{reason}; no log")
             raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
         copies = store.attempt_logs
+        log_dir = Path(args.log_dir) if args.log_dir else args.stores.log_dir(args)
         if copies is None:
-            fd = _open_log(attempt, args.run_id)  # Local: the log is a file on this device
+            fd = _open_log(attempt, args.run_id, log_dir)  # Local: the log is a file on this device
         else:
-            fd = _open_log_here(attempt, args.run_id)
+            fd = _open_log_here(attempt, args.run_id, log_dir)
             if fd is None:
                 return _print_copy(store, copies, attempt, args.run_id, masker)
         with open(fd, "rb") as log:
@@ -109,10 +125,17 @@ def _copy(log: Any, masker: SecretMasker) -> None:
     sys.stdout.flush()
 
 
-def _open_log(attempt: AttemptRecord, run_id: str) -> int:
+def _open_log(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int:
+    name = f"{file_stem(attempt.id)}.log"
+    expected = log_dir / name
+    if os.path.normpath(str(attempt.log_path)) != os.path.normpath(str(expected)):
+        raise HostileLogPathError(f"attempt {attempt.attempt} of run {run_id} names {attempt.log_path!r} as its log, "
+                                  f"but its log can only be {expected}: refused, nothing read (a database naming "
+                                  f"other files is hostile; give --log-dir if the service used another directory)")
     try:
-        # Never follows a symlink, never blocks on a FIFO, refuses anything but a regular file.
-        return open_checked(attempt.log_path, os.O_RDONLY, stat.S_IFREG)
+        # Relative to the opened log directory; never follows a symlink, never blocks on a FIFO,
+        # refuses anything but a regular file.
+        return open_checked_in(log_dir, name, os.O_RDONLY, stat.S_IFREG)
     except FileNotFoundError:
         raise RunStateConflictError(f"log file {attempt.log_path} of run {run_id} no longer exists (an empty log is not kept, "
                                     f"and log_total_max_bytes removes the oldest logs first)") from None
@@ -120,7 +143,7 @@ def _open_log(attempt: AttemptRecord, run_id: str) -> int:
         raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
 
 
-def _open_log_here(attempt: AttemptRecord, run_id: str) -> int | None:
+def _open_log_here(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int | None:
     """The log file when the Attempt ran in this host's current boot and the file is here (the
     freshest text, even while it runs); None when its log must come from the store's copy."""
     from edge_runtime.service.process_identity import read_boot_id
@@ -128,9 +151,11 @@ def _open_log_here(attempt: AttemptRecord, run_id: str) -> int | None:
     if attempt.boot_id is msgspec.UNSET or attempt.boot_id != read_boot_id():
         return None
     try:
-        return _open_log(attempt, run_id)
+        return _open_log(attempt, run_id, log_dir)
     except RunStateConflictError:
         return None  # same kernel, other file system (a container's own mount namespace): use the copy
+    except HostileLogPathError:
+        return None  # not this host's log directory (another container's worker): the copy, never that file
 
 
 def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str, masker: SecretMasker) -> int:

@@ -15,7 +15,9 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 
 from edge_runtime import __version__
-from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME, default_db_path
+from edge_runtime.cli.db_path import (
+    DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME, default_db_path, require_trusted_database_directory,
+)
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
@@ -137,6 +139,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.db is None:
             args.db = str(default_db_path())
             require_utf8("the database path", args.db)
+            require_trusted_database_directory(args.db)  # a path from the environment, maybe another user's
         return args.run(args)
 
     return execute(run, json_errors=bool(getattr(args, "json", False)))

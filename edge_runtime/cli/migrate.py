@@ -34,6 +34,9 @@ def _say(line: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from edge_runtime.cli.db_path import require_trusted_database_directory
+
+    require_trusted_database_directory(args.db)  # every command that writes: the check serve applies
     if args.drop_scrub_backup:
         from edge_runtime.local.legacy_token_scrub import drop_scrub_backup
 

@@ -72,7 +72,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
-    from edge_runtime.service.trusted_paths import require_trusted_directory
+    from edge_runtime.service.trusted_paths import file_identity, require_opened_file, require_trusted_directory
 
     journal = journal or Journal()
     if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
@@ -87,7 +87,14 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     def open_store():
         # Root opens the database's -wal/-shm beside it: the directory must be trusted first.
         require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
-        return open_local()
+        checked = file_identity(db_path) if os.path.exists(db_path) else None
+        store = open_local()
+        try:  # apsw opens by name: the file it opened must be the one checked
+            require_opened_file(db_path, checked if checked is not None else file_identity(db_path))
+        except BaseException:
+            store.close()
+            raise
+        return store
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)

@@ -13,6 +13,7 @@ never secrets (lease tokens are).
 from __future__ import annotations
 
 import os
+import re
 import time
 import uuid
 
@@ -30,3 +31,14 @@ def new_id() -> str:
     value = value & ~_VERSION_BITS | _VERSION_7
     value = value & ~_VARIANT_BITS | _VARIANT_RFC
     return str(uuid.UUID(int=value))
+
+
+#: The names the service gives Attempt logs: ``<attempt id>.log`` (an id is a UUID in its lowercase
+#: text form), or ``<32 hex>.log`` for an id that is not a plain file name (hashed). Retention
+#: removes nothing else from the log directory, which may be shared with other programs (``/var/log``).
+_ATTEMPT_LOG_NAME = re.compile(r"(?:[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32})\.log")
+
+
+def is_attempt_log_name(name: str) -> bool:
+    """Whether ``name`` is named as the service names an Attempt's log file."""
+    return _ATTEMPT_LOG_NAME.fullmatch(name) is not None

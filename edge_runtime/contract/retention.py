@@ -19,3 +19,9 @@ class Retention(Protocol):
             EdgeRuntimeError: the step failed; nothing was half-done (retry later).
         """
         ...
+
+    def attempts_ended(self) -> None:
+        """Attempts ended while serving: their logs may have taken the log directory past
+        ``log_total_max_bytes``, so the next step enforces the total again (without this it held
+        only at start and after Runs were deleted)."""
+        ...

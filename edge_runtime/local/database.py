@@ -13,6 +13,7 @@ file from calling functions with side effects or corrupting the file on purpose.
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -163,12 +164,54 @@ def _page_size(header: bytes) -> int:
     return 65536 if size == 1 else size
 
 
+#: The files SQLite keeps beside a database: anyone able to write the directory may plant them.
+_SIDE_FILE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def _open_regular(path: str) -> int:
+    """A read descriptor of ``path`` only once it is known to be a regular file: opened without
+    following a symlink and without blocking (a FIFO would hang a blocking open and read),
+    its type checked on the open descriptor.
+
+    Raises:
+        FileNotFoundError: no such file.
+        DatabaseUnusableError: a symlink, FIFO, device or directory; or it cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise DatabaseUnusableError(f"{path} is a symlink; refused, nothing was modified") from None
+        raise DatabaseUnusableError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise DatabaseUnusableError(f"{path} is not a regular file (a FIFO, device or directory); refused, "
+                                    f"nothing was modified: move it away")
+    return fd
+
+
+def _refuse_irregular_side_files(path: str) -> None:
+    """SQLite opens ``-wal``, ``-shm`` and ``-journal`` by name: a FIFO planted as one of them
+    would hang every command, a symlink would send its writes elsewhere."""
+    for suffix in _SIDE_FILE_SUFFIXES:
+        try:
+            os.close(_open_regular(f"{path}{suffix}"))
+        except FileNotFoundError:
+            continue
+
+
 def _refuse_foreign_wal(path: str) -> None:
     """A ``-wal`` left beside a restored backup belongs to another database; SQLite would merge
     its pages in. Its header does not name its database, so only a page-size mismatch is
     detectable here at no cost; the README says how to restore a backup safely."""
     try:
-        with open(f"{path}-wal", "rb") as wal, open(path, "rb") as db:
+        wal_fd = _open_regular(f"{path}-wal")
+    except FileNotFoundError:
+        return
+    try:
+        with open(wal_fd, "rb") as wal, open(_open_regular(path), "rb") as db:
             wal_header, db_header = wal.read(32), db.read(_SQLITE_HEADER_BYTES)
     except FileNotFoundError:
         return
@@ -431,6 +474,7 @@ def open_database(
     path = os.fspath(path)
     clock = clock or SystemClock()
     _refuse_unusable_file(path, create=create and not read_only)
+    _refuse_irregular_side_files(path)
     _refuse_foreign_wal(path)
     journal = Path(f"{path}-journal")
     hot_journal = not read_only and journal.exists()

@@ -17,7 +17,7 @@ from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms
-from edge_runtime.local.retention import RetentionPolicy, log_dir_bytes, plan
+from edge_runtime.local.retention import RetentionPolicy, log_dir_contents, plan
 from edge_runtime.local.legacy_token_scrub import describe, scrub_status
 from edge_runtime.local.migrations import applied_migrations, known_migrations
 from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
@@ -115,8 +115,15 @@ def _storage(db: LocalDatabase) -> HealthCheck:
 def _retention(db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None) -> HealthCheck:
     """What retention removes next, and the logs' total against their cap (reads only)."""
     due = plan(db, policy, read_now_ms(db.clock))
-    logs = log_dir_bytes(log_dir) if log_dir is not None else None
-    log_text = "" if logs is None else f"; logs {logs:,} of {policy.log_total_max_bytes:,} bytes in {log_dir}"
+    contents = log_dir_contents(log_dir) if log_dir is not None else None
+    log_text = ""
+    if contents is not None:
+        logs, others = contents
+        log_text = f"; logs {logs:,} of {policy.log_total_max_bytes:,} bytes in {log_dir}"
+        if others:
+            shown = ", ".join((name if name.isprintable() else repr(name)) for name in others[:5]) + (", ..." if len(others) > 5 else "")
+            log_text += (f"; {len(others)} other entries there are not Attempt logs, never counted or removed "
+                         f"(another program's files? give serve its own log_dir): {shown}")
     return HealthCheck("retention", True, f"{due.finished_runs} finished runs kept (retain_runs={policy.retain_runs}, "
                                           f"retain_days={policy.retain_days}); next to remove: {due.runs_to_remove}{log_text}")
 

@@ -11,8 +11,10 @@ not finished and of any event whose Run still exists, and the deferred foreign k
 COMMIT that would leave any row of a deleted Run behind. A crash at any point leaves whole Runs.
 
 Log files are removed after the commit, by name inside the log directory (``unlink`` with a
-directory descriptor never follows a symlink; only regular files are counted or removed). A crash
-between the commit and the unlink leaves an orphan log, which the next sweep removes.
+directory descriptor never follows a symlink; only regular files are counted or removed). Only
+files named as this service names Attempt logs (``<attempt id>.log``) are ever counted or removed:
+the log directory may be shared with other programs (``/var/log``); ``check`` lists what else is
+there. A crash between the commit and the unlink leaves an orphan log, which the next sweep removes.
 
 Space: the file uses ``auto_vacuum = INCREMENTAL`` (set on a new file; an existing file is
 converted once by a ``VACUUM``, see :func:`ensure_incremental_vacuum`). Freed pages are reused by
@@ -30,6 +32,7 @@ from pathlib import Path
 
 import msgspec
 
+from edge_runtime.contract.ids import is_attempt_log_name
 from edge_runtime.contract.run_lease import LeaseStatus
 from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES, RunStatus
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, OPEN_DISPATCH_SQL, sql_in, sql_literal
@@ -108,6 +111,9 @@ class LocalRetention:
         self._db = db
         self._policy = policy
         self._log_dir = log_dir
+        self._sweep_due = True
+
+    def attempts_ended(self) -> None:
         self._sweep_due = True
 
     def prune_step(self) -> bool:
@@ -189,7 +195,8 @@ class LocalRetention:
             return
         try:
             for log_path in log_paths:
-                if os.path.dirname(log_path) == os.fspath(self._log_dir):
+                if os.path.dirname(log_path) == os.fspath(self._log_dir) \
+                        and is_attempt_log_name(os.path.basename(log_path)):
                     _unlink_regular(fd, os.path.basename(log_path))
         finally:
             os.close(fd)
@@ -217,8 +224,8 @@ class LocalRetention:
         logs = []
         with os.scandir(fd) as entries:
             for entry in entries:
-                if not entry.name.endswith(".log") or not entry.is_file(follow_symlinks=False):
-                    continue  # a symlink or anything else planted here is neither counted nor followed
+                if not is_attempt_log_name(entry.name) or not entry.is_file(follow_symlinks=False):
+                    continue  # another program's file, a symlink or anything planted: never counted, followed or removed
                 info = entry.stat(follow_symlinks=False)
                 logs.append((info.st_mtime_ns, entry.name, info.st_size))
         logs.sort()
@@ -262,14 +269,21 @@ class LocalRetention:
             connection.set_busy_timeout(DEFAULT_BUSY_TIMEOUT_MS)
 
 
-def log_dir_bytes(log_dir: Path) -> int | None:
-    """Total bytes of the regular ``.log`` files in ``log_dir`` (symlinks not followed); None if absent."""
+def log_dir_contents(log_dir: Path) -> tuple[int, list[str]] | None:
+    """Total bytes of the Attempt logs in ``log_dir`` (regular files named as Attempt logs;
+    symlinks not followed) and the sorted names of the other entries, which retention leaves
+    alone; None if the directory is absent."""
+    total, others = 0, []
     try:
         with os.scandir(log_dir) as entries:
-            return sum(e.stat(follow_symlinks=False).st_size for e in entries
-                       if e.name.endswith(".log") and e.is_file(follow_symlinks=False))
+            for entry in entries:
+                if is_attempt_log_name(entry.name) and entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+                elif not entry.name.endswith(".fifo"):  # a running Attempt's output pipe
+                    others.append(entry.name)
     except FileNotFoundError:
         return None
+    return total, sorted(others)
 
 
 def _unlink_regular(dir_fd: int, name: str) -> bool:

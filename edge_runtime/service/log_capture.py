@@ -53,6 +53,7 @@ _MAX_READS_PER_PUMP = 16
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
+
 def truncation_marker(cap_bytes: int) -> bytes:
     return f"\n[edge-runtime: output truncated after {cap_bytes} bytes; the rest was discarded]\n".encode()
 
@@ -108,6 +109,28 @@ def open_checked(path: Path | str, flags: int, file_type: int) -> int:
         os.close(fd)
         kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
         raise OSError(errno.EINVAL, f"{path} is not a {kind}; refused")
+    return fd
+
+
+def open_checked_in(directory: Path | str, name: str, flags: int, file_type: int) -> int:
+    """:func:`open_checked` of ``name`` (one path component) relative to ``directory``, opened
+    once as a directory: the file opened is the one in that directory, never one a symlink in its
+    name leads to.
+
+    Raises:
+        OSError: the directory or the file cannot be opened, or the file is of another type.
+    """
+    if "/" in name or name in ("", ".", ".."):
+        raise OSError(errno.EINVAL, f"{name!r} is not a file name; refused")
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(name, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    if stat.S_IFMT(os.fstat(fd).st_mode) != file_type:
+        os.close(fd)
+        kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
+        raise OSError(errno.EINVAL, f"{Path(directory) / name} is not a {kind}; refused")
     return fd
 
 

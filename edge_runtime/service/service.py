@@ -264,7 +264,7 @@ class DeviceService:
                 next_recovery = time.monotonic() + recovery_s
                 self._recover(runs, worker, supervisor, periodic=True)
             if len(supervisor.running) < running_before:  # Attempts ended since the last tick
-                self._next_retention = min(self._next_retention, time.monotonic() + RETENTION_AFTER_FINISH_S)
+                self._attempts_ended()
             worked = self._tick(worker, supervisor, dispatcher)
             running_before = len(supervisor.running)
             if not worked and not self._tick_failures:
@@ -294,6 +294,12 @@ class DeviceService:
         if periodic and any(counts.values()):
             self.journal.info("recovery.periodic", **{k: v for k, v in counts.items() if v})
         return counts
+
+    def _attempts_ended(self) -> None:
+        """Retention looks again soon, the logs' total included: the cap holds while serving."""
+        self._next_retention = min(self._next_retention, time.monotonic() + RETENTION_AFTER_FINISH_S)
+        if self._retention is not None:
+            self._retention.attempts_ended()
 
     def _retain(self) -> None:
         """One small retention batch when idle and due; a failure is logged and retried later."""

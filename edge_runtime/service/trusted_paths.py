@@ -5,7 +5,12 @@ effective user, and none of them is writable by group or others, except an ances
 sticky bit (``/tmp``): there others may add entries but cannot rename or remove ours. The
 directory itself gets no such exception when it holds files by fixed names (logs, FIFOs, the
 database): in a sticky ``/tmp`` another user could create ``x.log`` or ``db-wal`` first. Both the
-path as written and its resolved form are checked, so a symlink cannot lead around the rule.
+path as written and its resolved form are checked, so a symlink cannot lead around the rule, and
+each component of the path as written is ``lstat``-ed: a symlink on it owned by anyone but root or
+this user is refused (its owner could flip it between a trusted directory and their own).
+
+A check by path is followed by an open by path (apsw opens the database by name): the file that
+was opened is verified to be the one that was checked (:func:`require_opened_file`).
 """
 
 from __future__ import annotations
@@ -26,6 +31,18 @@ def directory_problem(path: str | os.PathLike[str], *, sticky_ok: bool = False) 
     """Why ``path`` cannot be trusted, or None. ``sticky_ok`` also lets the directory itself be sticky."""
     trusted = {0, os.geteuid()}
     written = os.path.abspath(os.fspath(path))
+    component = written
+    while True:
+        try:
+            info = os.lstat(component)
+        except OSError as exc:
+            return f"{component}: {exc.strerror or exc}"
+        if stat.S_ISLNK(info.st_mode) and info.st_uid not in trusted:
+            return (f"{component} is a symlink owned by uid {info.st_uid}, not by this user (uid {os.geteuid()}) "
+                    f"or root: its owner could point it elsewhere at any time")
+        if component == os.path.dirname(component):
+            break
+        component = os.path.dirname(component)
     for chain_of in (written, os.path.realpath(written)):
         prefixes = [chain_of]
         while prefixes[-1] != os.path.dirname(prefixes[-1]):
@@ -53,6 +70,32 @@ def require_trusted_directory(path: str | os.PathLike[str], what: str) -> None:
             f"refusing the {what} {os.fspath(path)}: {problem}; another user could replace what the "
             f"service writes or reads there (make it owned by uid {os.geteuid()} with mode 0700 or 0755)"
         )
+
+
+def file_identity(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """``(st_dev, st_ino)`` of the file at ``path`` (a symlink followed: what an open by name gets)."""
+    info = os.stat(path)
+    return info.st_dev, info.st_ino
+
+
+def require_opened_file(path: str | os.PathLike[str], checked: tuple[int, int]) -> None:
+    """Raise UntrustedDirectoryError unless this process holds ``checked`` (``file_identity``) open:
+    the file a library opened by name after the directory check is the one that was checked, not
+    one a symlink flip put there in between."""
+    resolved = os.path.realpath(path)
+    for name in os.listdir("/proc/self/fd"):
+        try:  # the open file itself, whatever its path now; by name too (a freed inode is reused by -wal)
+            if os.readlink(f"/proc/self/fd/{name}") != resolved:
+                continue
+            info = os.stat(f"/proc/self/fd/{name}")
+        except OSError:
+            continue
+        if (info.st_dev, info.st_ino) == checked:
+            return
+    raise UntrustedDirectoryError(
+        f"refusing the database {os.fspath(path)}: the file opened is not the one whose directory was checked "
+        f"(its path changed in between: a symlink on it flipped?)"
+    )
 
 
 def unpack_directory_problem(bundle_dir: str, *, one_file: bool) -> str | None:

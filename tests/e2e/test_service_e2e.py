@@ -318,3 +318,20 @@ def test_serve_keeps_only_retain_runs_finished_runs_and_their_logs(harness: Harn
     assert {f"{a.id}.log" for run_id in kept() for a in harness.detail(run_id).attempts} == set(logs)
     report = harness.cli("check").stdout
     assert "3 finished runs kept (retain_runs=3, retain_days=7); next to remove: 0" in report, report
+
+
+def test_serve_holds_log_total_max_bytes_as_attempts_end(harness: Harness) -> None:
+    """The logs' total cap holds while serving, not only at start and after Runs are deleted: no
+    Run is old or many enough to be pruned here, yet the oldest logs go as new ones arrive."""
+    harness.env["EDGE_RUNTIME_LOG_TOTAL_MAX_BYTES"] = "20000"
+    harness.env["EDGE_RUNTIME_LOG_MAX_BYTES"] = "8192"
+    harness.serve()
+    run_ids = harness.submit_many([["sh", "-c", "head -c 8000 /dev/zero | tr '\\0' x"]] * 6)
+    for run_id in run_ids:
+        harness.wait_status(run_id, "succeeded")
+
+    def total() -> int:
+        return sum(p.stat().st_size for p in (harness.tmp / "logs").glob("*.log"))
+
+    wait_for(lambda: total() <= 20000, "the logs' total back under log_total_max_bytes while serving", timeout=20)
+    assert total() >= 8000  # the newest logs are kept: the cap removes the oldest first

@@ -186,8 +186,10 @@ def test_running_one_command_imports_only_that_command_module(db_path) -> None:
         "print(sorted(m for m in sys.modules if m.startswith(('edge_runtime.cli.', 'edge_runtime.service'))))\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    # A writing command applies serve's trusted-directory check (the one module of the service it loads).
     assert result.stdout.strip().splitlines()[-1] == (
-        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate']"
+        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate', 'edge_runtime.service', "
+        "'edge_runtime.service.errors', 'edge_runtime.service.trusted_paths']"
     )
 
 

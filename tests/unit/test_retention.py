@@ -11,6 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from edge_runtime.contract.ids import new_id
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.retention import (
@@ -184,7 +185,7 @@ def test_logs_beyond_the_cap_go_oldest_first_and_empty_ones_are_not_kept(
     attempts = [finished_run(runs, worker, log_dir, b"")[1] for _ in range(5)]
     for age, attempt_id in zip((500, 400, 300, 200, 100), attempts):
         _log(log_dir, f"{attempt_id}.log", 1000, age)
-    empty_old = _log(log_dir, f"{start_run(runs, worker)[1]}x.log", 0, LOG_MIN_AGE_MS / 1000 + 60)
+    empty_old = _log(log_dir, f"{new_id()}.log", 0, LOG_MIN_AGE_MS / 1000 + 60)
     empty_young = _log(log_dir, "young.log", 0, 1)
     kept = LocalRetention(db, policy(log_bytes=2500), log_dir).sweep_logs()
     assert [(log_dir / f"{a}.log").exists() for a in attempts] == [False, False, False, True, True]
@@ -201,7 +202,7 @@ def test_the_log_of_an_active_attempt_is_never_removed(
 
 
 def test_orphan_logs_are_swept(db: LocalDatabase, log_dir: Path) -> None:
-    orphan = _log(log_dir, "gone-attempt.log", 10, LOG_MIN_AGE_MS / 1000 + 60)
+    orphan = _log(log_dir, f"{new_id()}.log", 10, LOG_MIN_AGE_MS / 1000 + 60)
     LocalRetention(db, policy(), log_dir).sweep_logs()
     assert not orphan.exists()
 
@@ -324,3 +325,25 @@ def test_the_wal_is_truncated_once_the_readers_that_pinned_it_are_gone(
         assert wal.stat().st_size == 0
     finally:
         reader.close()
+
+
+def test_the_sweep_removes_only_files_named_as_attempt_logs_and_check_lists_the_others(
+    capsys: pytest.CaptureFixture[str], db: LocalDatabase, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from edge_runtime.cli.main import main
+
+    shared = db_path.parent / "logs"  # the default log_dir beside the database, shared like /var/log
+    shared.mkdir(mode=0o700)
+    old = LOG_MIN_AGE_MS / 1000 + 60
+    others = [_log(shared, name, size, old) for name, size in
+              (("syslog.log", 4000), ("auth.log", 0), ("daemon.1.log", 10), ("ABCDEF0123456789ABCDEF0123456789.log", 5))]
+    orphan = _log(shared, f"{new_id()}.log", 10, old)
+    kept = LocalRetention(db, policy(log_bytes=1000), shared).sweep_logs()
+    assert all(path.exists() for path in others) and not orphan.exists() and kept == 0
+    monkeypatch.delenv("EDGE_RUNTIME_CONFIG", raising=False)
+    monkeypatch.delenv("EDGE_RUNTIME_LOG_DIR", raising=False)
+    assert main(["--db", str(db_path), "check"]) == 0
+    out = capsys.readouterr().out
+    assert f"logs 0 of " in out  # the others are not counted against the cap
+    assert "4 other entries there are not Attempt logs, never counted or removed" in out
+    assert "syslog.log" in out and "auth.log" in out
