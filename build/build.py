@@ -47,6 +47,7 @@ _INPUT_GLOBS = (
     "build/excludes.toml",
     "build/exclusions.py",
     "build/build.py",
+    "edge_runtime/service/native/monitor.c",
 )
 
 

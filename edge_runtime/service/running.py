@@ -13,7 +13,13 @@ from typing import NamedTuple
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity
 from edge_runtime.service.worker import RunGrant
 
+#: A re-adopted Attempt of a release without monitors (no status file): nothing kept its status.
 REASON_ADOPTED_EXIT = "the process exited while re-adopted after a service restart; its exit status is unknown"
+#: A re-adopted Attempt whose process had exited when recovery found it, started by a release
+#: without monitors (no status file): nothing kept its status.
+REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
+#: The monitor is gone (killed) without having written the task's end.
+REASON_MONITOR_GONE = "the attempt's monitor ended without recording the exit status; it is unknown"
 
 
 def exit_code_of(status: int) -> int:
@@ -41,19 +47,20 @@ class DeferredEnd(NamedTuple):
 class RunningAttempt:
     """What the service holds in memory for one Attempt whose process it watches."""
 
-    __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path",
-                 "gone_since", "record_by", "record_error")
+    __slots__ = ("attempt_id", "run_id", "identity", "started_here", "pidfd", "grant", "deferred", "failure",
+                 "log_path", "exited_since", "record_by", "record_error", "note")
 
     def __init__(
-        self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, own_child: bool, grant: RunGrant | None
+        self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, started_here: bool, grant: RunGrant | None,
+        log_path: Path | None,
     ) -> None:
         self.attempt_id = attempt_id
         self.run_id = run_id
         self.identity = identity
-        self.own_child = own_child
+        #: Started by this service (else re-adopted from an earlier session).
+        self.started_here = started_here
         self.pidfd: int | None = None
         self.grant = grant
-        #: (status, exit code, reason) decided at the leader's exit, applied after the SIGKILL step.
         #: How the Attempt ended, held until its SIGKILL step is done (then recorded).
         self.deferred: DeferredEnd | None = None
         #: Set when the process had to be killed because its identity could not be recorded.
@@ -63,7 +70,9 @@ class RunningAttempt:
         self.record_by: float | None = None
         #: Why the last try to record the identity failed (for the reason if it is given up).
         self.record_error: str | None = None
-        #: The Attempt's FIFO, unlinked when the Attempt ends.
-        self.fifo_path: Path | None = None
-        #: Re-adopted only: when its exit was first seen (monotonic); its parent may record it.
-        self.gone_since: float | None = None
+        #: The Attempt's log (its status file is beside it); None when it has none recorded.
+        self.log_path = log_path
+        #: When its leader was seen gone (monotonic) while its monitor had not written its end yet.
+        self.exited_since: float | None = None
+        #: Added to the reason of its end (e.g. that it ended while no service ran).
+        self.note: str | None = None

@@ -54,6 +54,7 @@ from edge_runtime.service.errors import ServiceError
 from edge_runtime.service.executor import seal_inherited_descriptors
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.monitor import monitor_path
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
 from edge_runtime.service.trusted_paths import require_trusted_directory
@@ -145,6 +146,7 @@ class DeviceService:
                 or the session was lost while serving.
         """
         boot_id = read_boot_id()
+        monitor_path()  # refuse to start without the per-Attempt monitor, before taking any work
         seal_inherited_descriptors()
         log_dir = self.log_dir
         try:
@@ -241,10 +243,9 @@ class DeviceService:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
                 self.journal.info("service.stopping", running=len(supervisor.running))
                 return
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
+            loop.flags.take(signal.SIGCHLD)  # a monitor's first process, reaped by the spawn itself
             if supervisor.needs_poll():
-                supervisor.poll_adopted()
+                supervisor.poll_exits()
             supervisor.run_capture_timers()
             supervisor.enforce_identity_deadlines()  # before the tick: it must not wait for the database
             if time.monotonic() >= next_fallback:
@@ -304,16 +305,16 @@ class DeviceService:
         while supervisor.own_children:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
                 return  # ``supervisor.close`` kills what was never recorded
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()
             supervisor.enforce_identity_deadlines()
             try:
                 supervisor.settle_deferred()
                 supervisor.retry_completions()
             except EdgeRuntimeError as exc:
                 self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
-            identity_due_s = supervisor.seconds_to_identity_deadline()
-            wait_s = ADOPTED_POLL_MS / 1000 if identity_due_s is None else min(ADOPTED_POLL_MS / 1000, identity_due_s)
+            due_s = supervisor.next_due_s()
+            wait_s = ADOPTED_POLL_MS / 1000 if due_s is None else min(ADOPTED_POLL_MS / 1000, due_s)
             for callback in loop.wait(wait_s):
                 callback()
         try:
@@ -398,12 +399,9 @@ class DeviceService:
         fallback_ms = max(0.0, (next_fallback - time.monotonic()) * 1000)
         if supervisor.needs_poll():
             fallback_ms = min(fallback_ms, ADOPTED_POLL_MS)
-        capture_timer_s = supervisor.seconds_to_capture_timer()
-        if capture_timer_s is not None:
-            fallback_ms = min(fallback_ms, capture_timer_s * 1000)
-        retry_s = supervisor.next_retry_s()
-        if retry_s is not None:
-            fallback_ms = min(fallback_ms, retry_s * 1000)
+        supervisor_due_s = supervisor.next_due_s()  # "when is something next due?"
+        if supervisor_due_s is not None:
+            fallback_ms = min(fallback_ms, supervisor_due_s * 1000)
         try:
             now = self._store.now_ms()
             dues = [
@@ -470,6 +468,5 @@ class DeviceService:
                 return
             for callback in loop.wait(min(remaining, ADOPTED_POLL_MS / 1000)):
                 callback()
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
-            supervisor.poll_adopted()
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()
