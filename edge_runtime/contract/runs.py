@@ -81,6 +81,8 @@ EVENT_RUN_STARTED = "run.started"
 EVENT_RUN_REQUEUED = "run.requeued"
 EVENT_KILL_SENT = "run.kill_sent"
 EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
+#: A worker saw an Attempt end that was no longer its to record (already ended, e.g. ``lost``).
+EVENT_FENCED_END = "run.fenced_end"
 
 
 def attempt_event_key(attempt: int, step: str) -> str:

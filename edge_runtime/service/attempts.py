@@ -128,6 +128,7 @@ class AttemptSupervisor:
         env: Mapping[str, str] | None = None,
         log_linger_ms: int = 30_000,
         log_copies: AttemptLogStore | None = None,
+        grace_ms: int = 10_000,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -138,6 +139,9 @@ class AttemptSupervisor:
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
         self._log_linger_ms = log_linger_ms
+        self._grace_s = grace_ms / 1000
+        #: Attempts fenced out (see ``fence_ended``): SIGKILL for their group at this monotonic time.
+        self._fence_kills: dict[str, float] = {}
         self._boot_id = boot_id
         self._env = task_environment(os.environ if env is None else env)
         #: Where a copy of each ended Attempt's log goes (``Store.attempt_logs``), or None (Local).
@@ -251,8 +255,7 @@ class AttemptSupervisor:
                 self._give_up_identity(running, f"the process identity could not be recorded: {exc}", error=exc.code)
                 return False
             # Keep it: it is watched by its pidfd; retry_identities records it later.
-            running.record_by = _record_deadline(grant)
-            running.record_error = str(exc)
+            running.await_record(_record_deadline(grant), str(exc))
             self._journal.warning("attempt.identity_pending", run=run.id, attempt=attempt_id, pid=identity.pid,
                                   error=exc.code, detail=str(exc),
                                   give_up_in_s=round(running.record_by - time.monotonic(), 1))
@@ -283,15 +286,13 @@ class AttemptSupervisor:
             if stored is None or stored.status is not AttemptStatus.RUNNING or stored.identity != running.identity:
                 return f"the process identity could not be recorded: {exc}"
             self._journal.info("attempt.identity_found", attempt=attempt_id, pid=running.identity.pid)
-        running.record_by = None
-        running.record_error = None
+        running.recorded()
         return None
 
     def _give_up_identity(self, running: RunningAttempt, reason: str, *, error: str | None = None) -> None:
         """The identity will not be recorded: SIGKILL the group (nobody could cancel or re-adopt an
         unrecorded process safely later); its exit then ends the Attempt ``lost`` with ``reason``."""
-        running.failure = reason
-        running.record_by = None
+        running.doom(reason)
         outcome = self._controller.force_kill(running.identity)
         self._journal.error("attempt.identity_not_recorded", attempt=running.attempt_id, pid=running.identity.pid,
                             error=error, detail=reason, kill=outcome.value)
@@ -308,7 +309,7 @@ class AttemptSupervisor:
                     self._give_up_identity(running, f"the process identity could not be recorded: {exc}",
                                            error=exc.code)
                     continue
-                running.record_error = str(exc)
+                running.await_record(running.record_by, str(exc))
                 if self._settlements.failed():
                     self._journal.error("attempt.identity_retry_failed", attempt=running.attempt_id, error=exc.code,
                                         detail=str(exc), failures=self._settlements.failures)
@@ -362,7 +363,7 @@ class AttemptSupervisor:
                 return True
         else:
             self.running[attempt.id] = running
-            running.exited_since = time.monotonic()
+            running.exited(time.monotonic())
         running.note = "gap"  # it ended while no service watched it
         self._check_exited(running)
         return False
@@ -416,7 +417,7 @@ class AttemptSupervisor:
         if running.exited_since is None:
             later = time.monotonic() + EXIT_CHECK_S
             self._next_exit_check = min(self._next_exit_check, later) if self._exits_pending(exclude=running) else later
-            running.exited_since = time.monotonic()
+            running.exited(time.monotonic())
 
     def _exits_pending(self, exclude: RunningAttempt | None = None) -> bool:
         return any(r.exited_since is not None and r.deferred is None and r is not exclude
@@ -451,7 +452,9 @@ class AttemptSupervisor:
             self._end(running, None, REASON_MONITOR_GONE)
 
     def run_capture_timers(self) -> None:
-        """Read the status files of exited leaders again, and hand over the logs completed since."""
+        """Read the status files of exited leaders again, hand over the logs completed since, and
+        SIGKILL the fenced groups whose grace is over."""
+        self._enforce_fences()
         now = time.monotonic()
         if self._next_exit_check <= now and self._exits_pending():
             self._next_exit_check = now + EXIT_CHECK_S
@@ -480,15 +483,20 @@ class AttemptSupervisor:
         self._end(running, end, unknown_reason)
 
     def _decide_end(self, running: RunningAttempt, end: MonitorEnd | None, unknown_reason: str | None) -> None:
-        if running.record_by is not None and running.failure is None:
+        if running.unrecorded:
             self._record_before_end(running)
         attempt = self._runs.get_attempt(running.attempt_id)
         if attempt is None or attempt.status not in _ACTIVE:
-            # Ended meanwhile by another service (the one that replaced ours, or the one ours
-            # replaced): both read the same status file, the first to record wins.
+            # Ended meanwhile elsewhere: by another service that read the same status file (the
+            # first to record wins), or ``lost`` by the orphan sweep once this service's session or
+            # Run Lease was gone. Its verdict stands; what this service saw is only an event.
             self.running.pop(running.attempt_id, None)
-            self._journal.info("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
-                               status=None if attempt is None else attempt.status.value)
+            self._fence_kills.pop(running.attempt_id, None)
+            self._journal.warning("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
+                                  status=None if attempt is None else attempt.status.value,
+                                  exit_code=None if end is None else exit_code_of(end.status))
+            if attempt is not None and attempt.status is AttemptStatus.LOST and end is not None:
+                self._record_fenced_end(running, end)
             self._release_output(running)
             return
         run = self._runs.get(running.run_id)
@@ -496,6 +504,12 @@ class AttemptSupervisor:
         status = None if end is None else end.status
         code = None if status is None else exit_code_of(status)
         reason = None if status is None else describe_exit(status)
+        if cancel_requested and status is not None and status >= 0 and attempt.term_sent_at_ms is _UNSET:
+            # It ended on its own before any signal reached it: never ``cancelled`` with an exit
+            # code no signal caused; its real end, and the Run says the cancel sent nothing.
+            cancel_requested = False
+            note = "a cancel was requested, but it ended before any signal was sent"
+            reason = f"{reason}; {note}" if reason else note
         if running.failure is not None:
             result, reason = AttemptStatus.LOST, running.failure
         elif cancel_requested:
@@ -504,10 +518,12 @@ class AttemptSupervisor:
             result, reason = AttemptStatus.LOST, unknown_reason or REASON_MONITOR_GONE
         else:
             result = AttemptStatus.SUCCEEDED if status == 0 else AttemptStatus.FAILED
+        if running.attempt_id in self._fence_kills:
+            self._fence_kills.pop(running.attempt_id)
         if end is not None and running.note == "gap":
             reason = f"{reason}; {_ended_unwatched(end)}" if reason else _ended_unwatched(end)
         if cancel_requested and self._kill_pending(running):
-            running.deferred = DeferredEnd(result, code, reason)
+            running.defer(DeferredEnd(result, code, reason))
             self._journal.info("attempt.awaiting_kill", run=running.run_id, attempt=running.attempt_id,
                                pid=running.identity.pid)
             return
@@ -527,13 +543,12 @@ class AttemptSupervisor:
                 raise
             # The process is gone, so its identity guards nothing any more: the Attempt ends from
             # ``starting`` with the real exit status (finish_attempt accepts any active Attempt).
-            running.record_by = None
+            running.recorded()
             self._journal.warning("attempt.identity_not_recorded", attempt=running.attempt_id,
                                   pid=running.identity.pid, error=exc.code, detail=str(exc), exited=True)
             return
         if conflict is not None:
-            running.record_by = None
-            running.failure = conflict
+            running.doom(conflict)
         else:
             self._journal.info("attempt.running", run=running.run_id, attempt=running.attempt_id,
                                pid=running.identity.pid, late=True, exited=True)
@@ -628,7 +643,9 @@ class AttemptSupervisor:
         again, a log to hand over, a retry, the end of a pause in starting, an identity to give
         up); None when only an event (a pidfd, a signal) can bring work. With processes to poll
         (no pidfds) the caller adds its poll interval."""
-        dues = [self.seconds_to_capture_timer(), self.next_retry_s(), self.seconds_to_identity_deadline()]
+        fence = min(self._fence_kills.values(), default=None)
+        dues = [self.seconds_to_capture_timer(), self.next_retry_s(), self.seconds_to_identity_deadline(),
+                None if fence is None else max(0.0, fence - time.monotonic())]
         return min((d for d in dues if d is not None), default=None)
 
     def copy_log(self, attempt_id: str, log_path: Path) -> None:
@@ -643,6 +660,59 @@ class AttemptSupervisor:
             self._journal.warning("attempt.log_copy_failed", attempt=attempt_id,
                                   error=getattr(exc, "code", type(exc).__name__), detail=str(exc))
 
+    # ----------------------------------------------------------------- self-fencing
+
+    def fence_ended(self, why: str) -> int:
+        """This service learnt that its session (or Run Leases) may be gone: stop the process groups
+        of its own Attempts that the store has already ended (SIGTERM now, SIGKILL after the
+        grace); their ends are then recorded only as events, never over the verdict. How many."""
+        fenced = 0
+        for running in [r for r in self.running.values() if r.started_here]:
+            fenced += self._fence_if_ended(running, why)
+        return fenced
+
+    def _fence_if_ended(self, running: RunningAttempt, why: str) -> bool:
+        try:
+            attempt = self._runs.get_attempt(running.attempt_id)
+        except EdgeRuntimeError as exc:
+            self._journal.error("attempt.fence_check_failed", attempt=running.attempt_id, error=exc.code,
+                                detail=str(exc))
+            return False
+        if attempt is not None and attempt.status in _ACTIVE:
+            return False  # still this Attempt's: it runs on (a session that replaced ours re-adopts it)
+        if running.attempt_id in self._fence_kills or running.exited_since is not None:
+            return False
+        result = self._controller.request_termination(running.identity)
+        self._fence_kills[running.attempt_id] = time.monotonic() + self._grace_s
+        self._journal.warning("attempt.fenced", run=running.run_id, attempt=running.attempt_id, detail=why,
+                              status=None if attempt is None else attempt.status.value, signal=result.value)
+        return True
+
+    def _enforce_fences(self) -> None:
+        now = time.monotonic()
+        for attempt_id, at in list(self._fence_kills.items()):
+            running = self.running.get(attempt_id)
+            if running is None:
+                del self._fence_kills[attempt_id]
+            elif at <= now:
+                del self._fence_kills[attempt_id]
+                outcome = self._controller.force_kill(running.identity)
+                self._journal.warning("attempt.fence_killed", attempt=attempt_id, outcome=outcome.value)
+
+    @property
+    def fencing(self) -> int:
+        """Fenced Attempts whose processes have not ended yet."""
+        return sum(1 for attempt_id in self._fence_kills if attempt_id in self.running)
+
+    def _record_fenced_end(self, running: RunningAttempt, end: MonitorEnd) -> None:
+        code, reason = exit_code_of(end.status), describe_exit(end.status)
+        try:
+            self._runs.record_fenced_end(running.attempt_id, exit_code=code, reason=reason,
+                                         actor_id=self._worker.owner)
+        except EdgeRuntimeError as exc:
+            self._journal.error("attempt.fenced_end_not_recorded", attempt=running.attempt_id, error=exc.code,
+                                detail=str(exc))
+
     # ----------------------------------------------------------------- leases
 
     def renew_due(self, now_ms: int) -> None:
@@ -653,12 +723,15 @@ class AttemptSupervisor:
             try:
                 self._worker.renew(grant)
                 if running.record_by is not None:  # still unrecorded: the renewed grant fences it longer
-                    running.record_by = _record_deadline(grant)
+                    running.await_record(_record_deadline(grant), running.record_error)
             except EdgeRuntimeError as exc:
-                # After the start barrier the grant cannot be taken over; a lapse is not fatal.
+                # After the start barrier the grant cannot be taken over; a lapse is not fatal,
+                # unless the Attempt was ended meanwhile (its lease lapsed and the orphan sweep
+                # ended it ``lost``): then its process is no longer anyone's to run.
                 running.grant = None
                 self._journal.warning("lease.renew_failed", attempt=running.attempt_id, error=exc.code,
                                       detail=str(exc))
+                self._fence_if_ended(running, "its Run Lease is gone")
 
     def next_renewal_at_ms(self) -> int | None:
         return min(

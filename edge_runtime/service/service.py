@@ -196,7 +196,7 @@ class DeviceService:
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
-                log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs,
+                log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs, grace_ms=config.grace_ms,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,
@@ -297,11 +297,16 @@ class DeviceService:
         self._next_retention = time.monotonic() + (RETENTION_BATCH_GAP_S if more else RETENTION_IDLE_S)
 
     def _linger(self, loop: EventLoop, supervisor: AttemptSupervisor, lost: SessionLostError) -> None:
-        """The session is gone: take nothing more, but wait for our own children to exit and record
-        their real end (not session-fenced), so the session that replaced ours need not guess it.
-        SIGTERM/SIGINT cut this short; the children then keep running and are re-adopted."""
+        """The session is gone: take nothing more. Self-fencing first: the Attempts of ours that the
+        store already ended (``lost``, by the orphan sweep of another session) are no one's to run:
+        their groups are stopped at once (SIGTERM, SIGKILL after the grace) and what they ended
+        with is recorded only as an event. The others still run as Attempts: wait for them to exit
+        and record their real end (not session-fenced), so the session that replaced ours need
+        not guess it. SIGTERM/SIGINT cut this short; those keep running and are re-adopted."""
         supervisor.drop_adopted()
-        self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children)
+        fenced = supervisor.fence_ended("its worker session is gone")
+        self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children,
+                             fenced=fenced)
         while supervisor.own_children:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
                 return  # ``supervisor.close`` kills what was never recorded
