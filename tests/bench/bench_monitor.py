@@ -49,7 +49,9 @@ class _Rig:
                 raise RuntimeError("an Attempt did not end")
             for callback in self.loop.wait(0.05):
                 callback()
-            self.supervisor.poll_exits()
+            # poll_exits: with monitors; reap_children: the supervisor before them (for "before" figures).
+            poll = getattr(self.supervisor, "poll_exits", None) or self.supervisor.reap_children
+            poll()
             self.supervisor.run_capture_timers()
             self.supervisor.retry_completions()
 
@@ -100,7 +102,7 @@ def _monitor_cost(workdir: Path) -> list[list[str]] | None:
             run_id = rig.runs.submit(SubmitRunCommand(argv=["sleep", "2"])).id
             rig.supervisor.start_queued()
             time.sleep(0.5)
-            attempt = rig.runs.get_attempt(rig.runs.get(run_id).current_attempt_id)
+            attempt = rig.runs.attempts(run_id)[-1]
             pid = attempt.identity.pid
             monitor = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])  # its parent
             rss, hwm = _status_kib(monitor, "VmRSS"), _status_kib(monitor, "VmHWM")
