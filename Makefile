@@ -13,9 +13,23 @@ CSTAMP := $(CLUSTER_VENV)/.installed
 # The shared PostgreSQL the cluster suite and bench use; each session works in a private database.
 EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
 
-.PHONY: venv run test bench build fault audit clean test-cluster bench-cluster cross cross-test
+.PHONY: venv monitor run test bench build fault audit clean test-cluster bench-cluster cross cross-test
 
-venv: $(STAMP)
+venv: $(STAMP) $(MONITOR)
+
+# The per-Attempt monitor (docs/monitor.md), built for this host with the system C compiler and
+# linked against the host's C library, as the host build's Python is: a static glibc binary is
+# 700 KB, which the host artifacts' budgets cannot carry. The router builds link it statically
+# against musl with zig cc (build/cross/build-app.sh): about 30 KB, a few hundred KiB of RSS.
+MONITOR := edge_runtime/service/native/edge-runtime-monitor
+MONITOR_SRC := edge_runtime/service/native/monitor.c
+MONITOR_CFLAGS := -Os -Wall -Wextra -D_FORTIFY_SOURCE=2
+monitor: $(MONITOR)
+
+$(MONITOR): $(MONITOR_SRC)
+	$(CC) $(MONITOR_CFLAGS) -o $@.tmp $(MONITOR_SRC)
+	strip $@.tmp 2>/dev/null || true
+	mv $@.tmp $@
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edge-runtime needs Python >= 3.11")'
@@ -25,28 +39,28 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # Starts the service on a demo database of its own (.demo/ under the checkout), runs a demo command, cancels it.
-run: $(STAMP)
+run: $(STAMP) $(MONITOR)
 	EDGE_RUNTIME=$(VENV)/bin/edge-runtime sh build/demo.sh
 
-test: $(STAMP)
+test: $(STAMP) $(MONITOR)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(MONITOR)
 	$(PY) tests/bench/run.py
 
 # Skipped when dist/ already holds a build of the same sources (build/build.py --force rebuilds).
 # RUNTIME_TMPDIR=/path bakes a fixed unpack directory into the one-file build (docs/building.md: unpack directory).
 RUNTIME_TMPDIR ?=
-build: $(STAMP)
+build: $(STAMP) $(MONITOR)
 	$(PY) build/build.py $(if $(RUNTIME_TMPDIR),--runtime-tmpdir $(RUNTIME_TMPDIR))
 
 audit: build
 	$(PY) artifact_audit.py dist/edge-runtime dist/edge-runtime-*.tar.xz
 
-fault: $(STAMP)
+fault: $(STAMP) $(MONITOR)
 	$(PY) -m pytest tests/fault -m fault --fault-mode=long -p no:cacheprovider $(PYTEST_ARGS)
 
-$(CSTAMP): pyproject.toml cluster/pyproject.toml
+$(CSTAMP): pyproject.toml cluster/pyproject.toml $(MONITOR)
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "edge-runtime needs Python >= 3.11")'
 	$(PYTHON) -m venv $(CLUSTER_VENV)
 	$(CPY) -m pip install --quiet --upgrade pip
@@ -72,8 +86,8 @@ cross: $(STAMP)
 
 # Under qemu-user: every built-binary test (test_built_binary*.py), build/demo.sh, the process group, restart re-adoption,
 # float results, and the OpenWrt package started in the musl root.
-cross-test: $(STAMP)
+cross-test: $(STAMP) $(MONITOR)
 	bash build/cross/cross-test.sh "$(TARGET)" $(PY)
 
 clean:
-	rm -rf $(VENV) $(CLUSTER_VENV) dist build/work .pytest_cache .hypothesis
+	rm -rf $(VENV) $(CLUSTER_VENV) dist build/work .pytest_cache .hypothesis $(MONITOR)

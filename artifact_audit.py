@@ -16,6 +16,9 @@ module, and (for one-folder builds) every file under the folder. It then applies
   (apsw, msgspec, edge_runtime) or PyInstaller's own bootstrap (pyimod*, pyiboot*, pyi_rth*, _pyi*).
 - ``stdlib-sqlite3``: neither the stdlib ``sqlite3``/``_sqlite3`` nor a shared ``libsqlite3``
   (apsw carries its own SQLite; two SQLite libraries in one process lose WAL writes).
+- ``monitor``: the per-Attempt monitor program (docs/monitor.md) is inside, exactly once, at
+  ``edge_runtime/service/native/edge-runtime-monitor`` under the bundle directory (where the service
+  looks for it), and is an ELF executable; without it the service refuses to start.
 - ``budget``: the artifact's bytes are within the budget in build/budget.toml (one-file
   executable; one-folder ``.tar.xz``). A bare directory has no budget: its tarball does.
 
@@ -61,6 +64,9 @@ BOOTSTRAP_PREFIXES = ("pyimod", "pyiboot", "pyi_rth", "_pyi")
 # The PyInstaller entry script (build/edge-runtime.py): a script, not an importable module.
 ENTRY_SCRIPTS = frozenset({"edge-runtime"})
 SQLITE_NAMES = frozenset({"sqlite3", "_sqlite3"})
+# Where the service looks for the per-Attempt monitor under the bundle directory
+# (edge_runtime/service/monitor.py, MONITOR_RELATIVE_PATH).
+MONITOR_PATH = "edge_runtime/service/native/edge-runtime-monitor"
 
 # CArchive typecodes (PyInstaller.archive.readers), as words for the report.
 _CARCHIVE_KINDS = {
@@ -180,6 +186,10 @@ def _base_library_entries(prefix: str, data: bytes) -> list[Entry]:
     return entries
 
 
+def _monitor_kind(magic: bytes) -> str:
+    return "monitor" if magic == b"\x7fELF" else "monitor-not-elf"
+
+
 def _carchive_entries(path: Path, display: str) -> tuple[list[Entry], list[str], int]:
     """Every entry of the executable's CArchive, expanded into the PYZ and base_library.zip.
 
@@ -198,7 +208,9 @@ def _carchive_entries(path: Path, display: str) -> tuple[list[Entry], list[str],
         # are read in place from the executable.
         if typecode in "bxdZ":
             unpacked += ulength
-        if typecode == "b":
+        if name == MONITOR_PATH:
+            entries.append(Entry(where, _monitor_kind(archive.extract(name)[:4]), ulength, length, package="edge_runtime"))
+        elif typecode == "b":
             entries.append(_library_entry(where, name, ulength, length))
         elif typecode == "z":
             entries.append(Entry(where, "archive", ulength, length))
@@ -251,7 +263,10 @@ def _folder_entries(root: Path, display_root: str) -> tuple[list[Entry], list[st
         size = path.stat().st_size
         inside = path.is_relative_to(contents_root)
         relative = path.relative_to(contents_root).as_posix() if inside else path.name
-        if path.name == "base_library.zip":
+        if inside and relative == MONITOR_PATH:
+            with open(path, "rb") as file:
+                entries.append(Entry(display, _monitor_kind(file.read(4)), size, package="edge_runtime"))
+        elif path.name == "base_library.zip":
             entries.append(Entry(display, "archive", size))
             entries.extend(_base_library_entries(display, path.read_bytes()))
         elif _is_pyinstaller_executable(path):
@@ -419,7 +434,17 @@ def rule_budget(report: ArtifactReport) -> RuleResult:
     return RuleResult("budget", True, f"{report.size:,} of {report.budget:,} bytes, {-over:,} bytes to spare")
 
 
-RULES = (rule_postgres_driver, rule_cluster_module, rule_third_party, rule_stdlib_sqlite3, rule_budget)
+def rule_monitor(report: ArtifactReport) -> RuleResult:
+    found = [e for e in report.entries if e.kind.startswith("monitor")]
+    good = [e for e in found if e.kind == "monitor"]
+    if len(found) == 1 and good:
+        return RuleResult("monitor", True, f"the per-Attempt monitor is inside ({good[0].size:,} bytes)")
+    detail = ("no per-Attempt monitor at " + MONITOR_PATH) if not found else \
+        f"{len(found)} monitor entries, {len(found) - len(good)} not an ELF executable"
+    return RuleResult("monitor", False, detail, [e.path for e in found])
+
+
+RULES = (rule_postgres_driver, rule_cluster_module, rule_third_party, rule_stdlib_sqlite3, rule_monitor, rule_budget)
 
 
 _PYTHON_VERSION_IN_PATH = re.compile(r"(?:libpython|python)(\d+\.\d+)(?:\.so|/lib-dynload)")

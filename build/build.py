@@ -53,6 +53,7 @@ _INPUT_GLOBS = (
     "build/exclusions.py",
     "build/build.py",
     "build/atomic_publish.py",
+    "edge_runtime/service/native/monitor.c",
 )
 
 

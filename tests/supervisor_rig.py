@@ -24,6 +24,7 @@ class SupervisorRig:
     """Every Run's command appends its run id to ``out``: ``executions()`` counts how often it ran."""
 
     def __init__(self, db: LocalDatabase, tmp_path: Path, *, slots: int, run_lease_ms: int = 60_000) -> None:
+        self.tmp_path = tmp_path
         self.runs = LocalRunRepository(db)
         self.worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=slots,
                                     session_lease_ms=30_000, run_lease_ms=run_lease_ms)
@@ -51,7 +52,8 @@ class SupervisorRig:
             pass  # a failed tick: the service logs it and tries again after a sleep
         for callback in self.loop.wait(wait_s):
             callback()
-        self.supervisor.reap_children()
+        self.supervisor.poll_exits()
+        self.supervisor.run_capture_timers()
 
     def run_until_ended(self, run_id: str, timeout: float = 15.0) -> str:
         """Drive passes until the Run ended and nothing is left to settle; its status."""

@@ -61,6 +61,12 @@ if ! stage_done pyinstaller; then
     done
     mark_done pyinstaller
 fi
+# The per-Attempt monitor (docs/monitor.md): static musl, a few KiB; rebuilt every time (it is tiny).
+mkdir -p "$TARGET_DIR/monitor"
+"$CC" -static -Os -Wall -Wextra -s -o "$TARGET_DIR/monitor/edge-runtime-monitor" \
+    "$REPO_ROOT/edge_runtime/service/native/monitor.c"
+log "monitor: $(stat -c %s "$TARGET_DIR/monitor/edge-runtime-monitor") bytes"
+
 run="$(find "$SITE/PyInstaller/bootloader" -path '*/Linux-*-musl/run' | head -1)"
 headers="$( [ -n "$run" ] && llvm-readelf -l -d "$run" || true)"
 if [[ "$headers" != *"interpreter: /lib/$LOADER"* || "$headers" == *stub* ]]; then

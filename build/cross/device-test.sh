@@ -63,5 +63,27 @@ done
 "$ER" events "$RUN" | tail -4
 kill -TERM "$SERVICE"; wait "$SERVICE" || true
 grep -q 'pid_mismatch\|identity_mismatch' /tmp/serve1.log /tmp/serve2.log && fail "identity mismatch logged"
+
+say "a restart never changes a Run's outcome: ends during and after a restart, with the monitor"
+"$ER" serve --slots 3 --grace-ms 3000 2> /tmp/serve3.log &
+SERVICE=$!
+GO=/tmp/device-test-go; rm -f "$GO"
+OK=$("$ER" submit -- sh -c "while [ ! -e $GO ]; do sleep 0.1; done; echo finished ok; exit 0")
+GAP=$("$ER" submit -- sh -c "while [ ! -e $GO ]; do sleep 0.1; done; echo in the gap; exit 3")
+SIG=$("$ER" submit -- sh -c "while [ ! -e $GO ]; do sleep 0.1; done; kill -USR1 \$\$")
+wait_status "$OK" running 60; wait_status "$GAP" running 60; wait_status "$SIG" running 60
+kill -KILL "$SERVICE"; wait "$SERVICE" || true
+touch "$GO"  # all three end while no service runs; their monitors keep the ends
+sleep 2
+"$ER" serve --slots 3 --grace-ms 3000 2> /tmp/serve4.log &
+SERVICE=$!
+wait_status "$OK" succeeded 60
+"$ER" logs "$OK" | grep -q "finished ok" || fail "the output written while no service ran is missing"
+wait_status "$GAP" failed 60
+"$ER" show "$GAP" --json | grep -q '"exitCode":3' || fail "the real exit code 3 was not recorded"
+wait_status "$SIG" failed 60
+"$ER" show "$SIG" --json | grep -q '"exitCode":138' || fail "the signal death (SIGUSR1, 138) was not recorded"
+"$ER" show "$SIG" | grep -q "SIGUSR1" || fail "the signal is not named"
+kill -TERM "$SERVICE"; wait "$SERVICE" || true
 "$ER" check > /dev/null
 say "passed"

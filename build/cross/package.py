@@ -88,7 +88,8 @@ def main() -> int:
         command = [
             str(prefix / "bin" / "python3.11"), "-m", "PyInstaller", "--noconfirm", "--log-level=WARN",
             f"--workpath={work / form}", f"--distpath={work / 'dist' / form}",
-            str(ROOT / "build" / "edge-runtime.spec"), "--", "--form", form, "--build-info", str(info_file), *extra,
+            str(ROOT / "build" / "edge-runtime.spec"), "--", "--form", form, "--build-info", str(info_file),
+            "--monitor", str(Path(env["TARGET_DIR"]) / "monitor" / "edge-runtime-monitor"), *extra,
         ]
         print(f"== PyInstaller ({form}) under {env['QEMU']}", flush=True)
         result = subprocess.run(command, cwd=ROOT, env={**run_env, "PYINSTALLER_ZLIB_COMPRESSION_LEVEL": str(level)},

@@ -22,6 +22,7 @@ from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_gra
 from edge_runtime.contract.runs import (
     ACTIVE_RUN_STATUSES,
     EVENT_CANCEL_ESCAPED,
+    EVENT_FENCED_END,
     EVENT_CANCEL_REQUESTED,
     EVENT_KILL_SENT,
     EVENT_RUN_CREATED,
@@ -453,6 +454,22 @@ class PostgresRunRepository:
             now = database_now(cur)
             _event(cur, [run.version, run.event_sequence], run.id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
                    {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   attempt_id=attempt_id)
+
+    def record_fenced_end(self, attempt_id: str, *, exit_code: int | None, reason: str | None,
+                          actor_id: str) -> None:
+        """A ``run.fenced_end`` event (an end seen after the Attempt was ended elsewhere), once per
+        Attempt; the Attempt and its Run are not touched."""
+        with self._tx():
+            cur = self._cur
+            run, attempt = self._require(attempt_id)
+            dedupe_key = attempt_event_key(attempt.attempt, "fenced-end")
+            if cur.execute("SELECT 1 FROM ql3.run_events WHERE run_id = %s AND dedupe_key = %s",
+                           (run.id, dedupe_key)).fetchone():
+                return
+            now = database_now(cur)
+            _event(cur, [run.version, run.event_sequence], run.id, EVENT_FENCED_END, dedupe_key, actor_id,
+                   {"exit_code": exit_code, "reason": reason, "attempt_status": attempt.status.value}, now,
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans

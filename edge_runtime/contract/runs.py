@@ -86,6 +86,8 @@ EVENT_CANCEL_ESCAPED = "run.cancel_escaped"
 EVENT_RETRY_SCHEDULED = "run.retry_scheduled"
 #: The wait is over: the Run is queued again for its next Attempt.
 EVENT_RETRY_QUEUED = "run.retry_queued"
+#: A worker saw an Attempt end that was no longer its to record (already ended, e.g. ``lost``).
+EVENT_FENCED_END = "run.fenced_end"
 
 
 def attempt_event_key(attempt: int, step: str) -> str:

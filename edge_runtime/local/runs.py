@@ -21,6 +21,7 @@ from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
     EVENT_CANCEL_ESCAPED,
+    EVENT_FENCED_END,
     EVENT_CANCEL_REQUESTED,
     EVENT_KILL_SENT,
     EVENT_RUN_CREATED,
@@ -372,6 +373,22 @@ class LocalRunRepository:
                 return
             _event(connection, attempt.run_id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
                    {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
+                   attempt_id=attempt_id)
+
+    def record_fenced_end(self, attempt_id: str, *, exit_code: int | None, reason: str | None,
+                          actor_id: str) -> None:
+        """A ``run.fenced_end`` event: a worker saw this Attempt's process end after the Attempt had
+        already been ended (``lost``, by the orphan sweep): what it saw, never a new verdict (the
+        Attempt and its Run are not touched). Recorded once per Attempt."""
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            attempt = self._require_attempt(attempt_id)
+            dedupe_key = attempt_event_key(attempt.attempt, "fenced-end")
+            if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
+                                  (attempt.run_id, dedupe_key)).fetchone():
+                return
+            _event(connection, attempt.run_id, EVENT_FENCED_END, dedupe_key, actor_id,
+                   {"exit_code": exit_code, "reason": reason, "attempt_status": attempt.status.value}, now,
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans

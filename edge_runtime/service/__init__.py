@@ -10,9 +10,13 @@ Modules, one job each:
 
 - ``process_identity``: who a pid is (start time, process group, boot id) from ``/proc``.
 - ``controller``: the identity-checked SIGTERM/SIGKILL of an Attempt's process group.
-- ``log_capture``: the per-Attempt FIFO pumped into a size-capped log file.
-- ``executor``: spawning an Attempt in its own session and process group.
-- ``attempts`` / ``running``: starting, watching and ending Attempts; the in-memory record.
+- ``monitor`` (and ``native/monitor.c``): the per-Attempt monitor that outlives the service, and
+  the exit status it leaves in the Attempt's status file (docs/monitor.md).
+- ``log_capture``: the files an Attempt's monitor is handed, and the logs still being completed.
+- ``executor``: spawning an Attempt under its monitor, in its own session and process group.
+- ``attempts`` / ``running``: starting, watching and ending Attempts; the in-memory record and
+  its states as types.
+- ``settlement``: the undo of failed starts, ends and lease completions, retried until done.
 - ``worker``: this service's worker session and the Run Leases it holds.
 - ``watch``: noticing that a child or re-adopted process has exited (pidfd or slow poll).
 - ``dispatcher``: claims due cancellation dispatches and records what the controller did.

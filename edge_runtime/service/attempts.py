@@ -1,14 +1,14 @@
 """The executor side of the service: start queued Runs as Attempts, watch them, end them.
 
-Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
+Lifecycle of one Attempt (every queued Run runs exactly once):
 
 1. ``start`` (``start_run``, one fenced transaction): the queued Run moves to ``dispatching``, its
    Attempt is created, its Run Lease claimed and the start barrier crossed (``starting``), only
    if this session is still the current one and its leases, counted under the write lock, leave
    a slot. A refusal writes nothing; a failed transaction leaves the Run queued.
-2. spawn in a new session and process group, output into the Attempt's FIFO. The FIFO's
-   writer, the capture's reader and the log file are all opened before the spawn, so a lack of
-   descriptors hits before a process exists (issue 10 point 8).
+2. spawn under the Attempt's monitor (docs/monitor.md), the task in a new session and process
+   group. The output's descriptors (its FIFO's two ends, the log file, the status file) are all
+   opened before the spawn, so a lack of descriptors hits before a process exists.
    Until a process exists, every failure is undone by ``abandon_start``: the Run goes back to
    the queue (a lack of descriptors, processes or memory also pauses starting, with a backoff);
    a command that cannot be started at all (not found) fails. A failed compensation is retried
@@ -26,21 +26,26 @@ Lifecycle of one Attempt (issue 9: every queued Run runs exactly once):
    cancelled or re-adopted safely) and the Attempt ends ``lost``, its Run ``failed``, since the
    command may have begun. A process that exits before its identity is recorded has it recorded
    first, then ends with its real status.
-4. the leader exits (pidfd readable, or SIGCHLD / a slow ``/proc`` poll without pidfds): reaped,
-   and the Attempt ends ``succeeded``, ``failed`` (exit code kept; a signal N is kept as 128+N,
-   as shells do) or ``cancelled``; the Run Lease is completed.
+4. the leader exits (pidfd readable, or a slow ``/proc`` poll without pidfds): its monitor reaped
+   it and wrote its exit status to the status file, where the service reads it; the Attempt ends
+   ``succeeded``, ``failed`` (exit code kept; a signal N is kept as 128+N, as shells do) or
+   ``cancelled``; the Run Lease is completed.
 
 A cancelled Attempt whose leader exited while other members of its group still run (they got
 SIGTERM too, and may ignore it) is kept open until its SIGKILL deadline, so the group is killed
 when the grace is over, not forgotten. Leftover processes of an Attempt that simply finished
 are left alone: a task may start a daemon on purpose.
 
-Re-adopted Attempts (see ``recovery``) are not our children: their exit status cannot be read,
-so they end ``cancelled`` when a cancel was requested and ``lost`` (with the reason) otherwise.
+No task is the service's child: its monitor is its parent, and outlives the service. So an Attempt
+re-adopted after a restart (see ``recovery``) ends exactly as one started by this service, with
+its true exit status, also when it ended while no service ran (its end is in the status file).
+Only an Attempt whose monitor is gone without a word (killed) ends ``lost`` with its status
+unknown, as does one started by a release without monitors.
 """
 
 from __future__ import annotations
 
+import datetime
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,42 +64,37 @@ from edge_runtime.contract.runs import (
     RunRecord,
     RunStateConflictError,
 )
-from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
-from edge_runtime.service.executor import reap, spawn, task_environment
+from edge_runtime.service.executor import spawn, task_environment
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.log_capture import (
-    DISCARD_INTERVAL_S,
-    LogCapture,
-    create_fifo,
-    log_paths,
-    mark_gap,
-    open_child_output,
-    read_tail,
-)
+from edge_runtime.service.log_capture import AttemptOutput, LogCaptures, log_paths, read_tail, status_path_of
 from edge_runtime.service.loop import EventLoop
-from edge_runtime.service.running import REASON_ADOPTED_EXIT, DeferredEnd, RunningAttempt, describe_exit, exit_code_of
-from edge_runtime.service.process_identity import read_stat
+from edge_runtime.service.monitor import MonitorEnd, open_status, read_status
+from edge_runtime.service.running import (
+    REASON_ADOPTED_EXIT,
+    REASON_GONE,
+    REASON_MONITOR_GONE,
+    DeferredEnd,
+    RunningAttempt,
+    describe_exit,
+    exit_code_of,
+)
+from edge_runtime.service.settlement import RETRY_INTERVAL_S, UNDO_AT_STOP_INTERVAL_S, UNDO_AT_STOP_S, Settlements
 from edge_runtime.service.watch import open_pidfd
 from edge_runtime.service.worker import RunGrant, WorkerSession
+
+__all__ = ["AttemptSupervisor", "REASON_STOPPED_UNRECORDED", "RETRY_INTERVAL_S", "START_BACKOFF_MS",
+           "UNDO_AT_STOP_INTERVAL_S", "UNDO_AT_STOP_S"]
 
 _UNSET = msgspec.UNSET
 _ACTIVE = (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING)
 #: After a start failed for lack of resources (EMFILE, ...), starting pauses for this long,
 #: doubling while it goes on, so a full descriptor table is not hammered once per tick.
 START_BACKOFF_MS = (500, 30_000)
-
-#: How long a re-adopted process must have been gone (not even a zombie) before this service,
-#: not its parent, ends its Attempt ``lost``: the parent records the real status within ms.
-ADOPTED_EXIT_GRACE_S = 1.0
-#: How soon a failed settlement (a requeue, an Attempt's end, a grant's completion) is retried.
-RETRY_INTERVAL_S = 1.0
-#: When the service stops, the undos of failed starts still pending are retried for this long, this
-#: often, before it exits: each is the Run's way back to the queue (a passing busy database
-#: usually clears within it), and the rest of a stop must stay short for procd's/systemd's timeout.
-UNDO_AT_STOP_S = 3.0
-UNDO_AT_STOP_INTERVAL_S = 0.1
+#: How often an exited leader's status file is read again while its monitor has not written the
+#: end yet (it does within microseconds of reaping the task).
+EXIT_CHECK_S = 0.02
 #: ``_start`` result: end this start pass (no capacity left, or starting is paused).
 _STOP = object()
 #: A process whose identity could not be recorded yet is killed once this share of its Run
@@ -102,11 +102,13 @@ _STOP = object()
 #: Attempt). The rest of the term covers a database call blocked up to its timeouts and the
 #: drift between this host's clock and the store's, so the kill comes before the lease expires.
 RECORD_WITHIN_LEASE_SHARE = 2 / 3
-#: The log's note when a re-adopted Attempt's output could not be read in time (see ``adopt``).
-_REOPEN_GAP = ("output gap: no descriptor was free to re-open this attempt's output after a service restart "
-               "before it ended; what it wrote since the restart, up to 64 KiB, may be lost")
 #: Why an unrecorded process was killed when the service stopped (a restart could not re-adopt it).
 REASON_STOPPED_UNRECORDED = "the service stopped before the process identity could be recorded"
+
+
+def _ended_unwatched(end: MonitorEnd) -> str:
+    at = datetime.datetime.fromtimestamp(end.ended_at_ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    return f"it ended at {at.replace('+00:00', 'Z')} while no service was running; its monitor kept the exit status"
 
 
 class AttemptSupervisor:
@@ -130,6 +132,7 @@ class AttemptSupervisor:
         pass_env: Sequence[str] = (),
         work_dir: str | None = None,
         shared_env: Callable[[], Mapping[str, str]] | None = None,
+        grace_ms: int = 10_000,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -139,6 +142,10 @@ class AttemptSupervisor:
         self._slots = slots
         self._log_dir = log_dir
         self._log_max_bytes = log_max_bytes
+        self._log_linger_ms = log_linger_ms
+        self._grace_s = grace_ms / 1000
+        #: Attempts fenced out (see ``fence_ended``): SIGKILL for their group at this monotonic time.
+        self._fence_kills: dict[str, float] = {}
         self._boot_id = boot_id
         self._env = task_environment(os.environ if env is None else env)
         #: What an Attempt's environment is composed of besides the base (docs/environment.md).
@@ -148,29 +155,14 @@ class AttemptSupervisor:
         #: Where a copy of each ended Attempt's log goes (``Store.attempt_logs``), or None (Local).
         self._log_copies = log_copies
         self.running: dict[str, RunningAttempt] = {}
-        #: Log captures still being drained, by attempt id (may outlive the Attempt briefly).
-        self._captures: dict[str, LogCapture] = {}
-        #: Captures past their cap, off the loop until this monotonic time (read at a slow pace).
-        self._paused: dict[str, float] = {}
-        #: Captures of ended Attempts (a descendant holds the output open), closed at this time;
-        #: also the re-opens still pending when their Attempt ended, given up at this time.
-        self._linger_until: dict[str, float] = {}
-        #: Captures of re-adopted Attempts that a lack of descriptors kept from re-opening their
-        #: FIFO (the output waits there, up to 64 KiB): retried every RETRY_INTERVAL_S.
-        self._reopen: dict[str, LogCapture] = {}
-        self._next_reopen = 0.0
-        self._log_linger_s = log_linger_ms / 1000
-        #: Ended Attempts whose Run Lease could not be completed yet.
-        self._uncompleted: set[str] = set()
-        #: Starts that made no process and whose undoing failed: retried every tick.
-        self._unstarted: dict[str, tuple[RunGrant, str, AttemptStatus | None]] = {}
-        #: Exited processes whose Attempt could not be ended yet: retried every tick.
-        self._unfinished: dict[str, tuple[RunningAttempt, int | None]] = {}
+        #: Ended Attempts whose monitor still writes the log (see ``LogCaptures``).
+        self._logs = LogCaptures(self.copy_log)
+        self._settlements = Settlements(runs=runs, worker=worker, journal=journal)
+        #: When the exited leaders whose status was not written yet are read again (monotonic).
+        self._next_exit_check = 0.0
         #: Consecutive starts that failed for lack of resources, and when starting may resume.
         self._start_failures = 0
         self._start_paused_until = 0.0
-        #: Consecutive failed settlements (requeue, end, completion): their retry backs off.
-        self._retry_failures = 0
 
     # ----------------------------------------------------------------- capacity
 
@@ -180,7 +172,8 @@ class AttemptSupervisor:
 
     def needs_poll(self) -> bool:
         """Whether some watched process has no pidfd, so exits must be found by polling."""
-        return any(attempt.pidfd is None and attempt.deferred is None for attempt in self.running.values())
+        return any(attempt.pidfd is None and attempt.deferred is None and attempt.exited_since is None
+                   for attempt in self.running.values())
 
     # ----------------------------------------------------------------- start
 
@@ -215,42 +208,21 @@ class AttemptSupervisor:
         try:
             run = self._runs.get(run_id)
             shared = {} if self._shared_env is None else self._shared_env()
-            create_fifo(fifo_path)
-            writer, capture = self._open_output(attempt_id, log_path, fifo_path)
+            # Every descriptor the monitor needs, before a process exists: once one does, a lack of
+            # descriptors could only cost its output or the Run.
+            output = AttemptOutput.open(log_path, fifo_path)
         except (EdgeRuntimeError, OSError) as exc:
-            _unlink(fifo_path)
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
+            if isinstance(exc, OSError) and not retryable:
+                self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
-        return self._spawn(run, attempt_id, grant, fifo_path, writer, capture, shared)
-
-    def _open_output(self, attempt_id: str, log_path: Path, fifo_path: Path) -> tuple[int, LogCapture | None]:
-        """The child's end of the output and the service's capture of it, both opened before the
-        spawn: once a process exists, a lack of descriptors could only cost its output or the Run
-        (issue 10 point 8). A start needs these three at once; after the spawn it needs one at a
-        time (``/proc``, then the pidfd), and ``spawn`` has just closed ``writer``.
-
-        Returns ``(writer, capture)``; capture is None when the log cannot be opened for a reason
-        other than a lack of resources (a planted symlink or FIFO: the task runs, uncaptured).
-
-        Raises:
-            OSError: no descriptor (or another failure) for the FIFO; nothing is left open.
-        """
-        writer = open_child_output(fifo_path)
-        capture = LogCapture(attempt_id, log_path, fifo_path, self._log_max_bytes)
-        try:
-            capture.open()  # our writer is open, so the reader never sees a false EOF
-        except OSError as exc:
-            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
-                os.close(writer)
-                raise
-            capture = None
-            self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
-        return writer, capture
+        return self._spawn(run, attempt_id, grant, output, shared)
 
     def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
-        """No process was recorded: give the Run back to the queue (issue 9), or end it for good
-        (``end``: a command that cannot be started at all, or one that may have begun)."""
+        """No process was recorded: give the Run back to the queue (every queued Run runs once),
+        or end it for good (``end``: a command that cannot be started at all, or one that may
+        have begun)."""
         attempt_id = grant.lease.attempt_id
         self._journal.warning("attempt.not_started", run=grant.lease.run_id, attempt=attempt_id, detail=reason,
                               retryable=retryable)
@@ -258,85 +230,51 @@ class AttemptSupervisor:
             self._start_failures += 1
             low, high = START_BACKOFF_MS
             self._start_paused_until = time.monotonic() + min(high, low << min(self._start_failures - 1, 16)) / 1000
-        self._unstarted[attempt_id] = (grant, reason, None if retryable else end or AttemptStatus.FAILED)
-        self.retry_unstarted()
+        self._settlements.not_started(grant, reason, None if retryable else end or AttemptStatus.FAILED)
         return _STOP if retryable else False
 
     def retry_unstarted(self) -> None:
         """Settle the starts that recorded no process (again, if an earlier try failed)."""
-        for attempt_id, (grant, reason, end) in list(self._unstarted.items()):
-            try:
-                if end is None:
-                    status = self._worker.abandon_start(grant, reason).value
-                else:
-                    self._runs.finish_attempt(attempt_id, end, actor_id=self._worker.owner, reason=reason)
-                    self._worker.complete(attempt_id)
-                    status = end.value
-            except WorkerLeaseFenceRejectedError as exc:
-                # Someone else settled it (an orphan sweep after our grant expired): nothing to undo.
-                self._journal.warning("attempt.requeue_skipped", attempt=attempt_id, detail=str(exc))
-            except EdgeRuntimeError as exc:
-                if self._retry_failed():
-                    self._journal.error("attempt.requeue_failed", attempt=attempt_id, error=exc.code,
-                                        detail=str(exc), retryable=exc.retryable, failures=self._retry_failures)
-                continue
-            else:
-                self._journal.info("attempt.unstarted", run=grant.lease.run_id, attempt=attempt_id, status=status)
-            del self._unstarted[attempt_id]
+        self._settlements.retry_unstarted()
 
     def undo_before_exit(self) -> None:
-        """The service stops: retry the pending undos of failed starts until none is left or
-        ``UNDO_AT_STOP_S`` passed; each one still pending is logged. Those keep their grant, so
-        the next service's orphan sweep ends them once it ran out: within one Run Lease."""
-        deadline = time.monotonic() + UNDO_AT_STOP_S
-        tries = 0
-        while self._unstarted:
-            if tries:
-                time.sleep(min(UNDO_AT_STOP_INTERVAL_S, max(0.0, deadline - time.monotonic())))
-            tries += 1
-            self.retry_unstarted()
-            if time.monotonic() >= deadline:
-                break
-        for attempt_id, (grant, reason, _) in self._unstarted.items():
-            self._journal.error(
-                "attempt.undo_left", run=grant.lease.run_id, attempt=attempt_id, detail=reason, tries=tries,
-                next_step="the next service's orphan sweep ends it once its Run Lease ran out")
+        """The service stops: the pending undos of failed starts get their last tries."""
+        self._settlements.undo_before_exit()
 
     def _spawn(
-        self, run: RunRecord, attempt_id: str, grant: RunGrant, fifo_path: Path, writer: int,
-        capture: LogCapture | None, shared: Mapping[str, str],
+        self, run: RunRecord, attempt_id: str, grant: RunGrant, output: AttemptOutput, shared: Mapping[str, str],
     ) -> bool | object:
         argv = [] if run.command is _UNSET else list(run.command)
         env = compose_environment(self._env, pass_env=self._pass_env, shared=shared,
                                   own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
         cwd = self._work_dir if run.cwd is _UNSET else run.cwd
         try:
-            identity = spawn(argv, output_fd=writer, env=env, boot_id=self._boot_id, cwd=cwd)
+            identity = spawn(argv, output=output, env=env, boot_id=self._boot_id, log_cap_bytes=self._log_max_bytes,
+                             log_linger_ms=self._log_linger_ms, cwd=cwd)
         except SpawnError as exc:
-            if capture is not None:
-                capture.abandon()  # its FIFO and its still empty log go with it
-            else:
-                _unlink(fifo_path)
+            output.abandon()  # its FIFO, status file and still empty log go with it
             # A process that existed for an instant may have begun the command: the Run ends.
             return self._not_started(grant, str(exc), retryable=exc.retryable,
                                      end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)
+        output.close_after_spawn()
         self._start_failures = 0
-        running = RunningAttempt(attempt_id, run.id, identity, own_child=True, grant=grant)
-        running.fifo_path = fifo_path
-        self._watch(running, capture)
+        running = RunningAttempt(attempt_id, run.id, identity, started_here=True, grant=grant,
+                                 log_path=output.log_path)
         try:
             conflict = self._record_identity(running)
         except EdgeRuntimeError as exc:
             if not exc.retryable:
+                self._watch(running)
                 self._give_up_identity(running, f"the process identity could not be recorded: {exc}", error=exc.code)
                 return False
-            # Keep it: it is our child, watched by its pidfd; retry_identities records it later.
-            running.record_by = _record_deadline(grant)
-            running.record_error = str(exc)
+            # Keep it: it is watched by its pidfd; retry_identities records it later.
+            running.await_record(_record_deadline(grant), str(exc))
             self._journal.warning("attempt.identity_pending", run=run.id, attempt=attempt_id, pid=identity.pid,
                                   error=exc.code, detail=str(exc),
                                   give_up_in_s=round(running.record_by - time.monotonic(), 1))
+            self._watch(running)
             return True
+        self._watch(running)
         if conflict is not None:
             self._give_up_identity(running, conflict)
             return False
@@ -361,15 +299,13 @@ class AttemptSupervisor:
             if stored is None or stored.status is not AttemptStatus.RUNNING or stored.identity != running.identity:
                 return f"the process identity could not be recorded: {exc}"
             self._journal.info("attempt.identity_found", attempt=attempt_id, pid=running.identity.pid)
-        running.record_by = None
-        running.record_error = None
+        running.recorded()
         return None
 
     def _give_up_identity(self, running: RunningAttempt, reason: str, *, error: str | None = None) -> None:
         """The identity will not be recorded: SIGKILL the group (nobody could cancel or re-adopt an
         unrecorded process safely later); its exit then ends the Attempt ``lost`` with ``reason``."""
-        running.failure = reason
-        running.record_by = None
+        running.doom(reason)
         outcome = self._controller.force_kill(running.identity)
         self._journal.error("attempt.identity_not_recorded", attempt=running.attempt_id, pid=running.identity.pid,
                             error=error, detail=reason, kill=outcome.value)
@@ -386,10 +322,10 @@ class AttemptSupervisor:
                     self._give_up_identity(running, f"the process identity could not be recorded: {exc}",
                                            error=exc.code)
                     continue
-                running.record_error = str(exc)
-                if self._retry_failed():
+                running.await_record(running.record_by, str(exc))
+                if self._settlements.failed():
                     self._journal.error("attempt.identity_retry_failed", attempt=running.attempt_id, error=exc.code,
-                                        detail=str(exc), failures=self._retry_failures)
+                                        detail=str(exc), failures=self._settlements.failures)
                 continue
             if conflict is not None:
                 self._give_up_identity(running, conflict)
@@ -422,76 +358,47 @@ class AttemptSupervisor:
     # ----------------------------------------------------------------- watch
 
     def adopt(self, attempt: AttemptRecord) -> bool:
-        """Watch a running Attempt of an earlier session whose process still runs.
-
-        False when the process turned out to be gone (checked again after the pidfd was opened,
-        so the pidfd cannot belong to a later holder of the pid).
+        """Watch a running Attempt of an earlier session. True when its process still runs; False
+        when it has ended (while no service ran): its end is then settled from its status file,
+        now or as soon as its monitor wrote it.
         """
         identity = attempt.identity
         if identity is None:
-            return False
-        running = RunningAttempt(attempt.id, attempt.run_id, identity, own_child=False, grant=None)
-        capture = None
-        if attempt.log_path is not _UNSET:
-            log_path = Path(attempt.log_path)
-            fifo_path = log_path.with_suffix(".fifo")
-            running.fifo_path = fifo_path
-            if fifo_path.exists():
-                capture = LogCapture(attempt.id, log_path, fifo_path, self._log_max_bytes)
-                try:
-                    capture.open()
-                except OSError as exc:
-                    if exc.errno in RETRYABLE_SPAWN_ERRNOS:
-                        self._reopen[attempt.id] = capture
-                        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
-                        self._journal.warning("attempt.log_reopen_pending", attempt=attempt.id, detail=str(exc))
-                    else:
-                        self._journal.warning("attempt.log_unavailable", attempt=attempt.id, detail=str(exc))
-                    capture = None
-        self._watch(running, capture)
-        if not self._controller.leader_alive(identity):
-            self.running.pop(attempt.id, None)
-            self._unwatch(running)
-            self._close_capture(attempt.id, unlink=False)
-            return False
-        self._journal.info("attempt.adopted", run=attempt.run_id, attempt=attempt.id, pid=identity.pid,
-                           pidfd=running.pidfd is not None)
-        return True
+            raise ValueError(f"attempt {attempt.id} has no process identity to adopt")
+        log_path = None if attempt.log_path is _UNSET else Path(attempt.log_path)
+        running = RunningAttempt(attempt.id, attempt.run_id, identity, started_here=False, grant=None,
+                                 log_path=log_path)
+        if self._controller.leader_alive(identity):
+            self._watch(running)
+            if running.exited_since is None:
+                self._journal.info("attempt.adopted", run=attempt.run_id, attempt=attempt.id, pid=identity.pid,
+                                   pidfd=running.pidfd is not None)
+                return True
+        else:
+            self.running[attempt.id] = running
+            running.exited(time.monotonic())
+        running.note = "gap"  # it ended while no service watched it
+        self._check_exited(running)
+        return False
 
-    def adopt_gone(self, attempt: AttemptRecord, reason: str) -> None:
-        """Settle an earlier session's Attempt whose process has exited (see :meth:`_settle_gone`)."""
-        running = RunningAttempt(attempt.id, attempt.run_id, attempt.identity, own_child=False, grant=None)
-        if attempt.log_path is not _UNSET:
-            running.fifo_path = Path(attempt.log_path).with_suffix(".fifo")
-        running.gone_since = time.monotonic()
-        running.failure = reason
-        self.running[attempt.id] = running
-
-    def adopt_deferred(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> None:
-        """Keep a cancelled Attempt whose leader is gone open until its SIGKILL step."""
-        running = RunningAttempt(attempt.id, attempt.run_id, attempt.identity, own_child=False, grant=None)
-        running.deferred = DeferredEnd(status, None, reason)
-        if attempt.log_path is not _UNSET:
-            running.fifo_path = Path(attempt.log_path).with_suffix(".fifo")
-        self.running[attempt.id] = running
-        self._journal.info("attempt.awaiting_kill", run=attempt.run_id, attempt=attempt.id)
-
-    def _watch(self, running: RunningAttempt, capture: LogCapture | None) -> None:
+    def _watch(self, running: RunningAttempt) -> None:
+        """Watch the leader's exit: its pidfd, or the slow ``/proc`` poll without one. The identity
+        is checked again after the pidfd is open, so the pidfd cannot be a later holder's."""
         self.running[running.attempt_id] = running
         try:
             pidfd = open_pidfd(running.identity.pid)
         except OSError as exc:
             # Out of descriptors (ENFILE: another process took the one just freed). The exit is
-            # then found as without pidfds: SIGCHLD for our children, a /proc poll for the others.
+            # then found as without pidfds: by a /proc poll.
             pidfd = None
             self._journal.warning("attempt.pidfd_unavailable", attempt=running.attempt_id, pid=running.identity.pid,
                                   detail=str(exc))
         if pidfd is not None:
             running.pidfd = pidfd
-            self._loop.register(pidfd, lambda: self._on_pidfd(running))
-        if capture is not None:
-            self._captures[running.attempt_id] = capture
-            self._loop.register(capture, lambda: self._on_output(capture))
+            self._loop.register(pidfd, lambda: self._leader_exited(running))
+        if not self._leader_alive(running):
+            self._unwatch(running)
+            self._mark_exited(running)
 
     def _unwatch(self, running: RunningAttempt) -> None:
         if running.pidfd is not None:
@@ -499,150 +406,17 @@ class AttemptSupervisor:
             os.close(running.pidfd)
             running.pidfd = None
 
-    def _on_output(self, capture: LogCapture) -> None:
-        try:
-            more = capture.pump()
-        except OSError as exc:
-            self._journal.error("attempt.log_write_failed", attempt=capture.attempt_id, detail=str(exc))
-            more = False
-        if not more:
-            self._close_capture(capture.attempt_id, unlink=capture.attempt_id not in self.running)
-        elif capture.truncated and capture.attempt_id not in self._paused:
-            # Everything read from now on is dropped: read at a slow pace, not at the writer's.
-            self._loop.unregister(capture)
-            self._paused[capture.attempt_id] = time.monotonic() + DISCARD_INTERVAL_S
-
-    def run_capture_timers(self) -> None:
-        """Resume paused captures, retry pending re-opens and stop lingering captures (or give up
-        pending re-opens) whose time has come."""
-        now = time.monotonic()
-        if self._reopen and self._next_reopen <= now:
-            self._retry_reopens()
-        for attempt_id, at in list(self._paused.items()):
-            capture = self._captures.get(attempt_id)
-            if capture is not None and at <= now:
-                self._paused[attempt_id] = now + DISCARD_INTERVAL_S
-                self._on_output(capture)
-        for attempt_id, at in list(self._linger_until.items()):
-            capture = self._captures.get(attempt_id)
-            if attempt_id in self._reopen and at <= now:
-                self._give_up_reopen(attempt_id)
-            if capture is not None and at <= now:
-                self._on_output(capture)
-                if capture.is_open:
-                    capture.note(f"output capture stopped {self._log_linger_s:g} s after the attempt ended; "
-                                 "processes it left running still hold its output, which is no longer read")
-                    self._journal.info("attempt.capture_stopped", attempt=attempt_id)
-                    self._close_capture(attempt_id, unlink=True)
-
-    def seconds_to_capture_timer(self) -> float | None:
-        reopen = (self._next_reopen,) if self._reopen else ()
-        due = min((*self._paused.values(), *self._linger_until.values(), *reopen), default=None)
-        return None if due is None else max(0.0, due - time.monotonic())
-
-    def _retry_reopens(self) -> None:
-        """Open the captures a lack of descriptors refused at re-adoption (see ``adopt``)."""
-        for attempt_id in list(self._reopen):
-            self._try_reopen(attempt_id, ended=attempt_id not in self.running)
-        self._next_reopen = time.monotonic() + RETRY_INTERVAL_S
-
-    def _try_reopen(self, attempt_id: str, *, ended: bool) -> None:
-        """Open a pending capture; it stays pending while descriptors still lack. Once its Attempt
-        ``ended``, a FIFO found empty and without a writer lost what it held with its last holder
-        (if anything): the gap is marked in the log, as for output written while no service ran."""
-        capture = self._reopen[attempt_id]
-        try:
-            capture.open()
-        except OSError as exc:
-            if exc.errno in RETRYABLE_SPAWN_ERRNOS:
-                return  # retried after RETRY_INTERVAL_S; given up log_linger_ms after the end
-            del self._reopen[attempt_id]
-            self._journal.warning("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
-            return
-        del self._reopen[attempt_id]
-        self._journal.info("attempt.log_reopened", attempt=attempt_id, ended=ended)
-        self._captures[attempt_id] = capture
-        self._loop.register(capture, lambda: self._on_output(capture))
-        try:
-            if ended and not capture.pump() and not capture.received:
-                capture.note(_REOPEN_GAP)
-        except OSError as exc:
-            self._journal.error("attempt.log_write_failed", attempt=attempt_id, detail=str(exc))
-        self._on_output(capture)  # what waited in the FIFO; closes the capture if no writer is left
-
-    def _give_up_reopen(self, attempt_id: str) -> None:
-        """The Attempt ended ``log_linger_ms`` ago and its FIFO could still not be re-opened: what it
-        held is lost. Say so in the log (as for output written while no service ran)."""
-        capture = self._reopen.pop(attempt_id)
-        self._linger_until.pop(attempt_id, None)
-        _unlink(capture.fifo_path)
-        self._journal.error("attempt.output_lost", attempt=attempt_id,
-                            detail="its output could not be re-opened for lack of descriptors")
-        try:
-            mark_gap(capture.log_path, _REOPEN_GAP)
-        except OSError as exc:
-            self._journal.warning("attempt.log_not_marked", attempt=attempt_id, detail=str(exc))
-        self.copy_log(attempt_id, capture.log_path)
-
-    def _close_capture(self, attempt_id: str, *, unlink: bool) -> None:
-        self._paused.pop(attempt_id, None)
-        self._linger_until.pop(attempt_id, None)
-        self._reopen.pop(attempt_id, None)
-        capture = self._captures.pop(attempt_id, None)
-        if capture is not None:
-            self._loop.unregister(capture)
-            capture.close(unlink_fifo=unlink)
-            if attempt_id not in self.running:  # the Attempt had ended: its log is complete now
-                self.copy_log(attempt_id, capture.log_path)
-
-    def copy_log(self, attempt_id: str, log_path: Path) -> None:
-        """Hand the ended Attempt's log tail to the store's copies (``logs`` on other hosts). Best
-        effort: the file stays here whatever happens, so a failure is logged, never retried."""
-        if self._log_copies is None:
-            return
-        try:
-            content, size = read_tail(log_path, STORED_LOG_MAX_BYTES)
-            self._log_copies.keep(attempt_id, content, size_bytes=size, worker_id=self._worker.worker_id)
-        except (OSError, EdgeRuntimeError) as exc:
-            self._journal.warning("attempt.log_copy_failed", attempt=attempt_id,
-                                  error=getattr(exc, "code", type(exc).__name__), detail=str(exc))
-
-    def _on_pidfd(self, running: RunningAttempt) -> None:
-        if running.own_child:
-            status = reap(running.identity.pid)
-            if status is None:
-                # A readable pidfd means it exited; if it cannot be reaped it was reaped elsewhere.
-                # End it without a status rather than spin on a descriptor that stays readable.
-                if not self._leader_alive(running):
-                    self._leader_exited(running, None)
-                return
-            self._leader_exited(running, status)
-        else:
-            self._leader_exited(running, None)
-
     def _leader_alive(self, running: RunningAttempt) -> bool:
         try:
             return self._controller.leader_alive(running.identity)
         except ProcfsUnavailableError as exc:
             self._journal.error("attempt.poll_failed", attempt=running.attempt_id, detail=str(exc))
-            return False
+            return True  # cannot tell: the pidfd or the next poll says
 
-    def reap_children(self) -> None:
-        """SIGCHLD (no pidfds): reap every child of ours that has exited."""
+    def poll_exits(self) -> None:
+        """Find watched processes that exited without a pidfd to say so (a ``/proc`` poll)."""
         for running in list(self.running.values()):
-            if running.own_child and running.deferred is None:
-                status = reap(running.identity.pid)
-                if status is not None:
-                    self._leader_exited(running, status)
-
-    def poll_adopted(self) -> None:
-        """Find re-adopted processes that exited (without pidfds, through ``/proc``), and settle
-        the ones that did."""
-        for running in list(self.running.values()):
-            if running.own_child or running.pidfd is not None or running.deferred is not None:
-                continue
-            if running.gone_since is not None:
-                self._settle_gone(running)
+            if running.pidfd is not None or running.deferred is not None or running.exited_since is not None:
                 continue
             try:
                 alive = self._controller.leader_alive(running.identity)
@@ -650,74 +424,123 @@ class AttemptSupervisor:
                 self._journal.error("attempt.poll_failed", attempt=running.attempt_id, detail=str(exc))
                 continue
             if not alive:
-                self._leader_exited(running, None)
+                self._leader_exited(running)
 
-    def _settle_gone(self, running: RunningAttempt) -> None:
-        """A re-adopted process exited. Its parent may be alive: a service whose session this one
-        replaced finishes its own children and records their real exit status. So: an Attempt
-        that was ended meanwhile is dropped; a zombie (its parent has not reaped it yet) is waited
-        for; one gone for ADOPTED_EXIT_GRACE_S with its Attempt still active ends ``lost``."""
-        try:
-            attempt = self._runs.get_attempt(running.attempt_id)
-            stat = read_stat(running.identity.pid)
-        except EdgeRuntimeError as exc:
-            self._journal.error("attempt.poll_failed", attempt=running.attempt_id, detail=str(exc))
+    def _mark_exited(self, running: RunningAttempt) -> None:
+        if running.exited_since is None:
+            later = time.monotonic() + EXIT_CHECK_S
+            self._next_exit_check = min(self._next_exit_check, later) if self._exits_pending(exclude=running) else later
+            running.exited(time.monotonic())
+
+    def _exits_pending(self, exclude: RunningAttempt | None = None) -> bool:
+        return any(r.exited_since is not None and r.deferred is None and r is not exclude
+                   for r in self.running.values())
+
+    def _leader_exited(self, running: RunningAttempt) -> None:
+        self._unwatch(running)
+        self._mark_exited(running)
+        self._check_exited(running)
+
+    def _check_exited(self, running: RunningAttempt) -> None:
+        """The leader is gone: end its Attempt with what its monitor wrote, once it has (the
+        monitor reaps the task, then writes; until then this is checked every EXIT_CHECK_S)."""
+        if running.attempt_id not in self.running or running.deferred is not None:
             return
-        if attempt is None or attempt.status not in _ACTIVE:
-            self.running.pop(running.attempt_id, None)
-            self._close_capture(running.attempt_id, unlink=False)
-            self._journal.info("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
-                               status=None if attempt is None else attempt.status.value)
-        elif stat is not None and stat.start_ticks == running.identity.start_ticks:
-            running.gone_since = time.monotonic()  # still a zombie: its parent lives and will reap it
-        elif time.monotonic() - running.gone_since >= ADOPTED_EXIT_GRACE_S:
-            self._end(running, None)
+        if running.log_path is None:
+            self._end(running, None, REASON_GONE)
+            return
+        try:
+            reading = read_status(status_path_of(running.log_path))
+        except (OSError, ValueError) as exc:
+            self._journal.error("attempt.status_unreadable", attempt=running.attempt_id, detail=str(exc))
+            self._end(running, None, REASON_MONITOR_GONE)
+            return
+        if reading.end is not None:
+            self._end(running, reading.end, None)
+        elif reading.monitor_alive:
+            pass  # written within microseconds: read again at the next exit check
+        elif not reading.exists:  # started by a release without monitors: nothing kept its status
+            self._end(running, None, REASON_GONE if running.note == "gap" else REASON_ADOPTED_EXIT)
+        else:
+            self._end(running, None, REASON_MONITOR_GONE)
+
+    def run_capture_timers(self) -> None:
+        """Read the status files of exited leaders again, hand over the logs completed since, and
+        SIGKILL the fenced groups whose grace is over."""
+        self._enforce_fences()
+        now = time.monotonic()
+        if self._next_exit_check <= now and self._exits_pending():
+            self._next_exit_check = now + EXIT_CHECK_S
+            for running in [r for r in self.running.values() if r.exited_since is not None and r.deferred is None]:
+                self._check_exited(running)
+        self._logs.check()
+
+    def seconds_to_capture_timer(self) -> float | None:
+        exits = (self._next_exit_check,) if self._exits_pending() else ()
+        logs = self._logs.seconds_to_check()
+        due = min((*exits, *(() if logs is None else (time.monotonic() + logs,))), default=None)
+        return None if due is None else max(0.0, due - time.monotonic())
 
     # ----------------------------------------------------------------- end
 
-    def _leader_exited(self, running: RunningAttempt, status: int | None) -> None:
-        self._unwatch(running)
-        capture = self._captures.get(running.attempt_id)
-        if capture is not None:
-            self._on_output(capture)  # drain what the process wrote before it exited
-        if not running.own_child and running.gone_since is None:
-            running.gone_since = time.monotonic()  # give a live parent the first word
-            self._settle_gone(running)
-            return
-        self._end(running, status)
-
-    def _end(self, running: RunningAttempt, status: int | None) -> None:
+    def _end(self, running: RunningAttempt, end: MonitorEnd | None, unknown_reason: str | None) -> None:
         try:
-            self._decide_end(running, status)
+            self._decide_end(running, end, unknown_reason)
         except EdgeRuntimeError as exc:
-            # The Attempt stays active in the database: try again every tick, never forget it.
-            if self._retry_failed():
-                self._journal.error("attempt.finish_failed", attempt=running.attempt_id, error=exc.code,
-                                    detail=str(exc), failures=self._retry_failures)
+            # The Attempt stays active in the database: try again every pass, never forget it.
             self.running.pop(running.attempt_id, None)
-            self._unfinished[running.attempt_id] = (running, status)
+            self._settlements.end_failed(running.attempt_id, lambda: self._retry_end(running, end, unknown_reason), exc)
 
-    def _decide_end(self, running: RunningAttempt, status: int | None) -> None:
-        if running.record_by is not None and running.failure is None:
+    def _retry_end(self, running: RunningAttempt, end: MonitorEnd | None, unknown_reason: str | None) -> None:
+        self.running[running.attempt_id] = running
+        self._end(running, end, unknown_reason)
+
+    def _decide_end(self, running: RunningAttempt, end: MonitorEnd | None, unknown_reason: str | None) -> None:
+        if running.unrecorded:
             self._record_before_end(running)
+        attempt = self._runs.get_attempt(running.attempt_id)
+        if attempt is None or attempt.status not in _ACTIVE:
+            # Ended meanwhile elsewhere: by another service that read the same status file (the
+            # first to record wins), or ``lost`` by the orphan sweep once this service's session or
+            # Run Lease was gone. Its verdict stands; what this service saw is only an event.
+            self.running.pop(running.attempt_id, None)
+            self._fence_kills.pop(running.attempt_id, None)
+            self._journal.warning("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
+                                  status=None if attempt is None else attempt.status.value,
+                                  exit_code=None if end is None else exit_code_of(end.status))
+            if attempt is not None and attempt.status is AttemptStatus.LOST and end is not None:
+                self._record_fenced_end(running, end)
+            self._release_output(running)
+            return
         run = self._runs.get(running.run_id)
         cancel_requested = run.cancel_requested_at_ms is not _UNSET
+        status = None if end is None else end.status
         code = None if status is None else exit_code_of(status)
         reason = None if status is None else describe_exit(status)
+        if cancel_requested and status is not None and status >= 0 and attempt.term_sent_at_ms is _UNSET:
+            # It ended on its own before any signal reached it: never ``cancelled`` with an exit
+            # code no signal caused; its real end, and the Run says the cancel sent nothing.
+            cancel_requested = False
+            note = "a cancel was requested, but it ended before any signal was sent"
+            reason = f"{reason}; {note}" if reason else note
         if running.failure is not None:
-            end, reason = AttemptStatus.LOST, running.failure
+            result, reason = AttemptStatus.LOST, running.failure
         elif cancel_requested:
-            end = AttemptStatus.CANCELLED
+            result = AttemptStatus.CANCELLED
         elif status is None:
-            end, reason = AttemptStatus.LOST, REASON_ADOPTED_EXIT
+            result, reason = AttemptStatus.LOST, unknown_reason or REASON_MONITOR_GONE
         else:
-            end = AttemptStatus.SUCCEEDED if status == 0 else AttemptStatus.FAILED
+            result = AttemptStatus.SUCCEEDED if status == 0 else AttemptStatus.FAILED
+        if running.attempt_id in self._fence_kills:
+            self._fence_kills.pop(running.attempt_id)
+        if end is not None and running.note == "gap":
+            reason = f"{reason}; {_ended_unwatched(end)}" if reason else _ended_unwatched(end)
         if cancel_requested and self._kill_pending(running):
-            running.deferred = DeferredEnd(end, code, reason)
+            running.defer(DeferredEnd(result, code, reason))
             self._journal.info("attempt.awaiting_kill", run=running.run_id, attempt=running.attempt_id,
                                pid=running.identity.pid)
             return
-        self.finish(running, end, code, reason)
+        self.finish(running, result, code, reason)
 
     def _record_before_end(self, running: RunningAttempt) -> None:
         """The process exited before its identity was recorded: record it now, so the Attempt ends
@@ -733,13 +556,12 @@ class AttemptSupervisor:
                 raise
             # The process is gone, so its identity guards nothing any more: the Attempt ends from
             # ``starting`` with the real exit status (finish_attempt accepts any active Attempt).
-            running.record_by = None
+            running.recorded()
             self._journal.warning("attempt.identity_not_recorded", attempt=running.attempt_id,
                                   pid=running.identity.pid, error=exc.code, detail=str(exc), exited=True)
             return
         if conflict is not None:
-            running.record_by = None
-            running.failure = conflict
+            running.doom(conflict)
         else:
             self._journal.info("attempt.running", run=running.run_id, attempt=running.attempt_id,
                                pid=running.identity.pid, late=True, exited=True)
@@ -774,78 +596,135 @@ class AttemptSupervisor:
 
     def finish(self, running: RunningAttempt, status: AttemptStatus, code: int | None, reason: str | None) -> None:
         self._unwatch(running)
-        if running.attempt_id in self._reopen:
-            self._try_reopen(running.attempt_id, ended=True)  # the last chance before the unlink
-        reopen_pending = running.attempt_id in self._reopen
-        if running.fifo_path is not None and not reopen_pending:
-            # Before the end is committed, so nobody who sees the Attempt ended finds its FIFO;
-            # open descriptors (leftover grandchildren) keep working and are drained until EOF.
-            _unlink(running.fifo_path)
         self._runs.finish_attempt(running.attempt_id, status, actor_id=self._worker.owner, exit_code=code,
                                   reason=reason)
         self.running.pop(running.attempt_id, None)
-        if running.attempt_id in self._captures or reopen_pending:  # a descendant may still hold the output
-            self._linger_until[running.attempt_id] = time.monotonic() + self._log_linger_s
-        else:  # its output is complete: copy it now
-            log_path = (running.fifo_path.with_suffix(".log") if running.fifo_path is not None
-                        else log_paths(self._log_dir, running.attempt_id)[0])
-            self.copy_log(running.attempt_id, log_path)
-        self._complete_lease(running.attempt_id)
+        self._release_output(running)
+        self._settlements.complete_lease(running.attempt_id)
         self._journal.info("attempt.finished", run=running.run_id, attempt=running.attempt_id,
                            status=status.value, exit_code=code, reason=reason)
 
-    def _complete_lease(self, attempt_id: str) -> None:
+    def _release_output(self, running: RunningAttempt) -> None:
+        """The end is recorded: the status file has served (its path goes; the monitor, if it
+        still drains a descendant's output, keeps its descriptor), and the log is handed to the
+        store's copies once its monitor is gone."""
+        log_path = running.log_path or log_paths(self._log_dir, running.attempt_id)[0]
+        status_path = status_path_of(log_path)
         try:
-            self._worker.complete(attempt_id)
-            self._uncompleted.discard(attempt_id)
-        except EdgeRuntimeError as exc:
-            # An open grant would keep counting against this session's slots: retry it each tick.
-            self._uncompleted.add(attempt_id)
-            if self._retry_failed():
-                self._journal.error("lease.complete_failed", attempt=attempt_id, error=exc.code, detail=str(exc),
-                                    retryable=exc.retryable, failures=self._retry_failures)
+            status_fd = open_status(status_path)
+            _unlink(status_path)
+            _unlink(log_path.with_suffix(".fifo"))  # left only by a start interrupted before its unlink
+        except OSError as exc:
+            self._journal.warning("attempt.status_not_removed", attempt=running.attempt_id, detail=str(exc))
+            status_fd = None
+        self._logs.ended(running.attempt_id, log_path, status_fd)
 
     def retry_completions(self) -> None:
         """Settle what failed earlier (e.g. the database was busy): unstarted Attempts, ends of
         exited processes, grants to complete; and records the identities not recorded yet."""
         self.retry_identities()
-        self.retry_unstarted()
-        for running, status in list(self._unfinished.values()):
-            del self._unfinished[running.attempt_id]
-            self._end(running, status)
-        for attempt_id in list(self._uncompleted):
-            self._complete_lease(attempt_id)
+        self._settlements.retry_unstarted()
+        self._settlements.retry_ends_and_completions()
         if not self.pending_retries:
-            self._retry_failures = 0
+            self._settlements.failures = 0
 
     def tracks(self, attempt_id: str) -> bool:
         """Whether this service spawned or is settling the Attempt (watched, or a settlement to
         retry): an Attempt of its own session that it does not track was never spawned by it."""
-        return attempt_id in self.running or attempt_id in self._unstarted or attempt_id in self._unfinished
+        return attempt_id in self.running or self._settlements.tracks(attempt_id)
 
     @property
     def pending_retries(self) -> bool:
-        return bool(self._unstarted or self._unfinished or self._uncompleted or self.unrecorded_count)
+        return self._settlements.pending or bool(self.unrecorded_count)
 
     @property
     def unrecorded_count(self) -> int:
         """Processes of ours whose identity is not recorded yet (see ``_spawn``)."""
         return sum(1 for running in self.running.values() if running.record_by is not None)
 
-    def _retry_failed(self) -> bool:
-        """Count one failed settlement; whether to log it (the 1st, 2nd, 4th, 8th...: a full disk
-        must not flood the log)."""
-        self._retry_failures += 1
-        return self._retry_failures & (self._retry_failures - 1) == 0
-
     def next_retry_s(self) -> float | None:
         """Seconds until this supervisor has something to retry: a failed settlement (after a
         backoff that doubles while they keep failing) or the end of a pause in starting; None
         when nothing is pending."""
         if self.pending_retries:
-            return min(RETRY_INTERVAL_S * (1 << min(self._retry_failures, 5)), 30.0)
+            return min(RETRY_INTERVAL_S * (1 << min(self._settlements.failures, 5)), 30.0)
         paused = self._start_paused_until - time.monotonic()
         return paused if paused > 0 else None
+
+    def next_due_s(self) -> float | None:
+        """Seconds until this supervisor next has something to do on its own (an exit to read
+        again, a log to hand over, a retry, the end of a pause in starting, an identity to give
+        up); None when only an event (a pidfd, a signal) can bring work. With processes to poll
+        (no pidfds) the caller adds its poll interval."""
+        fence = min(self._fence_kills.values(), default=None)
+        dues = [self.seconds_to_capture_timer(), self.next_retry_s(), self.seconds_to_identity_deadline(),
+                None if fence is None else max(0.0, fence - time.monotonic())]
+        return min((d for d in dues if d is not None), default=None)
+
+    def copy_log(self, attempt_id: str, log_path: Path) -> None:
+        """Hand the ended Attempt's log tail to the store's copies (``logs`` on other hosts). Best
+        effort: the file stays here whatever happens, so a failure is logged, never retried."""
+        if self._log_copies is None:
+            return
+        try:
+            content, size = read_tail(log_path, STORED_LOG_MAX_BYTES)
+            self._log_copies.keep(attempt_id, content, size_bytes=size, worker_id=self._worker.worker_id)
+        except (OSError, EdgeRuntimeError) as exc:
+            self._journal.warning("attempt.log_copy_failed", attempt=attempt_id,
+                                  error=getattr(exc, "code", type(exc).__name__), detail=str(exc))
+
+    # ----------------------------------------------------------------- self-fencing
+
+    def fence_ended(self, why: str) -> int:
+        """This service learnt that its session (or Run Leases) may be gone: stop the process groups
+        of its own Attempts that the store has already ended (SIGTERM now, SIGKILL after the
+        grace); their ends are then recorded only as events, never over the verdict. How many."""
+        fenced = 0
+        for running in [r for r in self.running.values() if r.started_here]:
+            fenced += self._fence_if_ended(running, why)
+        return fenced
+
+    def _fence_if_ended(self, running: RunningAttempt, why: str) -> bool:
+        try:
+            attempt = self._runs.get_attempt(running.attempt_id)
+        except EdgeRuntimeError as exc:
+            self._journal.error("attempt.fence_check_failed", attempt=running.attempt_id, error=exc.code,
+                                detail=str(exc))
+            return False
+        if attempt is not None and attempt.status in _ACTIVE:
+            return False  # still this Attempt's: it runs on (a session that replaced ours re-adopts it)
+        if running.attempt_id in self._fence_kills or running.exited_since is not None:
+            return False
+        result = self._controller.request_termination(running.identity)
+        self._fence_kills[running.attempt_id] = time.monotonic() + self._grace_s
+        self._journal.warning("attempt.fenced", run=running.run_id, attempt=running.attempt_id, detail=why,
+                              status=None if attempt is None else attempt.status.value, signal=result.value)
+        return True
+
+    def _enforce_fences(self) -> None:
+        now = time.monotonic()
+        for attempt_id, at in list(self._fence_kills.items()):
+            running = self.running.get(attempt_id)
+            if running is None:
+                del self._fence_kills[attempt_id]
+            elif at <= now:
+                del self._fence_kills[attempt_id]
+                outcome = self._controller.force_kill(running.identity)
+                self._journal.warning("attempt.fence_killed", attempt=attempt_id, outcome=outcome.value)
+
+    @property
+    def fencing(self) -> int:
+        """Fenced Attempts whose processes have not ended yet."""
+        return sum(1 for attempt_id in self._fence_kills if attempt_id in self.running)
+
+    def _record_fenced_end(self, running: RunningAttempt, end: MonitorEnd) -> None:
+        code, reason = exit_code_of(end.status), describe_exit(end.status)
+        try:
+            self._runs.record_fenced_end(running.attempt_id, exit_code=code, reason=reason,
+                                         actor_id=self._worker.owner)
+        except EdgeRuntimeError as exc:
+            self._journal.error("attempt.fenced_end_not_recorded", attempt=running.attempt_id, error=exc.code,
+                                detail=str(exc))
 
     # ----------------------------------------------------------------- leases
 
@@ -857,12 +736,15 @@ class AttemptSupervisor:
             try:
                 self._worker.renew(grant)
                 if running.record_by is not None:  # still unrecorded: the renewed grant fences it longer
-                    running.record_by = _record_deadline(grant)
+                    running.await_record(_record_deadline(grant), running.record_error)
             except EdgeRuntimeError as exc:
-                # After the start barrier the grant cannot be taken over; a lapse is not fatal.
+                # After the start barrier the grant cannot be taken over; a lapse is not fatal,
+                # unless the Attempt was ended meanwhile (its lease lapsed and the orphan sweep
+                # ended it ``lost``): then its process is no longer anyone's to run.
                 running.grant = None
                 self._journal.warning("lease.renew_failed", attempt=running.attempt_id, error=exc.code,
                                       detail=str(exc))
+                self._fence_if_ended(running, "its Run Lease is gone")
 
     def next_renewal_at_ms(self) -> int | None:
         return min(
@@ -874,13 +756,13 @@ class AttemptSupervisor:
 
     @property
     def own_children(self) -> int:
-        return sum(1 for running in self.running.values() if running.own_child)
+        """Attempts this service started that it still watches (their ends are its to record)."""
+        return sum(1 for running in self.running.values() if running.started_here)
 
     def drop_adopted(self) -> None:
-        """Stop watching Attempts that are not our children (the session that replaced ours has them)."""
-        for running in [r for r in self.running.values() if not r.own_child]:
+        """Stop watching Attempts this service did not start (the session that replaced ours has them)."""
+        for running in [r for r in self.running.values() if not r.started_here]:
             self._unwatch(running)
-            self._close_capture(running.attempt_id, unlink=False)
             del self.running[running.attempt_id]
 
     def terminate_all(self) -> list[RunningAttempt]:
@@ -893,17 +775,14 @@ class AttemptSupervisor:
         return signalled
 
     def close(self) -> None:
-        """Stop watching without touching the processes: they keep running and are re-adopted.
-        Except a process whose identity was never recorded: nothing could re-adopt it, so it is
-        SIGKILLed (its ``starting`` Attempt is ended ``lost`` by the orphan sweep)."""
+        """Stop watching without touching the processes: they keep running under their monitors
+        and are re-adopted. Except a process whose identity was never recorded: nothing could
+        re-adopt it, so it is SIGKILLed (its ``starting`` Attempt is ended ``lost`` by the orphan
+        sweep)."""
         self.kill_unrecorded(REASON_STOPPED_UNRECORDED)
         for running in list(self.running.values()):
             self._unwatch(running)
-        for attempt_id in list(self._captures):
-            self._close_capture(attempt_id, unlink=False)
-        for attempt_id in [a for a in self._reopen if a not in self.running]:
-            self._give_up_reopen(attempt_id)  # ended: no later service re-opens its FIFO
-        self._reopen.clear()  # running: the next service re-adopts them and re-opens their FIFOs
+        self._logs.close()
         self.running.clear()
 
 

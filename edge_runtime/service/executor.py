@@ -1,31 +1,38 @@
-"""Spawning an Attempt: its own session and process group, stdin from /dev/null, output to its FIFO.
+"""Spawning an Attempt: under its own monitor, in its own session and process group.
 
-``os.posix_spawnp`` (vfork + exec in the C library) is used instead of ``subprocess.Popen``: it
-is cheaper on a router's small CPU, reports a failed exec (command not found, not executable) to
-the caller as an ``OSError`` instead of a child that exits 127, and leaves the child's lifecycle
-entirely to the service (reaped with ``waitpid`` when its pidfd says it exited). ``setsid=True``
-makes the child the leader of a new session and process group, so the Attempt's whole tree can be
-signalled with one ``killpg`` and no signal aimed at the tree ever reaches the service.
+The spawn's interface is this module's ``spawn``: the task's ``argv``, its environment (``env``,
+built by ``task_environment``) and where its output goes (an ``AttemptOutput``). The service
+never starts the task itself: it starts the Attempt's monitor (``monitor.py``, docs/monitor.md)
+with ``os.posix_spawn`` (vfork + exec in the C library: cheap on a router's small CPU), handing it
+the log and status files as descriptors 3 and 4 and a report pipe as 5. The monitor forks the task, which calls
+``setsid`` (the leader of a new session and process group, so the Attempt's whole tree can be
+signalled with one ``killpg`` and no signal aimed at the tree ever reaches the service or the
+monitor), resets every signal to its default with nothing blocked (ignored signals survive exec:
+Python ignores SIGPIPE and SIGXFSZ, and a service started with ``nohup`` or ``&`` inherits ignored
+SIGHUP, SIGINT and SIGQUIT; a task must see the defaults, as from a shell), gets stdin from
+``/dev/null`` and stdout and stderr on the monitor's output pipe, and execs ``argv`` (searched on the
+environment's ``PATH``).
 
-The identity (pid, pgid, start time, boot id) is read right after the spawn, while the child is
-still unreaped and its pid therefore cannot be reused. Its pgid is its pid (``setsid``), whatever
-the moment: ``posix_spawn`` may return before the child ran ``setsid`` (qemu-user emulates vfork
-with fork, so glibc's spawn returns at once), and reading the group from ``/proc`` then would
-record the service's own group. ``spawn`` waits, briefly, until ``/proc`` shows the new group, so
-a cancel sent at once reaches it.
+The monitor reports on the pipe once the exec succeeded (``started PID START_TICKS``, read from
+``/proc`` while the task is still unreaped, so its pid cannot have been reused) or failed
+(``error ERRNO``: command not found, not executable, no resources), so a failed exec is still an
+error here and not a task that exits 127. Its pgid is its pid (``setsid`` ran before the exec).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import select
 import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
-from edge_runtime.service.process_identity import ProcessIdentity, read_identity
+from edge_runtime.service.errors import SpawnError
+from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
+from edge_runtime.service.monitor import REPORT_TIMEOUT_S, MonitorMissingError, monitor_path
+from edge_runtime.service.process_identity import ProcessIdentity
 
 
 #: Dispositions reset to the default in the child. Ignored signals survive exec: Python ignores
@@ -65,136 +72,125 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) 
 
 
 def spawn(
-    argv: Sequence[str], *, output_fd: int, env: Mapping[str, str], boot_id: str, cwd: str | None = None,
+    argv: Sequence[str], *, output: AttemptOutput, env: Mapping[str, str], boot_id: str, log_cap_bytes: int,
+    log_linger_ms: int, cwd: str | None = None,
 ) -> ProcessIdentity:
-    """Start ``argv`` in a new session with stdout and stderr on ``output_fd``, in ``cwd`` (None:
-    the service's own directory).
+    """Start ``argv`` under a new monitor that writes its output to ``output`` (capped at
+    ``log_cap_bytes``, its end kept; drained for ``log_linger_ms`` after the task ended while a
+    descendant holds it) and its exit status to ``output``'s status file. The task runs in
+    ``cwd`` (None: the service's own directory); the monitor enters it, so the service never
+    changes its own.
 
-    ``output_fd`` is closed here, whatever happens, as soon as the child has its copy: reading the
-    identity needs a descriptor, and with the table full (issue 10 point 8) that is the one freed.
+    ``output``'s descriptors stay open: the caller closes them (``close_after_spawn``, or
+    ``abandon`` when this raises).
 
     Raises:
         SpawnError: the command could not be started; no process is left behind.
     """
+    if not argv:
+        raise SpawnError("the command is empty")
+    if cwd is not None and not os.path.isdir(cwd):
+        # Checked at submit too; said here with its name, since the monitor's report has only an errno.
+        raise SpawnError(f"cannot start {argv[0]!r}: working directory {cwd!r} does not exist")
     try:
-        if not argv:
-            raise SpawnError("the command is empty")
-        # dup2 onto 1 and 2 must not clobber its own source: one below 3 is moved up first.
-        source = output_fd if output_fd > 2 else _move_above_stderr(output_fd, argv[0])
+        program = os.fspath(monitor_path())
+    except MonitorMissingError as exc:
+        raise SpawnError(str(exc)) from None
+    report_read, report_write = _pipe(argv[0])
+    copies: list[int] = []
+    try:
+        sources = (*output.descriptors(), report_write)
+        # A source numbered 5 or below could be clobbered by another's dup2 onto 3..5 (or be a
+        # target's stdio): those go through a copy above 10. A service's are above, as a rule.
+        handed = []
+        for fd in sources:
+            if fd <= 5:
+                fd = _copy_above(fd, argv[0])
+                copies.append(fd)
+            handed.append(fd)
+        actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
+        actions += [(os.POSIX_SPAWN_DUP2, fd, 3 + index) for index, fd in enumerate(handed)]
+        monitor_argv = [program, *(("--cwd", cwd) if cwd is not None else ()), str(log_cap_bytes), str(log_tail_bytes(log_cap_bytes)), str(log_linger_ms), "--",
+                        *argv]
         try:
-            entered = _enter_directory(cwd, argv[0])
-        except SpawnError:
-            if source != output_fd:
-                os.close(source)
-            raise
-        try:
-            pid = os.posix_spawnp(
-                argv[0],
-                list(argv),
-                dict(env),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_DUP2, source, 1),
-                    (os.POSIX_SPAWN_DUP2, source, 2),
-                ],
-                setsid=True,
-                setsigdef=_DEFAULT_SIGNALS,
-                setsigmask=(),  # nothing blocked, whatever the service's own mask is
-            )
+            first = os.posix_spawn(program, monitor_argv, dict(env), file_actions=actions, setsid=True,
+                                   setsigdef=_DEFAULT_SIGNALS, setsigmask=())
         except OSError as exc:
-            raise SpawnError(f"cannot start {argv[0]!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
-        finally:
-            _leave_directory(entered)
-            if source != output_fd:
-                os.close(source)
+            raise SpawnError(f"cannot start the monitor of {argv[0]!r}: {exc.strerror or exc}",
+                             os_errno=exc.errno) from None
+    except BaseException:
+        os.close(report_read)
+        raise
     finally:
-        os.close(output_fd)
+        for fd in (*copies, report_write):
+            os.close(fd)
     try:
-        identity = _identity_as_group_leader(pid, boot_id)
-    except ProcfsUnavailableError:  # e.g. ENFILE opening /proc/<pid>/stat for the whole wait
-        identity = None
-    if identity is None:
-        # Unreaped, so the pid (and its group, setsid) is still ours: never leave it unidentified.
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except ProcessLookupError:  # setsid not done yet (emulated kernels): the child alone
-            os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        raise SpawnError(f"process {pid} could not be identified after its start; it was killed", started=True)
-    return identity
+        os.waitpid(first, 0)  # it forks the monitor proper and exits at once
+        line = _read_report(report_read)
+    finally:
+        os.close(report_read)
+    return _identity_from_report(line, argv[0], boot_id)
 
 
-def _enter_directory(cwd: str | None, program: str) -> str | None:
-    """Make ``cwd`` the service's directory for the spawn; the one to return to (None: no change).
+def _read_report(fd: int) -> str:
+    """The monitor's one line, or what it left when it exited or ran out of time without one."""
+    deadline = time.monotonic() + REPORT_TIMEOUT_S
+    data = b""
+    while not data.endswith(b"\n"):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return "timeout"
+        readable, _, _ = select.select([fd], [], [], remaining)
+        if not readable:
+            continue
+        chunk = os.read(fd, 128)
+        if not chunk:
+            break
+        data += chunk
+    return data.decode("ascii", "replace").strip()
 
-    ``posix_spawn`` has no working-directory action (glibc's ``addchdir_np`` is not exposed), and
-    the child inherits the parent's directory at the spawn: the single-threaded service enters
-    ``cwd`` just for the call and returns at once (``_leave_directory``). By path, not by a
-    descriptor: a start must not need one more descriptor than it has (descriptor exhaustion).
-    A directory that is missing or not enterable fails the Attempt (its Run's setting).
 
-    Raises:
-        SpawnError: ``cwd`` cannot be entered, or the service's own directory cannot be named.
-    """
-    if cwd is None:
-        return None
+def _identity_from_report(line: str, program: str, boot_id: str) -> ProcessIdentity:
+    parts = line.split()
+    if len(parts) == 3 and parts[0] == "started" and parts[1].isdigit() and parts[2].isdigit() and int(parts[2]):
+        pid = int(parts[1])
+        return ProcessIdentity(pid=pid, pgid=pid, start_ticks=int(parts[2]), boot_id=boot_id)
+    if len(parts) == 2 and parts[0] == "error" and parts[1].isdigit():
+        code = int(parts[1])
+        raise SpawnError(f"cannot start {program!r}: {os.strerror(code)}", os_errno=code)
+    if len(parts) == 3 and parts[0] == "started" and parts[1].isdigit():
+        # Its start time could not be read: nothing could cancel it safely. Unreaped until its
+        # monitor sees it exit, so the group is still its own.
+        _kill_group(int(parts[1]))
+        raise SpawnError(f"process {parts[1]} could not be identified after its start; it was killed", started=True)
+    # No report: the monitor failed (or is stuck); whether a task began is unknown.
+    raise SpawnError(f"the monitor of {program!r} gave no start report ({line or 'it exited'})", started=True)
+
+
+def _kill_group(pid: int) -> None:
     try:
-        back = os.getcwd()
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _pipe(program: str) -> tuple[int, int]:
+    try:
+        return os.pipe2(os.O_CLOEXEC)
     except OSError as exc:
-        raise SpawnError(f"cannot start {program!r}: the service's directory: {exc.strerror or exc}") from None
-    if back == cwd:
-        return None
-    try:
-        os.chdir(cwd)
-    except OSError as exc:
-        raise SpawnError(f"cannot start {program!r}: working directory {cwd!r}: {exc.strerror or exc}") from None
-    return back
+        raise SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
 
 
-def _leave_directory(back: str | None) -> None:
-    if back is not None:
-        os.chdir(back)
-
-
-def _move_above_stderr(fd: int, program: str) -> int:
-    """A close-on-exec copy of ``fd`` numbered 3 or above.
+def _copy_above(fd: int, program: str) -> int:
+    """A close-on-exec copy of ``fd`` numbered 10 or above.
 
     Raises:
         SpawnError: no descriptor left (retryable: nothing was started).
     """
     try:
-        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 10)
     except OSError as exc:  # EMFILE: out of descriptors, nothing started
         raise SpawnError(f"cannot start {program!r}: {exc.strerror or exc}", os_errno=exc.errno) from None
-
-
-#: How long ``spawn`` waits for a child to show its own group in /proc (a few ms under emulation;
-#: the first read already does on a native kernel).
-_SETSID_WAIT_S = 2.0
-
-
-def _identity_as_group_leader(pid: int, boot_id: str) -> ProcessIdentity | None:
-    """The identity of the new group leader ``pid``, or None if /proc shows no such process.
-
-    Its pgid is recorded as its pid (what ``setsid`` makes it), never what /proc shows at this
-    instant: under qemu-user the spawn can return before the child has run ``setsid``.
-    """
-    deadline = time.monotonic() + _SETSID_WAIT_S
-    while True:
-        try:
-            identity = read_identity(pid, boot_id=boot_id)
-        except ProcfsUnavailableError:
-            # ENFILE (the system's table full) passes: the child is unreaped, its pid still ours.
-            if time.monotonic() >= deadline:
-                raise
-            time.sleep(0.01)
-            continue
-        if identity is None:
-            return None
-        # Also done when it already exited: setsid failing or exec failing exits the child (127).
-        if identity.pgid == pid or time.monotonic() >= deadline:
-            return ProcessIdentity(pid=pid, pgid=pid, start_ticks=identity.start_ticks, boot_id=boot_id)
-        time.sleep(0.001)
 
 
 def seal_inherited_descriptors() -> int:
@@ -220,18 +216,3 @@ def seal_inherited_descriptors() -> int:
         except OSError:
             continue  # the listing's own descriptor, closed by now
     return sealed
-
-
-def reap(pid: int) -> int | None:
-    """Reap a child of this service without blocking: its exit code, or None while it runs.
-
-    A negative code is the number of the signal that killed it (``os.waitstatus_to_exitcode``).
-    A pid that is not (or no longer) our child reads as None: use the controller for those.
-    """
-    try:
-        reaped, status = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return None
-    if reaped == 0:
-        return None
-    return os.waitstatus_to_exitcode(status)

@@ -1,29 +1,22 @@
-"""Capturing an Attempt's stdout and stderr into a size-capped log file, across service restarts.
+"""An Attempt's output and exit status files, and the service's view of the monitors that fill them.
 
-Design: one named FIFO per Attempt, beside its log file. The service opens the FIFO read-write
-(``O_RDWR``, which never blocks on a FIFO), hands that descriptor to the child as stdout and
-stderr, and closes its own copy; the service then reads the FIFO without blocking and appends
-what it reads to the log file, counting bytes against the cap.
+Each Attempt runs under its own monitor (``edge_runtime/service/monitor.py``, docs/monitor.md),
+which outlives the service: it owns the Attempt's output (a pipe it makes, opened read-write for
+the task so that a write never raises SIGPIPE), the log file and its cap, and writes the task's
+exit status to the Attempt's status file. The service only opens the two files before the spawn
+(so a lack of descriptors hits before a process exists; each without following a symlink and
+checked for its type on the open descriptor):
 
-Why not a plain pipe: the read end of a pipe lives only in the service. If the service dies (crash,
-upgrade, SIGKILL), the next write of the child gets SIGPIPE and the very Attempt we promised to
-re-adopt is killed by our own restart. Why not let the child write the file directly: nothing
-could then enforce the size cap, and a chatty task would fill the router's flash.
+- ``<stem>.log``: the log, appended to by the monitor only;
+- ``<stem>.status``: empty until the task ended, then one line; the monitor holds a ``flock`` on it
+  for its whole life, so "no line and no lock" means the monitor is gone without a word.
 
-With the FIFO opened ``O_RDWR``, the child itself holds a read end, so a write never raises
-SIGPIPE, whether or not a service is running. The trade-off: while no service is pumping, the
-child blocks once the kernel's pipe buffer (64 KiB on Linux) is full, and resumes when the
-restarted service re-opens the FIFO by its path and drains it (a re-open refused for lack of
-descriptors is retried: ``AttemptSupervisor.adopt``). What is lost: if the task exits
-while no service runs, what it wrote since the service stopped (at most the 64 KiB the pipe
-held) goes with the FIFO's last descriptor; the next service then appends a line saying so to
-the log (``mark_gap``). Past the cap one truncation marker is written and the rest is read at a
-slow pace (``DISCARD_INTERVAL_S``) and discarded.
-Processes that outlive the Attempt's leader and keep its stdout are drained for ``log_linger_ms``
-after the Attempt ended, then the service closes its end (one note in the log) so that a daemon
-a task left behind cannot pin descriptors forever; that daemon's writes then block once the pipe
-is full. After the Attempt ends the FIFO path is unlinked (open descriptors keep working), so a
-later service does not re-open it.
+``<stem>.fifo`` (``log_paths``' second path) is only what a release without monitors left: it is
+removed where found.
+
+``LogCaptures`` keeps the Attempts that ended while their monitor still writes the log (a
+descendant of the task holds its output, drained for ``log_linger_ms``): once the monitor is gone
+the log is complete, and is handed to the store's copies.
 
 Log writes are not fsynced: they are diagnostics, and an fsync per chunk would wear small flash.
 """
@@ -31,31 +24,28 @@ Log writes are not fsynced: they are diagnostics, and an fsync per chunk would w
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import re
 import stat
+import time
+from collections.abc import Callable
 from pathlib import Path
 
-#: Default cap on the bytes of output kept per Attempt (beyond it: one marker, the rest dropped).
+#: Default cap on the bytes of output kept per Attempt (beyond it: its beginning, a marker, its end).
 DEFAULT_LOG_CAP_BYTES = 1024 * 1024
 
-#: Past the cap everything read is dropped, so the service reads only this often (up to
-#: _MAX_READS_PER_PUMP chunks each time): a task flooding its output past the cap costs the
-#: service a few reads per second instead of a core, and is slowed to ~2 MiB/s of output.
-DISCARD_INTERVAL_S = 0.5
-
-#: One read; also the Linux default pipe capacity.
-_CHUNK = 64 * 1024
-#: Reads per pump call, so one chatty Attempt cannot starve the event loop.
-_MAX_READS_PER_PUMP = 16
+#: Of the cap, the end of the output kept when it is exceeded (held in the monitor's memory until
+#: the Attempt ends, so it is bounded by the monitor's RSS budget, not by the cap).
+LOG_TAIL_MAX_BYTES = 64 * 1024
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
-
-def truncation_marker(cap_bytes: int) -> bytes:
-    return f"\n[edge-runtime: output truncated after {cap_bytes} bytes; the rest was discarded]\n".encode()
+def log_tail_bytes(cap_bytes: int) -> int:
+    """How much of a log over ``cap_bytes`` is its end (the rest of the cap is its beginning)."""
+    return min(LOG_TAIL_MAX_BYTES, cap_bytes // 2)
 
 
 def file_stem(attempt_id: str) -> str:
@@ -71,6 +61,11 @@ def log_paths(log_dir: Path, attempt_id: str) -> tuple[Path, Path]:
     return log_dir / f"{stem}.log", log_dir / f"{stem}.fifo"
 
 
+def status_path_of(log_path: Path | str) -> Path:
+    """The status file beside an Attempt's log (the monitor writes the exit status there)."""
+    return Path(log_path).with_suffix(".status")
+
+
 def read_tail(log_path: Path | str, limit: int) -> tuple[bytes, int]:
     """The last ``limit`` bytes of a log and the log's size; ``(b"", 0)`` when there is no file
     (an Attempt that wrote nothing leaves none). Never follows a symlink, refuses a non-file."""
@@ -83,16 +78,6 @@ def read_tail(log_path: Path | str, limit: int) -> tuple[bytes, int]:
         log.seek(max(0, size - limit))
         content = log.read(limit)
     return content, max(size, len(content))  # a writer may still append (lingering output)
-
-
-def create_fifo(fifo_path: Path) -> None:
-    """Create the Attempt's FIFO (private to the user), replacing a stale one of a failed start."""
-    fifo_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    try:
-        fifo_path.unlink()
-    except FileNotFoundError:
-        pass
-    os.mkfifo(fifo_path, 0o600)
 
 
 def open_checked(path: Path | str, flags: int, file_type: int) -> int:
@@ -134,141 +119,125 @@ def open_checked_in(directory: Path | str, name: str, flags: int, file_type: int
     return fd
 
 
-def open_child_output(fifo_path: Path) -> int:
-    """The descriptor to give the child as stdout and stderr (``O_RDWR``: see the module docstring)."""
-    fd = open_checked(fifo_path, os.O_RDWR, stat.S_IFIFO)
-    os.set_blocking(fd, True)  # the child's writes wait for room, as on any pipe
-    return fd
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
 
 
-class LogCapture:
-    """The service's reading end of one Attempt's FIFO and the capped log file it fills.
+class AttemptOutput:
+    """The files one Attempt's monitor is handed: the log file and the status file. Opened by
+    :meth:`open` before the spawn; closed in the service by :meth:`close_after_spawn` (the monitor
+    has its copies) or :meth:`abandon`."""
 
-    Open it only while a writer exists (the child, or the service's own ``O_RDWR`` copy before
-    the spawn): a FIFO with no writer reads as end-of-file at once.
-    """
+    __slots__ = ("log_path", "fifo_path", "status_path", "log_fd", "status_fd", "_created_log")
 
-    __slots__ = ("attempt_id", "log_path", "fifo_path", "cap_bytes", "received", "_fd", "_log_fd", "_written",
-                 "_truncated")
-
-    def __init__(self, attempt_id: str, log_path: Path, fifo_path: Path, cap_bytes: int = DEFAULT_LOG_CAP_BYTES):
-        self.attempt_id = attempt_id
+    def __init__(self, log_path: Path, fifo_path: Path) -> None:
         self.log_path = log_path
         self.fifo_path = fifo_path
-        self.cap_bytes = cap_bytes
-        #: Bytes read from the FIFO since this capture was opened (kept or not).
-        self.received = 0
-        self._fd: int | None = None
-        self._log_fd: int | None = None
-        self._written = 0
-        self._truncated = False
+        self.status_path = status_path_of(log_path)
+        self.log_fd = self.status_fd = -1
+        self._created_log = False
 
-    def open(self) -> None:
-        """Open the FIFO for non-blocking reads and the log file for appending.
-
-        A log file left by an earlier service keeps counting against the same cap.
+    @classmethod
+    def open(cls, log_path: Path, fifo_path: Path) -> AttemptOutput:
+        """Open both files (a stale status file of a failed start is emptied).
 
         Raises:
-            OSError: the FIFO or the log file cannot be opened (e.g. the FIFO is gone).
+            OSError: one cannot be opened (no descriptor, a planted symlink...); nothing is left open.
         """
-        fd = open_checked(self.fifo_path, os.O_RDONLY, stat.S_IFIFO)
+        output = cls(log_path, fifo_path)
         try:
-            log_fd = open_checked(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
+            log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            existed = log_path.exists()
+            output.log_fd = open_checked(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
+            output._created_log = not existed
+            output.status_fd = open_checked(output.status_path, os.O_RDWR | os.O_CREAT, stat.S_IFREG)
+            os.ftruncate(output.status_fd, 0)
         except BaseException:
-            os.close(fd)
+            output.abandon()
             raise
-        self._fd, self._log_fd = fd, log_fd
-        size = os.fstat(log_fd).st_size
-        self._written = min(size, self.cap_bytes)
-        self._truncated = size > self.cap_bytes  # only the marker takes a file past the cap
+        return output
 
-    @property
-    def is_open(self) -> bool:
-        return self._fd is not None
+    def descriptors(self) -> tuple[int, int]:
+        """``(log, status)``, in the order the monitor numbers them (3 and 4)."""
+        return self.log_fd, self.status_fd
 
-    def fileno(self) -> int:
-        if self._fd is None:
-            raise ValueError("log capture is closed")
-        return self._fd
-
-    def pump(self) -> bool:
-        """Move what the FIFO holds into the log file; False once every writer has closed it."""
-        if self._fd is None:
-            return False
-        for _ in range(_MAX_READS_PER_PUMP):
-            try:
-                data = os.read(self._fd, _CHUNK)
-            except BlockingIOError:
-                return True
-            except InterruptedError:
-                continue
-            if not data:
-                return False
-            self.received += len(data)
-            self._keep(data)
-        return True
-
-    @property
-    def truncated(self) -> bool:
-        return self._truncated
-
-    def note(self, text: str) -> None:
-        """Append an ``[edge-runtime: ...]`` line, unless the log is already at its cap."""
-        if not self._truncated:
-            _write_all(self._log_fd, f"\n[edge-runtime: {text}]\n".encode())
-
-    def _keep(self, data: bytes) -> None:
-        room = self.cap_bytes - self._written
-        if room > 0:
-            kept = data[:room]
-            _write_all(self._log_fd, kept)
-            self._written += len(kept)
-            data = data[room:]
-        if data and not self._truncated:
-            _write_all(self._log_fd, truncation_marker(self.cap_bytes))
-            self._truncated = True
-
-    def close(self, *, unlink_fifo: bool = False) -> None:
-        """Close both descriptors; with ``unlink_fifo`` also remove the FIFO's path."""
-        for fd in (self._fd, self._log_fd):
-            if fd is not None:
-                os.close(fd)
-        self._fd = self._log_fd = None
-        if unlink_fifo:
-            try:
-                self.fifo_path.unlink()
-            except FileNotFoundError:
-                pass
+    def close_after_spawn(self) -> None:
+        """The monitor holds both files now: close ours (and remove a FIFO an older release left)."""
+        self._close()
+        _unlink(self.fifo_path)
 
     def abandon(self) -> None:
-        """A start that made no process: close, and remove the FIFO and the log file the capture
-        created (still empty: nothing could write to it), as if the start had never opened them."""
-        created = self._log_fd is not None and os.fstat(self._log_fd).st_size == 0
-        self.close(unlink_fifo=True)
+        """A start that made no process: close, and remove what this start created (the status
+        file and a log file still empty), as if the start had never opened them."""
+        created = self._created_log and self.log_fd >= 0 and os.fstat(self.log_fd).st_size == 0
+        self._close()
+        _unlink(self.status_path)
         if created:
-            try:
-                self.log_path.unlink()
-            except FileNotFoundError:
-                pass
+            _unlink(self.log_path)
+
+    def _close(self) -> None:
+        for name in ("log_fd", "status_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
 
 
-def mark_gap(log_path: Path | str, text: str) -> None:
-    """Append an ``[edge-runtime: ...]`` line to an Attempt's log no service is capturing.
-
-    Raises:
-        OSError: the log cannot be opened as a regular file (never through a symlink).
-    """
-    fd = open_checked(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
+def monitor_lock_free(fd: int) -> bool:
+    """Whether no monitor holds the status file open by ``fd`` locked (it exited, or never ran)."""
     try:
-        _write_all(fd, f"\n[edge-runtime: {text}]\n".encode())
-    finally:
-        os.close(fd)
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
 
 
-def _write_all(fd: int | None, data: bytes) -> None:
-    if fd is None:
-        raise ValueError("log capture is closed")
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
+class LogCaptures:
+    """Ended Attempts whose monitor still writes their log (output held by a process the task left
+    behind, drained by the monitor for ``log_linger_ms``). Each is checked every ``CHECK_S``: once
+    its monitor is gone, its log is complete and handed to ``on_complete`` (the store's copies)."""
+
+    CHECK_S = 0.5
+
+    __slots__ = ("_open", "_next_check", "_on_complete")
+
+    def __init__(self, on_complete: Callable[[str, Path], None]) -> None:
+        #: attempt id -> (log path, status file descriptor: holds the monitor's lock test).
+        self._open: dict[str, tuple[Path, int]] = {}
+        self._next_check = 0.0
+        self._on_complete = on_complete
+
+    def ended(self, attempt_id: str, log_path: Path, status_fd: int | None) -> None:
+        """The Attempt's end is recorded: its log is complete now, or once its monitor is gone."""
+        if status_fd is None or monitor_lock_free(status_fd):
+            if status_fd is not None:
+                os.close(status_fd)
+            self._on_complete(attempt_id, log_path)
+            return
+        if not self._open:
+            self._next_check = time.monotonic() + self.CHECK_S
+        self._open[attempt_id] = (log_path, status_fd)
+
+    def check(self) -> None:
+        """Hand over the logs whose monitor is gone (when the check is due)."""
+        if not self._open or time.monotonic() < self._next_check:
+            return
+        self._next_check = time.monotonic() + self.CHECK_S
+        for attempt_id, (log_path, fd) in list(self._open.items()):
+            if monitor_lock_free(fd):
+                del self._open[attempt_id]
+                os.close(fd)
+                self._on_complete(attempt_id, log_path)
+
+    def seconds_to_check(self) -> float | None:
+        return max(0.0, self._next_check - time.monotonic()) if self._open else None
+
+    def close(self) -> None:
+        """The service stops: the monitors finish the logs on their own (only the copies are lost)."""
+        for _, fd in self._open.values():
+            os.close(fd)
+        self._open.clear()

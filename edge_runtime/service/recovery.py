@@ -9,13 +9,12 @@ earlier session, whose Attempt this service does not watch yet:
   service that is starting it right now).
 - ``running`` on another boot -> ``lost`` (the device rebooted).
 - ``running`` and the recorded identity still matches a live process -> re-adopted: watched until
-  it exits (pidfd, or a slow ``/proc`` poll), still cancellable through its dispatch. A replaced
-  service that is still alive records the real exit status of its own children; this one ends
-  the Attempt ``lost`` only if nobody did within a second of the process being gone.
-- ``running``, leader gone but members of its group alive, and a cancel requested -> kept until
-  its SIGKILL step, so the group is still killed when the grace is over.
-- otherwise the process is gone -> settled as above (``lost`` with the reason, unless its parent
-  recorded the end).
+  it exits (pidfd, or a slow ``/proc`` poll), still cancellable through its dispatch; its end is
+  the one its monitor writes (docs/monitor.md).
+- ``running`` and its process gone: it ended while no service ran; its end is settled from what
+  its monitor wrote (its true exit status), and a cancelled one whose group still has members is
+  kept until its SIGKILL step, so the group is still killed when the grace is over. Only without
+  a status (its monitor killed, or a release without monitors) does it end ``lost``.
 
 Then the starts of the current session that the service never saw confirmed (its COMMIT was
 ambiguous: the connection was lost during it, PostgreSQL only): their Attempts hold this session's
@@ -45,13 +44,13 @@ from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.log_capture import mark_gap
+from edge_runtime.service.running import REASON_GONE
+from edge_runtime.service.log_capture import status_path_of
 from edge_runtime.service.worker import WorkerSession
 
 _UNSET = msgspec.UNSET
 
 REASON_REBOOTED = "the device rebooted while the attempt was running"
-REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
 REASON_NO_IDENTITY = "the attempt is running but its process identity is missing"
 REASON_START_UNCONFIRMED = (
     "its start was committed but the confirmation never reached the service (connection lost during COMMIT); "
@@ -106,8 +105,7 @@ class RecoveryOutcome(enum.StrEnum):
 
     ADOPTED = "adopted"  # its process still runs: watched again
     LOST = "lost"  # ended: no process can be found, or the Attempt had already ended
-    AWAITING_KILL = "awaiting_kill"  # cancelled, its group still alive: the SIGKILL deadline ends it
-    SETTLING = "settling"  # its process is gone: ended once its output is drained
+    SETTLING = "settling"  # its process is gone: ended with what its monitor kept
     PENDING = "pending"  # not started yet: the orphan sweep decides
     REQUEUED = "requeued"  # an orphan that certainly started no process: back in the queue
     FAILED = "failed"  # recovery of it failed (logged); tried again on the next pass
@@ -136,15 +134,8 @@ class _Recovery:
             return self._end(attempt, AttemptStatus.LOST, REASON_NO_IDENTITY)
         if identity.boot_id != self.boot_id:
             return self._end(attempt, AttemptStatus.LOST, REASON_REBOOTED)
-        if controller.leader_alive(identity) and supervisor.adopt(attempt):
+        if supervisor.adopt(attempt):
             return RecoveryOutcome.ADOPTED
-        run = runs.get(attempt.run_id)
-        cancelled = run.cancel_requested_at_ms is not _UNSET
-        if cancelled and attempt.killed_at_ms is _UNSET and controller.group_alive(identity):
-            supervisor.adopt_deferred(attempt, AttemptStatus.CANCELLED, REASON_GONE)
-            return RecoveryOutcome.AWAITING_KILL
-        _mark_output_gap(attempt, REASON_GONE, self.journal)
-        supervisor.adopt_gone(attempt, REASON_GONE)
         return RecoveryOutcome.SETTLING
 
     def unconfirmed_starts(self) -> int:
@@ -172,32 +163,15 @@ class _Recovery:
     def _end(self, attempt: AttemptRecord, status: AttemptStatus, reason: str) -> RecoveryOutcome:
         journal = self.journal
         if attempt.log_path is not _UNSET:
-            # Its process is gone (or unidentifiable): nobody will write to or re-open the FIFO.
-            fifo = Path(attempt.log_path).with_suffix(".fifo")
-            if reason is REASON_REBOOTED:  # without an identity no process ever wrote to it
-                _mark_output_gap(attempt, reason, journal)
-            try:
-                fifo.unlink(missing_ok=True)
-            except OSError as exc:
-                journal.warning("recovery.fifo_not_removed", attempt=attempt.id, detail=str(exc))
+            # Its process is gone (or unidentifiable), and so is its monitor: the files have served.
+            for leftover in (Path(attempt.log_path).with_suffix(".fifo"), status_path_of(attempt.log_path)):
+                try:
+                    leftover.unlink(missing_ok=True)
+                except OSError as exc:
+                    journal.warning("recovery.file_not_removed", attempt=attempt.id, detail=str(exc))
         self.runs.finish_attempt(attempt.id, status, actor_id=self.worker.owner, reason=reason)
         if attempt.log_path is not _UNSET:
             self.supervisor.copy_log(attempt.id, Path(attempt.log_path))  # with the gap note, if any
         self.worker.complete(attempt.id)
         journal.info("recovery.ended", run=attempt.run_id, attempt=attempt.id, status=status.value, reason=reason)
         return RecoveryOutcome.LOST
-
-
-def _mark_output_gap(attempt: AttemptRecord, reason: str, journal: Journal) -> None:
-    """Say in the log that output was lost: the Attempt ended while no service read its FIFO.
-
-    What the pipe held when the process ended went with it; a FIFO still on disk means no service
-    drained it to the end, so the mark is written where ``logs`` reads it.
-    """
-    if attempt.log_path is _UNSET or not Path(attempt.log_path).with_suffix(".fifo").exists():
-        return
-    try:
-        mark_gap(attempt.log_path, f"output gap: the attempt ended while no service was reading its output "
-                                   f"({reason}); what it wrote after the service stopped, up to 64 KiB, is lost")
-    except OSError as exc:
-        journal.warning("recovery.log_not_marked", attempt=attempt.id, detail=str(exc))

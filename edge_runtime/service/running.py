@@ -13,7 +13,13 @@ from typing import NamedTuple
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity
 from edge_runtime.service.worker import RunGrant
 
+#: A re-adopted Attempt of a release without monitors (no status file): nothing kept its status.
 REASON_ADOPTED_EXIT = "the process exited while re-adopted after a service restart; its exit status is unknown"
+#: A re-adopted Attempt whose process had exited when recovery found it, started by a release
+#: without monitors (no status file): nothing kept its status.
+REASON_GONE = "the process exited while no service was watching it; its exit status is unknown"
+#: The monitor is gone (killed) without having written the task's end.
+REASON_MONITOR_GONE = "the attempt's monitor ended without recording the exit status; it is unknown"
 
 
 def exit_code_of(status: int) -> int:
@@ -31,39 +37,143 @@ def describe_exit(status: int) -> str | None:
 
 
 class DeferredEnd(NamedTuple):
-    """An Attempt's end, known but not yet recorded (see ``RunningAttempt.deferred``)."""
+    """An Attempt's end, known but not yet recorded (see ``AwaitingKill``)."""
 
     status: AttemptStatus
     exit_code: int | None
     reason: str | None
 
 
-class RunningAttempt:
-    """What the service holds in memory for one Attempt whose process it watches."""
+# ----------------------------------------------------------------- the states of a watched Attempt
+#
+#   Unrecorded ──recorded──> Watching ──leader exits──> Exited ──cancelled, group alive──> AwaitingKill
+#        │                                                 ▲                                   │
+#        └──given up (SIGKILLed)──> Doomed ──leader exits──┘ (with the failure)      SIGKILL step: ended
+#
+# ``Unrecorded`` and ``Doomed`` are only ever Attempts this service started; re-adopted ones begin
+# ``Watching`` (or ``Exited``, when they ended while no service ran).
 
-    __slots__ = ("attempt_id", "run_id", "identity", "own_child", "pidfd", "grant", "deferred", "failure", "fifo_path",
-                 "gone_since", "record_by", "record_error")
+
+class Unrecorded(NamedTuple):
+    """Started here, its identity not durable yet (recording it failed retryably): recorded by
+    ``record_by`` (monotonic) or the process is given up."""
+
+    record_by: float
+    error: str | None
+
+
+class Watching(NamedTuple):
+    """Its identity is recorded; its leader is watched (pidfd, or the ``/proc`` poll)."""
+
+
+class Doomed(NamedTuple):
+    """Its identity will never be recorded: SIGKILLed, it ends ``lost`` with ``failure``."""
+
+    failure: str
+
+
+class Exited(NamedTuple):
+    """Its leader is gone; its end is read from what its monitor wrote (until then, again and
+    again). ``unrecorded``: it exited before its identity was recorded (recorded first)."""
+
+    since: float
+    failure: str | None = None
+    unrecorded: bool = False
+
+
+class AwaitingKill(NamedTuple):
+    """Cancelled, its leader ended but members of its group still run: its end waits for the
+    SIGKILL step."""
+
+    end: DeferredEnd
+
+
+AttemptState = Unrecorded | Watching | Doomed | Exited | AwaitingKill
+
+
+class RunningAttempt:
+    """What the service holds in memory for one Attempt whose process it watches: who it is, how
+    it is watched, and its ``state`` (one of the types above; the properties below read it)."""
+
+    __slots__ = ("attempt_id", "run_id", "identity", "started_here", "pidfd", "grant", "log_path", "note", "state")
 
     def __init__(
-        self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, own_child: bool, grant: RunGrant | None
+        self, attempt_id: str, run_id: str, identity: ProcessIdentity, *, started_here: bool, grant: RunGrant | None,
+        log_path: Path | None,
     ) -> None:
         self.attempt_id = attempt_id
         self.run_id = run_id
         self.identity = identity
-        self.own_child = own_child
+        #: Started by this service (else re-adopted from an earlier session).
+        self.started_here = started_here
         self.pidfd: int | None = None
         self.grant = grant
-        #: (status, exit code, reason) decided at the leader's exit, applied after the SIGKILL step.
-        #: How the Attempt ended, held until its SIGKILL step is done (then recorded).
-        self.deferred: DeferredEnd | None = None
-        #: Set when the process had to be killed because its identity could not be recorded.
-        self.failure: str | None = None
-        #: Our own child whose identity is not durable yet (recording it failed retryably): the
-        #: monotonic time by which it must be recorded or the process killed; None once recorded.
-        self.record_by: float | None = None
-        #: Why the last try to record the identity failed (for the reason if it is given up).
-        self.record_error: str | None = None
-        #: The Attempt's FIFO, unlinked when the Attempt ends.
-        self.fifo_path: Path | None = None
-        #: Re-adopted only: when its exit was first seen (monotonic); its parent may record it.
-        self.gone_since: float | None = None
+        #: The Attempt's log (its status file is beside it); None when it has none recorded.
+        self.log_path = log_path
+        #: Added to the reason of its end (``"gap"``: it ended while no service watched it).
+        self.note: str | None = None
+        self.state: AttemptState = Watching()
+
+    # Read-only views of the state, for the supervisor's and the service's questions.
+
+    @property
+    def record_by(self) -> float | None:
+        """When an unrecorded identity must be given up (monotonic); None once recorded."""
+        return self.state.record_by if isinstance(self.state, Unrecorded) else None
+
+    @property
+    def record_error(self) -> str | None:
+        return self.state.error if isinstance(self.state, Unrecorded) else None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the process was killed (its identity could not be recorded), if it was."""
+        return self.state.failure if isinstance(self.state, (Doomed, Exited)) else None
+
+    @property
+    def deferred(self) -> DeferredEnd | None:
+        """Its end, held until its SIGKILL step is done."""
+        return self.state.end if isinstance(self.state, AwaitingKill) else None
+
+    @property
+    def exited_since(self) -> float | None:
+        """When its leader was seen gone (monotonic), while its end is still to be read."""
+        return self.state.since if isinstance(self.state, Exited) else None
+
+    @property
+    def unrecorded(self) -> bool:
+        """Whether its identity is still to be recorded (running or already exited)."""
+        return isinstance(self.state, Unrecorded) or (isinstance(self.state, Exited) and self.state.unrecorded)
+
+    # Transitions: each names the event; states not listed stay as they are.
+
+    def await_record(self, record_by: float, error: str | None) -> None:
+        """Recording its identity failed retryably: by ``record_by`` it must succeed."""
+        self.state = Unrecorded(record_by, error)
+
+    def recorded(self) -> None:
+        """Its identity is durable now."""
+        if isinstance(self.state, Unrecorded):
+            self.state = Watching()
+        elif isinstance(self.state, Exited):
+            self.state = self.state._replace(unrecorded=False)
+
+    def doom(self, failure: str) -> None:
+        """Its identity will never be recorded (it was, or is being, SIGKILLed)."""
+        if isinstance(self.state, Exited):
+            self.state = Exited(self.state.since, failure)
+        elif not isinstance(self.state, AwaitingKill):
+            self.state = Doomed(failure)
+
+    def exited(self, now: float) -> None:
+        """Its leader was seen gone."""
+        if isinstance(self.state, Unrecorded):
+            self.state = Exited(now, unrecorded=True)
+        elif isinstance(self.state, Doomed):
+            self.state = Exited(now, self.state.failure)
+        elif isinstance(self.state, Watching):
+            self.state = Exited(now)
+
+    def defer(self, end: DeferredEnd) -> None:
+        """Its end waits for the SIGKILL step."""
+        self.state = AwaitingKill(end)

@@ -54,6 +54,7 @@ from edge_runtime.service.errors import ServiceError
 from edge_runtime.service.executor import seal_inherited_descriptors
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
+from edge_runtime.service.monitor import monitor_path
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
 from edge_runtime.service.trusted_paths import require_trusted_directory
@@ -148,6 +149,7 @@ class DeviceService:
                 or the session was lost while serving.
         """
         boot_id = read_boot_id()
+        monitor_path()  # refuse to start without the per-Attempt monitor, before taking any work
         seal_inherited_descriptors()
         log_dir = self.log_dir
         try:
@@ -203,7 +205,7 @@ class DeviceService:
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
-                log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs,
+                log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs, grace_ms=config.grace_ms,
                 pass_env=config.pass_env, work_dir=None if self.work_dir is None else str(self.work_dir),
                 shared_env=None if getattr(store, "environment", None) is None else store.environment.task_values,
             )
@@ -252,10 +254,9 @@ class DeviceService:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
                 self.journal.info("service.stopping", running=len(supervisor.running))
                 return
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
+            loop.flags.take(signal.SIGCHLD)  # a monitor's first process, reaped by the spawn itself
             if supervisor.needs_poll():
-                supervisor.poll_adopted()
+                supervisor.poll_exits()
             supervisor.run_capture_timers()
             supervisor.enforce_identity_deadlines()  # before the tick: it must not wait for the database
             if time.monotonic() >= next_fallback:
@@ -313,24 +314,29 @@ class DeviceService:
         self._next_retention = time.monotonic() + (RETENTION_BATCH_GAP_S if more else RETENTION_IDLE_S)
 
     def _linger(self, loop: EventLoop, supervisor: AttemptSupervisor, lost: SessionLostError) -> None:
-        """The session is gone: take nothing more, but wait for our own children to exit and record
-        their real end (not session-fenced), so the session that replaced ours need not guess it.
-        SIGTERM/SIGINT cut this short; the children then keep running and are re-adopted."""
+        """The session is gone: take nothing more. Self-fencing first: the Attempts of ours that the
+        store already ended (``lost``, by the orphan sweep of another session) are no one's to run:
+        their groups are stopped at once (SIGTERM, SIGKILL after the grace) and what they ended
+        with is recorded only as an event. The others still run as Attempts: wait for them to exit
+        and record their real end (not session-fenced), so the session that replaced ours need
+        not guess it. SIGTERM/SIGINT cut this short; those keep running and are re-adopted."""
         supervisor.drop_adopted()
-        self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children)
+        fenced = supervisor.fence_ended("its worker session is gone")
+        self.journal.warning("service.session_lost", detail=str(lost), own_children=supervisor.own_children,
+                             fenced=fenced)
         while supervisor.own_children:
             if any(loop.flags.take(signum) for signum in _STOP_SIGNALS):
                 return  # ``supervisor.close`` kills what was never recorded
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()
             supervisor.enforce_identity_deadlines()
             try:
                 supervisor.settle_deferred()
                 supervisor.retry_completions()
             except EdgeRuntimeError as exc:
                 self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable)
-            identity_due_s = supervisor.seconds_to_identity_deadline()
-            wait_s = ADOPTED_POLL_MS / 1000 if identity_due_s is None else min(ADOPTED_POLL_MS / 1000, identity_due_s)
+            due_s = supervisor.next_due_s()
+            wait_s = ADOPTED_POLL_MS / 1000 if due_s is None else min(ADOPTED_POLL_MS / 1000, due_s)
             for callback in loop.wait(wait_s):
                 callback()
         try:
@@ -417,12 +423,9 @@ class DeviceService:
         fallback_ms = max(0.0, (next_fallback - time.monotonic()) * 1000)
         if supervisor.needs_poll():
             fallback_ms = min(fallback_ms, ADOPTED_POLL_MS)
-        capture_timer_s = supervisor.seconds_to_capture_timer()
-        if capture_timer_s is not None:
-            fallback_ms = min(fallback_ms, capture_timer_s * 1000)
-        retry_s = supervisor.next_retry_s()
-        if retry_s is not None:
-            fallback_ms = min(fallback_ms, retry_s * 1000)
+        supervisor_due_s = supervisor.next_due_s()  # "when is something next due?"
+        if supervisor_due_s is not None:
+            fallback_ms = min(fallback_ms, supervisor_due_s * 1000)
         try:
             now = self._store.now_ms()
             dues = [
@@ -489,6 +492,5 @@ class DeviceService:
                 return
             for callback in loop.wait(min(remaining, ADOPTED_POLL_MS / 1000)):
                 callback()
-            if loop.flags.take(signal.SIGCHLD):
-                supervisor.reap_children()
-            supervisor.poll_adopted()
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()

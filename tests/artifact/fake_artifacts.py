@@ -37,6 +37,8 @@ BASE_PYZ = {
     "_pyi_rth_utils": "package",
 }
 BASE_LIBRARY = ["os.pyc", "encodings/__init__.pyc", "encodings/utf_8.pyc", "re/__init__.pyc"]
+#: The per-Attempt monitor, where the service looks for it (an ``extra_files`` value None drops a file).
+MONITOR = "edge_runtime/service/native/edge-runtime-monitor"
 BASE_FILES = {
     PYLIB: b"libpython" * 100,
     "libz.so.1": b"libz" * 50,
@@ -44,6 +46,7 @@ BASE_FILES = {
     "apsw/__init__.cpython-311-x86_64-linux-gnu.so": b"apsw" * 200,
     "msgspec/_core.cpython-311-x86_64-linux-gnu.so": b"msgspec" * 100,
     "edge_runtime/_migrations/0001_legacy_layout.sql": b"CREATE TABLE t (x);\n",
+    MONITOR: b"\x7fELF" + b"monitor" * 100,
 }
 
 
@@ -71,6 +74,10 @@ def _write_executable(path: Path, work: Path, entries: list[tuple[str, str, bool
     path.chmod(0o755)
 
 
+def _files(extra_files: dict[str, bytes | None] | None) -> dict[str, bytes]:
+    return {name: data for name, data in {**BASE_FILES, **(extra_files or {})}.items() if data is not None}
+
+
 def _is_binary(name: str) -> bool:
     return ".so" in Path(name).suffixes or name.endswith(".so")
 
@@ -85,11 +92,11 @@ def make_onefile(
     base_library = work / "base_library.zip"
     base_library.write_bytes(_base_library_bytes(BASE_LIBRARY))
     entries = [("PYZ.pyz", str(pyz), False, "z"), ("base_library.zip", str(base_library), True, "x")]
-    for index, (name, data) in enumerate(sorted({**BASE_FILES, **(extra_files or {})}.items())):
+    for index, (name, data) in enumerate(sorted(_files(extra_files).items())):
         source = work / f"file-{index}"
         source.write_bytes(data)
         # Random bytes do not compress; stored as they are, the artifact is as big as a test asks.
-        entries.append((name, str(source), False, "b" if _is_binary(name) else "x"))
+        entries.append((name, str(source), False, "b" if _is_binary(name) or name == MONITOR else "x"))
     entries += [("O", "", False, "o"), ("X utf8", "", False, "o")]
     executable = directory / "edge-runtime"
     _write_executable(executable, work, entries)
@@ -112,7 +119,7 @@ def make_onefolder(
         [("PYZ.pyz", str(pyz), False, "z"), ("pyi-contents-directory _internal", "", False, "o")],
     )
     (contents / "base_library.zip").write_bytes(_base_library_bytes(BASE_LIBRARY))
-    for name, data in {**BASE_FILES, **(extra_files or {})}.items():
+    for name, data in _files(extra_files).items():
         target = contents / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)

@@ -10,7 +10,7 @@ import tomllib
 import pytest
 
 from tests.artifact.conftest import ROOT
-from tests.artifact.fake_artifacts import MAKERS, make_onefile, make_onefolder, make_tarball, random_bytes
+from tests.artifact.fake_artifacts import MONITOR, MAKERS, make_onefile, make_onefolder, make_tarball, random_bytes
 
 FORMS = sorted(MAKERS)
 
@@ -123,6 +123,14 @@ def test_the_stdlib_sqlite3_fails_its_rule(tmp_path, audit_module, budgets) -> N
     assert failing_rules(audit_module.audit(artifact, budgets)) == {"stdlib-sqlite3"}
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("monitor", [None, b"#!/bin/sh\n"], ids=["missing", "not-elf"])
+def test_an_artifact_without_its_elf_monitor_fails_the_monitor_rule(form, monitor, tmp_path, audit_module,
+                                                                    budgets) -> None:
+    report = audit_module.audit(MAKERS[form](tmp_path, extra_files={MONITOR: monitor}), budgets)
+    assert failing_rules(report) == {"monitor"}
+
+
 def test_an_over_budget_one_file_fails_the_budget_rule(tmp_path, audit_module, budgets) -> None:
     artifact = make_onefile(tmp_path, extra_files={"edge_runtime/padding.bin": random_bytes(budgets["onefile_bytes"])})
     report = audit_module.audit(artifact, budgets)
@@ -167,6 +175,7 @@ def test_json_report_names_the_failing_rule(tmp_path, audit_module, capsys) -> N
         "cluster-module": False,
         "third-party": True,
         "stdlib-sqlite3": True,
+        "monitor": True,
         "budget": True,
     }
     assert any(e["module"] == "edge_runtime.cluster" for e in result["entries"])

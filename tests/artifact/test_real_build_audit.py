@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+MONITOR = Path(__file__).resolve().parents[2] / "edge_runtime" / "service" / "native" / "edge-runtime-monitor"
+
 
 @pytest.mark.fault
 def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(tmp_path: Path, audit_module) -> None:
@@ -37,6 +39,8 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
             "--name", "edge-runtime",
             "--paths", str(source),
             "--add-data", f"{padding}:edge_runtime",
+            # The per-Attempt monitor at the path the spec gives it, so the monitor rule passes.
+            "--add-binary", f"{MONITOR}:edge_runtime/service/native",
             "--workpath", str(tmp_path / "work"), "--distpath", str(tmp_path / "dist"),
             "--specpath", str(tmp_path), str(source / "edge-runtime.py"),
         ],

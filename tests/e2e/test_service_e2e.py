@@ -192,13 +192,18 @@ def test_a_missing_program_fails_the_run_with_a_reason(harness: Harness) -> None
     assert "cannot start 'no-such-program-e2e'" in detail.attempts[-1].end_reason
 
 
-def test_output_is_capped_with_a_marker(harness: Harness) -> None:
+def test_output_is_capped_keeping_its_beginning_and_its_end(harness: Harness) -> None:
     harness.serve("--log-max-bytes", "4096")
     run_id = harness.submit("sh", "-c", "i=0; while [ $i -lt 2000 ]; do echo line-$i; i=$((i+1)); done")
     detail = harness.wait_status(run_id, "succeeded")
-    text = Path(detail.attempts[-1].log_path).read_bytes()
+    log_path = Path(detail.attempts[-1].log_path)
+    wait_for(lambda: b"bytes left out" in log_path.read_bytes(), "the log's end after the marker")
+    text = log_path.read_bytes()
     assert text.startswith(b"line-0\nline-1\n")
-    assert text.endswith(b"[edge-runtime: output truncated after 4096 bytes; the rest was discarded]\n")
+    assert text.endswith(b"line-1998\nline-1999\n")
+    total = sum(len(f"line-{i}\n") for i in range(2000))
+    assert f"[edge-runtime: output truncated: {total - 4096} bytes left out between the first 2048 bytes " \
+           "and the last 2048 bytes]".encode() in text
     assert len(text) < 4096 + 200
     assert not Path(detail.attempts[-1].log_path).with_suffix(".fifo").exists()
 

@@ -46,7 +46,8 @@ class Rig:
             assert time.monotonic() < deadline, "attempts did not end"
             for callback in self.loop.wait(0.05):
                 callback()
-            self.supervisor.reap_children()
+            self.supervisor.poll_exits()
+            self.supervisor.run_capture_timers()
 
     def close(self) -> None:
         for running in list(self.supervisor.running.values()):

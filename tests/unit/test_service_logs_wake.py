@@ -1,58 +1,32 @@
-"""The per-Attempt FIFO log capture (cap, marker, re-open) and the wake socket."""
+"""The per-Attempt monitor's log and exit status, log file names, and the wake socket."""
 
 from __future__ import annotations
 
 import os
 import select
+import signal
 from pathlib import Path
 
-from edge_runtime.service.log_capture import (
-    LogCapture,
-    create_fifo,
-    file_stem,
-    log_paths,
-    open_child_output,
-    truncation_marker,
-)
+from edge_runtime.service.log_capture import file_stem
+from tests.monitor_support import exit_status, spawn_monitored, wait_monitor_gone
 from edge_runtime.local.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dirs
 
 
-def _capture(tmp_path: Path, cap: int) -> tuple[LogCapture, int]:
-    log, fifo = log_paths(tmp_path / "logs", "attempt-1")
-    create_fifo(fifo)
-    writer = open_child_output(fifo)
-    capture = LogCapture("attempt-1", log, fifo, cap)
-    capture.open()
-    return capture, writer
+def test_the_monitor_keeps_output_up_to_the_cap_whole_and_the_exit_status(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "attempt-1.log"
+    exactly = "x" * 4095 + "\n"  # the cap, to the byte: no marker
+    spawn_monitored(["sh", "-c", f"printf '%s' '{exactly}' >&2; exit 7"], log, cap=4096)
+    assert exit_status(log) == 7
+    wait_monitor_gone(log)
+    assert log.read_text() == exactly
 
 
-def test_capture_keeps_output_up_to_the_cap_then_one_marker(tmp_path: Path) -> None:
-    capture, writer = _capture(tmp_path, 10)
-    os.write(writer, b"0123456789abcdef")
-    assert capture.pump() is True
-    os.write(writer, b"more")
-    assert capture.pump() is True
-    os.close(writer)
-    assert capture.pump() is False  # every writer closed
-    capture.close(unlink_fifo=True)
-    assert capture.log_path.read_bytes() == b"0123456789" + truncation_marker(10)
-    assert not capture.fifo_path.exists()
-
-
-def test_reopened_capture_continues_the_same_file_and_cap(tmp_path: Path) -> None:
-    # The child holds the FIFO open across a service restart; the new service re-opens it by path.
-    capture, writer = _capture(tmp_path, 8)
-    os.write(writer, b"abcd")
-    capture.pump()
-    capture.close()  # the service dies
-    os.write(writer, b"efghij")  # the child keeps writing: no SIGPIPE, the pipe buffers it
-    again = LogCapture("attempt-1", capture.log_path, capture.fifo_path, 8)
-    again.open()
-    assert again.pump() is True
-    os.close(writer)
-    assert again.pump() is False
-    again.close(unlink_fifo=True)
-    assert capture.log_path.read_bytes() == b"abcdefgh" + truncation_marker(8)
+def test_the_monitor_keeps_the_last_bytes_written_before_a_signal_death(tmp_path: Path) -> None:
+    log = tmp_path / "logs" / "attempt-1.log"
+    spawn_monitored(["sh", "-c", "echo last words; kill -USR1 $$"], log, cap=4096)
+    assert exit_status(log) == -signal.SIGUSR1
+    wait_monitor_gone(log)
+    assert log.read_text() == "last words\n"
 
 
 def test_file_stem_hashes_unsafe_ids() -> None:

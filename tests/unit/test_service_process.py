@@ -17,8 +17,8 @@ from edge_runtime.contract.cancellation_dispatch import DispatchResult
 from edge_runtime.contract.runs import ProcessIdentity
 from edge_runtime.service.controller import KillOutcome, LocalProcessController
 from edge_runtime.service.errors import SpawnError
-from edge_runtime.service.executor import reap, spawn
 from edge_runtime.service.process_identity import parse_stat, read_boot_id, read_identity, read_stat
+from tests.monitor_support import exit_status, spawn_monitored
 
 
 def test_parse_stat_counts_fields_after_the_last_paren_of_comm() -> None:
@@ -52,27 +52,17 @@ def groups() -> Iterator[list[int]]:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        try:
-            os.waitpid(pgid, 0)
-        except ChildProcessError:
-            pass
 
 
 def _spawn(argv: list[str], out: Path, groups: list[int]) -> ProcessIdentity:
-    fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    identity = spawn(argv, output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())  # closes fd
+    identity = spawn_monitored(argv, out)
     groups.append(identity.pgid)
     return identity
 
 
-def _wait_exit(pid: int, timeout: float = 10.0) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        code = reap(pid)
-        if code is not None:
-            return code
-        time.sleep(0.01)
-    raise AssertionError(f"process {pid} did not exit")
+def _wait_exit(out: Path, timeout: float = 10.0) -> int:
+    """The exit status the monitor kept for the process whose output is ``out``."""
+    return exit_status(out, timeout)
 
 
 def test_spawn_runs_in_a_new_session_with_stdin_from_devnull(tmp_path: Path, groups: list[int]) -> None:
@@ -81,33 +71,20 @@ def test_spawn_runs_in_a_new_session_with_stdin_from_devnull(tmp_path: Path, gro
                       out, groups)
     assert identity.pid == identity.pgid
     assert identity.pgid != os.getpgid(0)
-    assert _wait_exit(identity.pid) == 3
+    assert _wait_exit(out) == 3
     assert "err" in out.read_text()
 
 
-def test_spawn_records_the_childs_own_group_even_when_setsid_runs_late(
-    tmp_path: Path, groups: list[int], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Under qemu-user, posix_spawn returns before the child ran setsid: /proc still shows the
-    # service's group for a moment. The recorded pgid must be the child's own group regardless.
-    from edge_runtime.service import executor
-
-    reads: list[int] = []
-
-    def late_setsid(pid: int, *, boot_id: str | None = None) -> ProcessIdentity | None:
-        real = read_identity(pid, boot_id=boot_id)
-        reads.append(pid)
-        if len(reads) <= 3:  # the first reads see the child still in the service's group
-            return ProcessIdentity(pid=pid, pgid=os.getpgid(0), start_ticks=real.start_ticks, boot_id=real.boot_id)
-        return real
-
-    monkeypatch.setattr(executor, "read_identity", late_setsid)
+def test_spawn_records_the_tasks_own_group_and_the_monitor_is_outside_it(tmp_path: Path, groups: list[int]) -> None:
+    # The monitor reports only after the exec, and the task ran setsid before it: /proc shows its
+    # own group at once. Its parent, the monitor, is in neither the task's group nor ours.
     identity = _spawn(["sleep", "30"], tmp_path / "out", groups)
-    assert identity.pgid == identity.pid != os.getpgid(0)
-    assert len(reads) == 4  # it waited for /proc to show the new group, then stopped reading
-    assert read_stat(identity.pid).pgid == identity.pid
+    stat = read_stat(identity.pid)
+    assert identity.pgid == identity.pid == stat.pgid == stat.session != os.getpgid(0)
+    monitor = read_stat(stat.ppid)
+    assert monitor.pid != os.getpid() and monitor.pgid not in (identity.pgid, os.getpgid(0))
     os.killpg(identity.pgid, signal.SIGTERM)
-    assert _wait_exit(identity.pid) == -signal.SIGTERM
+    assert _wait_exit(tmp_path / "out") == -signal.SIGTERM
 
 
 def test_spawn_of_a_missing_program_is_a_spawn_error(tmp_path: Path, groups: list[int]) -> None:
@@ -115,11 +92,10 @@ def test_spawn_of_a_missing_program_is_a_spawn_error(tmp_path: Path, groups: lis
         _spawn(["no-such-program-xyz"], tmp_path / "out", groups)
 
 
-def test_reap_of_a_signalled_child_is_the_negative_signal(tmp_path: Path, groups: list[int]) -> None:
+def test_a_signal_death_is_kept_as_the_negative_signal(tmp_path: Path, groups: list[int]) -> None:
     identity = _spawn(["sleep", "30"], tmp_path / "out", groups)
-    assert reap(identity.pid) is None
-    os.killpg(identity.pgid, signal.SIGTERM)
-    assert _wait_exit(identity.pid) == -signal.SIGTERM
+    os.killpg(identity.pgid, signal.SIGUSR1)
+    assert _wait_exit(tmp_path / "out") == -signal.SIGUSR1
 
 
 def test_controller_terminates_the_whole_group(tmp_path: Path, groups: list[int]) -> None:
@@ -131,7 +107,7 @@ def test_controller_terminates_the_whole_group(tmp_path: Path, groups: list[int]
         time.sleep(0.01)
     children = [int(p) for p in pids.read_text().split()]
     assert LocalProcessController().request_termination(identity) is DispatchResult.TERMINATION_REQUESTED
-    _wait_exit(identity.pid)
+    _wait_exit(tmp_path / "out")
     deadline = time.monotonic() + 5
     while any(read_stat(p) is not None and not read_stat(p).is_zombie for p in children):
         assert time.monotonic() < deadline, "grandchildren survived SIGTERM to the group"
@@ -170,7 +146,7 @@ def test_controller_already_exited_for_another_boot_or_a_gone_process(tmp_path: 
     other_boot = ProcessIdentity(me.pid, me.pgid, me.start_ticks, "00000000-0000-0000-0000-000000000000")
     assert controller.request_termination(other_boot) is DispatchResult.ALREADY_EXITED
     identity = _spawn(["true"], tmp_path / "out", groups)
-    _wait_exit(identity.pid)
+    _wait_exit(tmp_path / "out")
     assert controller.request_termination(identity) is DispatchResult.ALREADY_EXITED
     assert controller.force_kill(identity) is KillOutcome.ALREADY_EXITED
     assert controller.request_termination(None) is DispatchResult.HANDLE_MISSING
@@ -187,7 +163,7 @@ def test_controller_maps_eperm_to_a_retryable_dispatch_error() -> None:
 def test_force_kill_reaches_children_left_behind_by_the_leader(tmp_path: Path, groups: list[int]) -> None:
     pids = tmp_path / "pids"
     identity = _spawn(["sh", "-c", f"trap '' TERM; sleep 30 & echo $! > {pids}; exit 0"], tmp_path / "out", groups)
-    assert _wait_exit(identity.pid) == 0
+    assert _wait_exit(tmp_path / "out") == 0
     deadline = time.monotonic() + 5
     while not pids.exists() or not pids.read_text().strip():
         assert time.monotonic() < deadline
@@ -209,7 +185,7 @@ def test_a_spawned_process_has_default_signal_dispositions(tmp_path: Path, group
         identity = _spawn(["cat", "/proc/self/status"], out, groups)
     finally:
         signal.signal(signal.SIGHUP, previous)
-    assert _wait_exit(identity.pid) == 0
+    assert _wait_exit(out) == 0
     fields = dict(line.split(":", 1) for line in out.read_text().splitlines() if ":" in line)
     standard = (1 << 31) - 1  # signals 1..31; 32 and 33 belong to the C library
     assert int(fields["SigIgn"].strip(), 16) & standard == 0

@@ -19,7 +19,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.running import REASON_ADOPTED_EXIT
 from edge_runtime.service.controller import LocalProcessController
-from edge_runtime.service.executor import reap, spawn
+from tests.monitor_support import spawn_monitored
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
@@ -45,7 +45,7 @@ class Setup:
         self.old = _session(db)
         self.tmp = tmp_path
 
-    def attempt(self, *, until: str, identity: ProcessIdentity | None = None) -> str:
+    def attempt(self, *, until: str, identity: ProcessIdentity | None = None, log_path: Path | None = None) -> str:
         run = self.runs.submit(SubmitRunCommand(argv=["sleep", "60"]))
         attempt = take_queued_run(self.db, run.id, actor_id="old")
         if until == "unleased":
@@ -56,7 +56,8 @@ class Setup:
         self.old.begin_start(grant)
         if until == "starting":
             return attempt.id
-        self.runs.record_running(attempt.id, identity, log_path=str(self.tmp / f"{attempt.id}.log"), actor_id="old")
+        log_path = log_path or self.tmp / f"{attempt.id}.log"  # without a status file: a release without monitors
+        self.runs.record_running(attempt.id, identity, log_path=str(log_path), actor_id="old")
         return attempt.id
 
 
@@ -67,14 +68,13 @@ def setup(db: LocalDatabase, tmp_path: Path) -> Setup:
 
 @pytest.fixture
 def live_group(tmp_path: Path) -> Iterator[ProcessIdentity]:
-    fd = os.open(tmp_path / "out", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    identity = spawn(["sleep", "60"], output_fd=fd, env=dict(os.environ), boot_id=read_boot_id())  # closes fd
+    identity = spawn_monitored(["sleep", "60"], tmp_path / "live.log")
     yield identity
     try:
         os.killpg(identity.pgid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    while reap(identity.pid) is None and read_stat(identity.pid) is not None:  # the test may have reaped it
+    while read_stat(identity.pid) is not None:  # reaped by its monitor
         time.sleep(0.01)
 
 
@@ -96,7 +96,8 @@ def _settle(supervisor: AttemptSupervisor, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while supervisor.running:
         assert time.monotonic() < deadline, "gone processes were not settled"
-        supervisor.poll_adopted()
+        supervisor.poll_exits()
+        supervisor.run_capture_timers()
         time.sleep(0.05)
 
 
@@ -162,7 +163,7 @@ def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     if not pidfds:  # an old router kernel: exits of re-adopted processes are found by polling /proc
         monkeypatch.setattr("edge_runtime.service.attempts.open_pidfd", lambda pid: None)
-    attempt_id = setup.attempt(until="running", identity=live_group)
+    attempt_id = setup.attempt(until="running", identity=live_group, log_path=setup.tmp / "live.log")
     loop = EventLoop()
     log = io.StringIO()
     try:
@@ -178,18 +179,20 @@ def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup,
             assert time.monotonic() < deadline, "the adopted exit was not noticed"
             for callback in loop.wait(0.2):
                 callback()
-            supervisor.poll_adopted()
-            reap(live_group.pid)  # its parent (here: this test) reaps it but records nothing
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()
         supervisor.close()
     finally:
         loop.close()
-    assert _ended(setup, attempt_id) == ("lost", REASON_ADOPTED_EXIT)
+    # Not this service's child, yet its true end: its monitor kept it.
+    assert _ended(setup, attempt_id) == ("failed", "terminated by SIGKILL")
+    assert setup.runs.get_attempt(attempt_id).exit_code == 128 + signal.SIGKILL
     assert "attempt.adopted" in log.getvalue()
 
 
 def test_a_cancelled_readopted_process_ends_cancelled(setup: Setup, clock: ManualClock,
                                                       live_group: ProcessIdentity) -> None:
-    attempt_id = setup.attempt(until="running", identity=live_group)
+    attempt_id = setup.attempt(until="running", identity=live_group, log_path=setup.tmp / "live.log")
     run_id = setup.runs.get_attempt(attempt_id).run_id
     loop = EventLoop()
     try:
@@ -201,14 +204,14 @@ def test_a_cancelled_readopted_process_ends_cancelled(setup: Setup, clock: Manua
             assert time.monotonic() < deadline
             for callback in loop.wait(0.2):
                 callback()
-            supervisor.poll_adopted()
-            reap(live_group.pid)  # its parent (here: this test) reaps it but records nothing
+            supervisor.poll_exits()
+            supervisor.run_capture_timers()
         supervisor.close()
     finally:
         loop.close()
     attempt = setup.runs.get_attempt(attempt_id)
     assert attempt.status is AttemptStatus.CANCELLED
-    assert attempt.exit_code is msgspec.UNSET  # not our child: its status is not ours to read
+    assert attempt.exit_code == 128 + signal.SIGTERM  # not our child, yet its monitor kept its status
     assert setup.runs.get(run_id).status.value == "cancelled"
 
 

@@ -1,5 +1,5 @@
 """A fault at every step of the start sequence (issue 9), in-process with real processes: busy
-database, I/O error, full disk at each commit; EMFILE/ENFILE at the FIFO and at the spawn; an
+database, I/O error, full disk at each commit; EMFILE/ENFILE at the output files and at the spawn; an
 unreadable identity. Whatever fails, the Run ends exactly once, its command runs at most once
 (exactly once when no process was started before the fault), the slot is free again, and a fault
 costs at most one extra Attempt, never one per pass. (kill -9 between the steps: tests/fault.)
@@ -22,7 +22,7 @@ from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service import attempts as attempts_module
 from edge_runtime.service import executor
-from edge_runtime.service.errors import ProcfsUnavailableError
+from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
 from edge_runtime.service.worker import WorkerSession
 from tests.supervisor_rig import SupervisorRig
 
@@ -43,7 +43,8 @@ class Rig(SupervisorRig):
             pass  # a failed tick: the service logs it and tries again after a sleep
         for callback in self.loop.wait(wait_s):
             callback()
-        self.supervisor.reap_children()
+        self.supervisor.poll_exits()
+        self.supervisor.run_capture_timers()
 
 
 @pytest.fixture
@@ -102,9 +103,9 @@ def test_the_start_transaction_fails(rig: Rig, fail_next_commit: Any, kind: str)
 
 
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
-def test_no_descriptor_for_the_fifo_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+def test_no_descriptor_for_the_output_files_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, attempts_module, "open_child_output", OSError(code, os.strerror(code)))
+    raise_once(monkeypatch, attempts_module.AttemptOutput, "open", OSError(code, os.strerror(code)))
     check_end(rig, run_id, "succeeded", executions=1, attempts=2)
     assert "attempt.not_started" in rig.log.getvalue()
 
@@ -112,22 +113,23 @@ def test_no_descriptor_for_the_fifo_requeues(rig: Rig, monkeypatch: pytest.Monke
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.EAGAIN])
 def test_no_resources_at_spawn_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, os, "posix_spawnp", OSError(code, os.strerror(code)))
+    raise_once(monkeypatch, os, "posix_spawn", OSError(code, os.strerror(code)))
     check_end(rig, run_id, "succeeded", executions=1, attempts=2)
     first = rig.runs.attempts(run_id)[0]
     assert first.status.value == "lost" and os.strerror(code) in first.end_reason
 
 
-def test_no_descriptor_for_the_capture_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_no_descriptor_for_the_monitors_report_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, attempts_module.LogCapture, "open", OSError(errno.EMFILE, os.strerror(errno.EMFILE)))
+    raise_once(monkeypatch, executor, "_pipe", SpawnError("no descriptor", os_errno=errno.EMFILE))
     check_end(rig, run_id, "succeeded", executions=1, attempts=2)
+    assert not list((rig.tmp_path / "logs").glob("*.status"))  # the failed start left nothing behind
 
 
 def test_descriptor_exhaustion_pauses_starting_instead_of_churning(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(attempts_module, "START_BACKOFF_MS", (60_000, 60_000))
     run_ids = [rig.submit() for _ in range(3)]
-    monkeypatch.setattr(os, "posix_spawnp", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EMFILE, "x")))
+    monkeypatch.setattr(os, "posix_spawn", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EMFILE, "x")))
     for _ in range(10):
         rig.supervisor.start_queued()
     # One failed start, then a pause: one lost Attempt in all, never one per pass.
@@ -141,7 +143,7 @@ def test_the_undo_of_a_failed_start_fails_then_is_retried(
     rig: Rig, monkeypatch: pytest.MonkeyPatch, fail_next_commit: Any, kind: str
 ) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, os, "posix_spawnp", OSError(errno.EMFILE, "Too many open files"))
+    raise_once(monkeypatch, os, "posix_spawn", OSError(errno.EMFILE, "Too many open files"))
     once(monkeypatch, WorkerSession, "abandon_start", lambda: fail_next_commit(ERRORS[kind]))
     rig.supervisor.start_queued()
     assert rig.supervisor.pending_retries  # kept, never forgotten; its grant still holds the slot
@@ -161,8 +163,9 @@ def test_an_unreadable_identity_kills_the_process_and_fails_the_run(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = rig.submit()
-    monkeypatch.setattr(executor, "_SETSID_WAIT_S", 0.05)  # retried that long (a passing ENFILE), then given up
-    monkeypatch.setattr(executor, "read_identity", lambda *a, **k: (_ for _ in ()).throw(ProcfsUnavailableError("x")))
+    # The monitor could not read the task's start time from /proc: it reports it as 0.
+    real_read = executor._read_report
+    monkeypatch.setattr(executor, "_read_report", lambda fd: real_read(fd).rsplit(" ", 1)[0] + " 0")
     check_end(rig, run_id, "failed", executions=None, attempts=1)
 
 
@@ -209,7 +212,7 @@ def test_many_runs_with_faults_everywhere_each_run_once(
         return original_exit(self, exc_type, exc, tb)
 
     spawns = {"n": 0}
-    real_spawn = os.posix_spawnp
+    real_spawn = os.posix_spawn
 
     def flaky_spawn(*args: Any, **kwargs: Any) -> int:
         spawns["n"] += 1
@@ -219,7 +222,7 @@ def test_many_runs_with_faults_everywhere_each_run_once(
 
     run_ids = [rig.submit() for _ in range(8)]
     monkeypatch.setattr(WriteTransaction, "__exit__", flaky_exit)
-    monkeypatch.setattr(os, "posix_spawnp", flaky_spawn)
+    monkeypatch.setattr(os, "posix_spawn", flaky_spawn)
     statuses = {run_id: rig.run_until_ended(run_id, timeout=60) for run_id in run_ids}
     monkeypatch.undo()
     for run_id, status in statuses.items():
@@ -235,7 +238,7 @@ def test_a_settlement_that_keeps_failing_backs_off_and_does_not_flood_the_log(
     rig: Rig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, os, "posix_spawnp", OSError(errno.EMFILE, "Too many open files"))
+    raise_once(monkeypatch, os, "posix_spawn", OSError(errno.EMFILE, "Too many open files"))
     monkeypatch.setattr(WorkerSession, "abandon_start",
                         lambda self, grant, reason: (_ for _ in ()).throw(EdgeRuntimeError("disk full")))
     rig.supervisor.start_queued()

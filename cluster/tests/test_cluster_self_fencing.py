@@ -1,0 +1,74 @@
+"""Self-fencing of a cluster worker (docs/monitor.md): a worker paused past its leases (SIGSTOP),
+whose running Attempt another worker then ended ``lost``, learns on resuming that its session is
+gone and stops that Attempt's process group (every descendant) within about a heartbeat, records
+the real exit status as a ``run.fenced_end`` event beside the ``lost`` verdict (never over it),
+and never logs a success the database does not hold. Only liveness guards fail on time."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from cluster_postgres.store import PostgresStore
+from edge_runtime.contract.run_lease import REASON_WORKER_GONE
+from edge_runtime.contract.runs import SubmitRunCommand
+from serve_harness import Worker, live_group_members, private_root, wait_for
+
+SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE_MS": "3000",
+                "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}
+
+
+def _attempt(db: Any, run_id: str) -> tuple[Any, ...]:
+    return db.execute("SELECT a.id, a.status, a.end_reason, a.pgid FROM ql3.run_attempts a WHERE a.run_id = %s "
+                      "ORDER BY a.attempt DESC LIMIT 1", (run_id,)).fetchone()
+
+
+def test_a_worker_resumed_after_its_attempt_was_lost_stops_it_and_records_only_an_event(
+        pg_database: Any, owner: Any, tmp_path: Path) -> None:
+    pg_database.reset(owner, None)  # real database time: leases run out by the database's clock
+    db = owner
+    store = PostgresStore(pg_database.runtime_dsn)
+    pids = tmp_path / "pids"
+    with private_root() as root:
+        w1 = Worker(root, "w1", pg_database.runtime_dsn, slots=1, env=SHORT_LEASES, grace_ms=1000)
+        w2 = Worker(root, "w2", pg_database.runtime_dsn, slots=1, env=SHORT_LEASES, grace_ms=1000)
+        try:
+            w1.start()
+            run_id = store.runs.submit(SubmitRunCommand(argv=[
+                "sh", "-c", f"trap '' TERM; sleep 600 & echo $! > {pids}; while :; do sleep 0.1; done"])).id
+            wait_for(lambda: _attempt(db, run_id) is not None and _attempt(db, run_id)[1] == "running", 60,
+                     "w1 running the Run")
+            wait_for(lambda: pids.exists() and pids.read_text().strip(), 30, "the grandchild's pid")
+            grandchild = int(pids.read_text())
+            pgid = _attempt(db, run_id)[3]
+            w1.process.send_signal(signal.SIGSTOP)  # paused past its session and Run Lease
+            w2.start()
+            wait_for(lambda: _attempt(db, run_id)[1] == "lost", 60, "w2 to end the paused worker's Attempt lost")
+            assert live_group_members(pgid)  # nobody stopped it yet: its worker is paused
+            w1.process.send_signal(signal.SIGCONT)
+            resumed = time.monotonic()
+            wait_for(lambda: not live_group_members(pgid), 30, "the fenced group to be stopped")
+            wait_for(lambda: not live_group_members(grandchild) and
+                     not Path(f"/proc/{grandchild}").exists(), 30, "the grandchild to be gone")
+            print(f"fenced group stopped {time.monotonic() - resumed:.1f} s after the resume")
+            wait_for(lambda: db.execute("SELECT count(*) FROM ql3.run_events WHERE run_id = %s "
+                                        "AND type = 'run.fenced_end'", (run_id,)).fetchone()[0] == 1, 30,
+                     "the fenced end's event")
+            payload = db.execute("SELECT payload FROM ql3.run_events WHERE run_id = %s AND type = 'run.fenced_end'",
+                                 (run_id,)).fetchone()[0]
+            assert payload["exit_code"] == 128 + signal.SIGKILL  # it ignored SIGTERM: killed after the grace
+            assert payload["attempt_status"] == "lost"
+            attempt_id, status, reason, _ = _attempt(db, run_id)
+            assert (status, reason) == ("lost", REASON_WORKER_GONE)  # the verdict stands
+            assert db.execute("SELECT status FROM ql3.runs WHERE id = %s", (run_id,)).fetchone()[0] == "failed"
+            log = w1.log_text()
+            assert "attempt.fenced " in log
+            assert f"attempt.finished run={run_id}" not in log  # never a success the database does not hold
+        finally:
+            for worker in (w1, w2):
+                if worker.process is not None and worker.process.poll() is None:
+                    worker.process.send_signal(signal.SIGCONT)
+                worker.stop()
+            store.close()

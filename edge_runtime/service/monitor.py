@@ -1,0 +1,122 @@
+"""The per-Attempt monitor: where its program is, and what it leaves in an Attempt's status file.
+
+The monitor (``native/monitor.c``, docs/monitor.md) is a small C program started for every
+Attempt. It forks the task, so the task's exit status reaches it, not the service; it outlives the
+service, owns the log file and its cap, and writes one line to the status file when the task ends:
+``exit N MS`` or ``signal N MS`` (MS: the wall-clock end as it observed it, Unix ms). A service,
+this one or the next after a restart, reads that line: the end recorded is the true one whatever
+happened to the services in between.
+
+Its program ships beside the Python code: ``native/edge-runtime-monitor`` in a source checkout
+(built by ``make``), and at the same path under the bundle directory in a PyInstaller build. It is
+found from the code's own location only, never from ``$PATH`` or another environment variable
+(the service runs as root and its environment is not trusted).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+from edge_runtime.service.errors import ServiceError
+from edge_runtime.service.log_capture import monitor_lock_free, open_checked
+
+import stat as _stat
+
+#: The program's path relative to the ``edge_runtime`` package directory (the PyInstaller spec
+#: puts it at the same relative path under the bundle).
+MONITOR_RELATIVE_PATH = Path("service") / "native" / "edge-runtime-monitor"
+#: How long a spawn waits for the monitor's report that the task runs (or could not be started).
+REPORT_TIMEOUT_S = 10.0
+
+
+class MonitorMissingError(ServiceError):
+    """This installation has no monitor program (a source checkout that was not built)."""
+
+    code = "SERVICE_MONITOR_MISSING"
+
+
+def monitor_path() -> Path:
+    """The monitor program of this installation.
+
+    Raises:
+        MonitorMissingError: it is not there or not executable.
+    """
+    if getattr(sys, "frozen", False) and getattr(sys, "_MEIPASS", None):
+        path = Path(sys._MEIPASS) / "edge_runtime" / MONITOR_RELATIVE_PATH
+    else:
+        path = Path(__file__).resolve().parent.parent / MONITOR_RELATIVE_PATH
+    if not os.access(path, os.X_OK):
+        raise MonitorMissingError(
+            f"the task monitor program {path} is missing or not executable; build it with `make monitor`")
+    return path
+
+
+class MonitorEnd(NamedTuple):
+    """How a task ended, as its monitor saw it."""
+
+    #: ``os.waitstatus_to_exitcode`` style: the exit code, or minus the number of the signal.
+    status: int
+    #: When the monitor saw it end (Unix ms, the device's wall clock).
+    ended_at_ms: int
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.status >= 0:
+            return None
+        try:
+            return signal.Signals(-self.status).name
+        except ValueError:
+            return f"signal {-self.status}"
+
+
+def parse_status(text: str) -> MonitorEnd | None:
+    """The end a status file's text holds; None while it holds no complete line."""
+    if not text.endswith("\n"):
+        return None
+    parts = text.split()
+    if len(parts) != 3 or parts[0] not in ("exit", "signal") or not parts[1].isdigit() or not parts[2].isdigit():
+        raise ValueError(f"not a monitor status line: {text[:80]!r}")
+    number = int(parts[1])
+    return MonitorEnd(number if parts[0] == "exit" else -number, int(parts[2]))
+
+
+class StatusReading(NamedTuple):
+    """What an Attempt's status file says now."""
+
+    #: The task's end, once its monitor wrote it.
+    end: MonitorEnd | None
+    #: Whether the monitor still runs (holds its lock): an end not written yet will still come.
+    monitor_alive: bool
+    #: False when there is no status file at all (an Attempt started before monitors existed).
+    exists: bool = True
+
+
+def read_status(status_path: Path | str) -> StatusReading:
+    """Read an Attempt's status file (never through a symlink).
+
+    Raises:
+        OSError: it cannot be read for another reason than not existing.
+        ValueError: it holds something no monitor writes.
+    """
+    try:
+        fd = open_checked(status_path, os.O_RDONLY, _stat.S_IFREG)
+    except FileNotFoundError:
+        return StatusReading(None, False, exists=False)
+    try:
+        alive = not monitor_lock_free(fd)
+        text = os.pread(fd, 256, 0).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+    return StatusReading(parse_status(text), alive)
+
+
+def open_status(status_path: Path | str) -> int | None:
+    """A descriptor of the status file for watching the monitor's lock; None if it is gone."""
+    try:
+        return open_checked(status_path, os.O_RDONLY, _stat.S_IFREG)
+    except FileNotFoundError:
+        return None

@@ -1,0 +1,343 @@
+/*
+ * edge-runtime-monitor: the small process that stands between the device service and one
+ * Attempt's task, and outlives the service (docs/monitor.md).
+ *
+ * The service is no task's parent, so a restarted service could never learn a task's exit status.
+ * This monitor is: it forks the task (its own session and process group), keeps its output in the
+ * Attempt's log file under the cap, and writes the task's exit status to the Attempt's status file
+ * when it ends, whether or not a service runs at that moment. A flock held on the status file for
+ * the monitor's whole life tells a service whether the monitor still lives (and so whether a
+ * status not written yet will still come).
+ *
+ * Usage (the service is the only caller; edge_runtime/service/monitor.py):
+ *   edge-runtime-monitor [--cwd DIR] CAP_BYTES TAIL_BYTES LINGER_MS -- ARGV...
+ * Descriptors handed in:
+ *   3  the log file, opened for appending
+ *   4  the status file (empty; "exit N MS\n" or "signal N MS\n" once the task ended)
+ *   5  the report pipe: "started PID START_TICKS\n" once the task runs, "error ERRNO\n" if it
+ *      could not be started
+ * The task's stdout and stderr are a pipe the monitor makes, handed to the task opened read-write
+ * (through /proc/self/fd), so that a write never raises SIGPIPE, whoever still reads.
+ * The first process forks the monitor proper and exits at once, so the monitor is never the
+ * service's child (nothing to reap there) and behaves the same under every service.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { FD_LOG = 3, FD_STATUS = 4, FD_REPORT = 5 };
+
+/* The task's output: the monitor's reading end, and the task's read-write end. */
+static int out_fd = -1, child_out_fd = -1;
+
+/* One read; also the Linux default pipe capacity. */
+#define CHUNK 65536
+/* Past the cap everything read only feeds the tail: read at most one chunk this often, so a task
+ * flooding its output costs the monitor little CPU (about 2 MiB/s). */
+#define PACE_MS 30
+/* The tail kept in memory is at most this long (the RSS budget is 1 MiB per Attempt). */
+#define TAIL_MAX 65536
+
+static char chunk[CHUNK];
+static char ring[TAIL_MAX];
+static size_t tail_size, ring_start, ring_len;
+static unsigned long long head_limit, head_written, head_kept, received;
+static volatile sig_atomic_t child_changed;
+
+static void on_sigchld(int sig) { (void)sig; child_changed = 1; }
+
+static long long now_ms(int clock) {
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void write_all(int fd, const char *data, size_t len) {
+    while (len > 0) {
+        ssize_t n = write(fd, data, len);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return; /* a full disk: the output is lost, the exit status is not */
+        }
+        data += n;
+        len -= (size_t)n;
+    }
+}
+
+static void keep(const char *data, size_t len) {
+    received += len;
+    if (head_written < head_limit) {
+        unsigned long long room = head_limit - head_written;
+        size_t now = len < room ? len : (size_t)room;
+        write_all(FD_LOG, data, now);
+        head_written += now;
+        head_kept += now;
+        data += now;
+        len -= now;
+    }
+    if (len == 0 || tail_size == 0) return;
+    if (len >= tail_size) { /* only the last tail_size bytes can survive */
+        memcpy(ring, data + len - tail_size, tail_size);
+        ring_start = 0;
+        ring_len = tail_size;
+        return;
+    }
+    for (size_t i = 0; i < len; i++) {
+        size_t at = (ring_start + ring_len) % tail_size;
+        ring[at] = data[i];
+        if (ring_len < tail_size) ring_len++;
+        else ring_start = (ring_start + 1) % tail_size;
+    }
+}
+
+/* The log's end: the tail held in memory, after a marker saying what was left out between. */
+static void finish_log(void) {
+    unsigned long long left_out = received - head_kept - ring_len;
+    if (left_out > 0 && ring_len > 0) {
+        char marker[200];
+        int n = snprintf(marker, sizeof marker,
+                         "\n[edge-runtime: output truncated: %llu bytes left out between the first %llu bytes "
+                         "and the last %zu bytes]\n", left_out, head_kept, ring_len);
+        write_all(FD_LOG, marker, (size_t)n);
+    }
+    size_t first = ring_len < tail_size - ring_start ? ring_len : tail_size - ring_start;
+    if (ring_len) {
+        write_all(FD_LOG, ring + ring_start, first);
+        write_all(FD_LOG, ring, ring_len - first);
+    }
+    ring_len = 0;
+}
+
+/* Read what the output holds now; 0 once every writer closed it. */
+static int drain(int once) {
+    for (;;) {
+        ssize_t n = read(out_fd, chunk, sizeof chunk);
+        if (n > 0) {
+            keep(chunk, (size_t)n);
+            if (once) return 1;
+            continue;
+        }
+        if (n == 0) return 0;
+        if (errno == EINTR) continue;
+        return 1; /* EAGAIN: nothing more now */
+    }
+}
+
+/* Field 22 of /proc/PID/stat: the start time in clock ticks since boot (fields after the last ')'). */
+static unsigned long long start_ticks(pid_t pid) {
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    if (!p) return 0;
+    p++;
+    for (int field = 3; field < 22; field++) { /* skip fields 3..21 */
+        while (*p == ' ') p++;
+        while (*p && *p != ' ') p++;
+    }
+    return strtoull(p, NULL, 10);
+}
+
+static void report(const char *line) { write_all(FD_REPORT, line, strlen(line)); }
+
+static void run_task(char **argv, const char *cwd, int errpipe) {
+    sigset_t none;
+    setsid();
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+    }
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if ((cwd && chdir(cwd) != 0) || dup2(child_out_fd, 1) < 0 || dup2(child_out_fd, 2) < 0) {
+        int err = errno;
+        if (write(errpipe, &err, sizeof err) < 0) _exit(126);
+        _exit(127);
+    }
+    execvp(argv[0], argv);
+    int err = errno;
+    if (write(errpipe, &err, sizeof err) < 0) _exit(126);
+    _exit(127);
+}
+
+int main(int argc, char **argv) {
+    const char *cwd = NULL;
+    int arg = 1;
+    if (arg + 1 < argc && strcmp(argv[arg], "--cwd") == 0) {
+        cwd = argv[arg + 1];
+        arg += 2;
+    }
+    if (argc - arg < 5 || strcmp(argv[arg + 3], "--") != 0) {
+        fprintf(stderr, "usage: edge-runtime-monitor [--cwd DIR] CAP_BYTES TAIL_BYTES LINGER_MS -- ARGV...\n");
+        return 2;
+    }
+    unsigned long long cap = strtoull(argv[arg], NULL, 10);
+    unsigned long long tail = strtoull(argv[arg + 1], NULL, 10);
+    long long linger_ms = strtoll(argv[arg + 2], NULL, 10);
+    char **task_argv = argv + arg + 4;
+    for (int fd = FD_LOG; fd <= FD_REPORT; fd++) {
+        if (fcntl(fd, F_SETFD, FD_CLOEXEC) < 0) {
+            fprintf(stderr, "edge-runtime-monitor: descriptor %d missing\n", fd);
+            return 2;
+        }
+    }
+    if (tail > TAIL_MAX) tail = TAIL_MAX;
+    if (tail > cap / 2) tail = cap / 2;
+    tail_size = (size_t)tail;
+    head_limit = cap - tail;
+    struct stat log_stat;
+    if (fstat(FD_LOG, &log_stat) == 0) head_written = (unsigned long long)log_stat.st_size;
+
+    pid_t monitor = fork(); /* the monitor proper is never the service's child */
+    if (monitor < 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    if (monitor > 0) _exit(0);
+
+    /* What is sent to the service's session or group (a stop, a terminal's hang-up) is not for us. */
+    signal(SIGHUP, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGQUIT, SIG_IGN);
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = on_sigchld;
+    action.sa_flags = SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &action, NULL);
+    sigset_t chld, waitmask;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, &waitmask);
+    sigdelset(&waitmask, SIGCHLD);
+
+    if (flock(FD_STATUS, LOCK_EX) != 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    int output[2], errpipe[2];
+    char self_path[64];
+    if (pipe2(output, O_CLOEXEC) != 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    out_fd = output[0];
+    snprintf(self_path, sizeof self_path, "/proc/self/fd/%d", output[1]);
+    child_out_fd = open(self_path, O_RDWR | O_CLOEXEC); /* a pipe re-opened read-write, as a FIFO */
+    close(output[1]);
+    if (child_out_fd < 0 || fcntl(out_fd, F_SETFL, O_NONBLOCK) != 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    if (pipe2(errpipe, O_CLOEXEC) != 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    pid_t child = fork();
+    if (child < 0) {
+        char line[32];
+        snprintf(line, sizeof line, "error %d\n", errno);
+        report(line);
+        return 1;
+    }
+    if (child == 0) run_task(task_argv, cwd, errpipe[1]);
+    close(errpipe[1]);
+    close(child_out_fd); /* only the task (and what it starts) holds the writing side now */
+    int exec_errno = 0;
+    ssize_t got;
+    do got = read(errpipe[0], &exec_errno, sizeof exec_errno); while (got < 0 && errno == EINTR);
+    close(errpipe[0]);
+    if (got == (ssize_t)sizeof exec_errno) {
+        char line[32];
+        while (waitpid(child, NULL, 0) < 0 && errno == EINTR) {}
+        snprintf(line, sizeof line, "error %d\n", exec_errno);
+        report(line);
+        return 1;
+    }
+    { /* the task runs (exec succeeded, so setsid was done); unreaped, its pid is still its own */
+        char line[96];
+        snprintf(line, sizeof line, "started %d %llu\n", (int)child, start_ticks(child));
+        report(line);
+        close(FD_REPORT);
+        int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (devnull >= 0) { /* nothing of ours keeps the service's stdio open */
+            dup2(devnull, 0); dup2(devnull, 1); dup2(devnull, 2);
+            if (devnull > 2) close(devnull);
+        }
+    }
+
+    int output_open = 1, exited = 0, status_written = 0, status = 0;
+    long long end_ms = 0, linger_until = 0, next_read = 0;
+    while (output_open || !exited) {
+        if (!exited) {
+            pid_t got_pid = waitpid(child, &status, WNOHANG);
+            if (got_pid == child) {
+                exited = 1;
+                end_ms = now_ms(CLOCK_REALTIME);
+                linger_until = now_ms(CLOCK_MONOTONIC) + linger_ms;
+                if (output_open) output_open = drain(0); /* what the task wrote before it exited */
+                if (!output_open) finish_log();
+                char line[96];
+                int n = WIFSIGNALED(status)
+                    ? snprintf(line, sizeof line, "signal %d %lld\n", WTERMSIG(status), end_ms)
+                    : snprintf(line, sizeof line, "exit %d %lld\n", WEXITSTATUS(status), end_ms);
+                if (pwrite(FD_STATUS, line, (size_t)n, 0) == n) status_written = 1;
+                continue;
+            }
+        }
+        long long now = now_ms(CLOCK_MONOTONIC);
+        if (exited && output_open && now >= linger_until) {
+            drain(0);
+            char note[200];
+            int n = snprintf(note, sizeof note,
+                             "\n[edge-runtime: output capture stopped %lld s after the attempt ended; processes "
+                             "it left running still hold its output, which is no longer read]\n", linger_ms / 1000);
+            finish_log();
+            write_all(FD_LOG, note, (size_t)n);
+            break;
+        }
+        int paced = head_written >= head_limit && now < next_read;
+        struct pollfd pfd = { .fd = output_open && !paced ? out_fd : -1, .events = POLLIN };
+        long long wait = -1;
+        if (paced) wait = next_read - now;
+        if (exited) {
+            long long left = linger_until - now;
+            if (wait < 0 || left < wait) wait = left;
+        }
+        struct timespec ts = { .tv_sec = wait / 1000, .tv_nsec = (wait % 1000) * 1000000 };
+        int ready = ppoll(&pfd, 1, wait < 0 ? NULL : &ts, &waitmask);
+        if (ready > 0 && (pfd.revents & (POLLIN | POLLHUP | POLLERR))) {
+            output_open = drain(head_written >= head_limit);
+            if (head_written >= head_limit) next_read = now_ms(CLOCK_MONOTONIC) + PACE_MS;
+            if (!output_open && exited) finish_log();
+        }
+    }
+    (void)status_written;
+    return 0; /* the lock on the status file goes with the monitor: its log is complete */
+}
