@@ -78,6 +78,9 @@ def _task_output(executable: Path, env: dict[str, str], tmp_path: Path, argv: li
 @pytest.mark.parametrize("library_path", [None, "/opt/vendor/lib:/opt/other/lib"])
 def test_a_task_gets_the_services_environment_without_the_bundlers(executable, env, tmp_path, library_path) -> None:
     service_env = dict(env) if library_path is None else {**env, "LD_LIBRARY_PATH": library_path}
+    # A task gets only the documented base and what pass_env lists (docs/environment.md): listing
+    # the library path and a bundler variable proves the bundler's parts are removed all the same.
+    service_env["EDGE_RUNTIME_PASS_ENV"] = "LD_LIBRARY_PATH,TMPDIR,_PYI_ARCHIVE_FILE"
     # The task prints its environment, then runs the same executable: with the service's unpack
     # directory on its library path it would load (another user's copy of) libpython from there.
     output = _task_output(executable, service_env, tmp_path,
