@@ -4,7 +4,7 @@ A UUID of version 7 (RFC 9562): 48 bits of Unix milliseconds, then 74 random bit
 36-character text form. Ordered by creation, new keys land at the right end of every index that
 starts with them (the Run's events, Attempts and leases are all indexed by ``run_id``), so a commit
 touches fewer index pages, a checkpoint rewrites the same few pages instead of one per row, and
-index pages fill up instead of splitting at random (issue 13: fewer, smaller writes). The time
+index pages fill up instead of splitting at random (the rule of fewer, smaller flash writes). The time
 part is only a locality hint: a wall clock at 1970 or one that steps back merely puts ids out of
 order. Uniqueness comes from the random bits, which also keep ids unguessable enough; they were
 never secrets (lease tokens are).

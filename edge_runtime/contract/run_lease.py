@@ -105,7 +105,7 @@ def lease_event_payload(lease: RunLeaseRecord, **extra: Any) -> dict[str, Any]:
 
     Low-sensitivity: counters and ids, never a token or digest. The Attempt and the worker are the
     event's own ``attempt_id`` and ``actor_id`` columns, so the payload does not repeat them
-    (issue 13: every byte of an event is stored three times over with its indexes).
+    (fewer, smaller writes: every byte of an event is stored three times over with its indexes).
     """
     return {"session_generation": lease.session_generation, "lease_generation": lease.lease_generation,
             "lease_version": lease.version, **extra}
@@ -116,7 +116,7 @@ def completed_grant_extra(lease: RunLeaseRecord) -> dict[str, Any]:
 
     Both stores end the Attempt, its Run and a grant still held in one commit (``finish_attempt``);
     the end event then says which grant it completed (generation and final version) instead of a
-    second event (``run.lease_completed``) for the same moment (issue 13: fewer, smaller writes).
+    second event (``run.lease_completed``) for the same moment (fewer, smaller writes).
     """
     return {"lease_generation": lease.lease_generation, "lease_version": lease.version}
 
@@ -127,7 +127,7 @@ def start_event_extra(attempt: int, offer_id: str) -> dict[str, Any]:
     ``start_run`` creates the Attempt, claims its grant and crosses the start barrier in one
     transaction, so one event records all three: the Attempt's number and the offer accepted
     (what ``run.attempt_created`` and ``run.lease_claimed`` said when they were separate steps;
-    stores written before issue 13 still hold those).
+    stores written before that rule still hold those).
     """
     return {"attempt": attempt, "offer_id": offer_id}
 

@@ -96,8 +96,8 @@ def attempt_event_key(attempt: int, step: str) -> str:
 
     Unique within the Run (a key is unique per Run, and so is an Attempt's number) and short: the
     key is stored with its Run's id in the event row and again in the ``(run_id, dedupe_key)``
-    index (issue 13). The Run Lease port's own events keep their grant's key
-    (``edge_runtime.contract.run_lease.dedupe_key_for``); stores written before issue 13 hold
+    index (fewer, smaller writes). The Run Lease port's own events keep their grant's key
+    (``edge_runtime.contract.run_lease.dedupe_key_for``); stores written before that rule hold
     keys with the Attempt's id, which never collide with these.
     """
     return f"a{attempt}:{step}"
@@ -208,7 +208,7 @@ class SubmitRunCommand(_Command):
 
     argv: list[str]
     name: Name | msgspec.UnsetType = msgspec.UNSET
-    #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (issue 14).
+    #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (docs/schedules.md: timeouts).
     timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
     #: The Run's own variables, over the shared ones (docs/environment.md).
     env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
@@ -306,7 +306,7 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     created_at_ms: SafeInt
     updated_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     finished_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
-    # Issue 14: the schedule and slot that fired this Run, and its timeout.
+    # Schedules and timeouts: the schedule and slot that fired this Run, and its timeout.
     schedule_id: str | msgspec.UnsetType = msgspec.UNSET
     scheduled_for_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     timeout_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET

@@ -1,7 +1,7 @@
 """The start sequence as the lease authority sees it: one fenced transaction to take a queued Run,
 one to undo a start that made no process, and the sweep that finds Attempts stranded by anyone.
 
-Issue 9's rules live here:
+The rules of the start sequence (every queued Run runs exactly once) live here:
 
 - **Taking work is fenced.** :meth:`start_run` creates the Attempt, claims its Run Lease and
   crosses the start barrier in one ``BEGIN IMMEDIATE`` transaction with one event
@@ -94,8 +94,8 @@ def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int) 
     """Insert the Run's next Attempt as ``claimed``; its number.
 
     Private to :meth:`RunStarts.start_run`, inside its write transaction, after the session fence
-    was checked and the Run moved to ``dispatching``: no other path creates an Attempt (issue 9,
-    "taking work is fenced"; ``tests/unit/test_run_start.py`` keeps it that way). The start's one
+    was checked and the Run moved to ``dispatching``: no other path creates an Attempt ("taking work
+    is fenced"; ``tests/unit/test_run_start.py`` keeps it that way). The start's one
     event records it (:data:`EVENT_ATTEMPT_STARTING` with the Attempt's number).
     """
     number = connection.execute(

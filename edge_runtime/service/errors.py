@@ -14,7 +14,7 @@ class ServiceError(EdgeRuntimeError):
 
 
 #: Spawn failures for lack of a resource that comes back (descriptors, processes, memory):
-#: the Run is requeued, never failed (issue 10 point 8).
+#: the Run is requeued, never failed (a start stopped for lack of descriptors).
 RETRYABLE_SPAWN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 
 
