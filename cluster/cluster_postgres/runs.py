@@ -11,6 +11,7 @@ transaction holds (``SKIP LOCKED``), and the transition that follows re-checks u
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -444,33 +445,30 @@ class PostgresRunRepository:
 
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
         """A ``run.cancel_escaped`` event (descendants outside the process group), once per Attempt."""
-        with self._tx():
-            cur = self._cur
-            run, attempt = self._require(attempt_id)
-            dedupe_key = attempt_event_key(attempt.attempt, "cancel-escaped")
-            if cur.execute("SELECT 1 FROM ql3.run_events WHERE run_id = %s AND dedupe_key = %s",
-                           (run.id, dedupe_key)).fetchone():
-                return
-            now = database_now(cur)
-            _event(cur, [run.version, run.event_sequence], run.id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
-                   {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
-                   attempt_id=attempt_id)
+        self._event_once(attempt_id, "cancel-escaped", EVENT_CANCEL_ESCAPED, actor_id,
+                         lambda attempt: {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]})
 
     def record_fenced_end(self, attempt_id: str, *, exit_code: int | None, reason: str | None,
                           actor_id: str) -> None:
         """A ``run.fenced_end`` event (an end seen after the Attempt was ended elsewhere), once per
         Attempt; the Attempt and its Run are not touched."""
+        self._event_once(attempt_id, "fenced-end", EVENT_FENCED_END, actor_id,
+                         lambda attempt: {"exit_code": exit_code, "reason": reason,
+                                          "attempt_status": attempt.status.value})
+
+    def _event_once(self, attempt_id: str, step: str, event_type: str, actor_id: str,
+                    payload: Callable[[AttemptRecord], dict[str, Any]]) -> None:
+        """Append the Attempt's ``step`` event unless it is already there (its dedupe key)."""
         with self._tx():
             cur = self._cur
             run, attempt = self._require(attempt_id)
-            dedupe_key = attempt_event_key(attempt.attempt, "fenced-end")
+            dedupe_key = attempt_event_key(attempt.attempt, step)
             if cur.execute("SELECT 1 FROM ql3.run_events WHERE run_id = %s AND dedupe_key = %s",
                            (run.id, dedupe_key)).fetchone():
                 return
             now = database_now(cur)
-            _event(cur, [run.version, run.event_sequence], run.id, EVENT_FENCED_END, dedupe_key, actor_id,
-                   {"exit_code": exit_code, "reason": reason, "attempt_status": attempt.status.value}, now,
-                   attempt_id=attempt_id)
+            _event(cur, [run.version, run.event_sequence], run.id, event_type, dedupe_key, actor_id,
+                   payload(attempt), now, attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
 

@@ -11,6 +11,7 @@ end of an Attempt, and the SIGKILL deadline bookkeeping.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import apsw
@@ -364,31 +365,29 @@ class LocalRunRepository:
     def record_escaped_processes(self, attempt_id: str, pids: list[int], *, actor_id: str) -> None:
         """A ``run.cancel_escaped`` event: these descendants had left the Attempt's process group
         when it was cancelled, so its signals do not reach them. Recorded once per Attempt."""
-        with run_repository_errors(), self._db.write() as now:
-            connection = self._db.connection
-            attempt = self._require_attempt(attempt_id)
-            dedupe_key = attempt_event_key(attempt.attempt, "cancel-escaped")
-            if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
-                                  (attempt.run_id, dedupe_key)).fetchone():
-                return
-            _event(connection, attempt.run_id, EVENT_CANCEL_ESCAPED, dedupe_key, actor_id,
-                   {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]}, now,
-                   attempt_id=attempt_id)
+        self._event_once(attempt_id, "cancel-escaped", EVENT_CANCEL_ESCAPED, actor_id,
+                         lambda attempt: {"count": len(pids), "pids": pids[:_ESCAPED_PIDS_KEPT]})
 
     def record_fenced_end(self, attempt_id: str, *, exit_code: int | None, reason: str | None,
                           actor_id: str) -> None:
         """A ``run.fenced_end`` event: a worker saw this Attempt's process end after the Attempt had
         already been ended (``lost``, by the orphan sweep): what it saw, never a new verdict (the
         Attempt and its Run are not touched). Recorded once per Attempt."""
+        self._event_once(attempt_id, "fenced-end", EVENT_FENCED_END, actor_id,
+                         lambda attempt: {"exit_code": exit_code, "reason": reason,
+                                          "attempt_status": attempt.status.value})
+
+    def _event_once(self, attempt_id: str, step: str, event_type: str, actor_id: str,
+                    payload: Callable[[AttemptRecord], dict[str, Any]]) -> None:
+        """Append the Attempt's ``step`` event unless it is already there (its dedupe key)."""
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
             attempt = self._require_attempt(attempt_id)
-            dedupe_key = attempt_event_key(attempt.attempt, "fenced-end")
+            dedupe_key = attempt_event_key(attempt.attempt, step)
             if connection.execute("SELECT 1 FROM run_events WHERE run_id = ? AND dedupe_key = ?",
                                   (attempt.run_id, dedupe_key)).fetchone():
                 return
-            _event(connection, attempt.run_id, EVENT_FENCED_END, dedupe_key, actor_id,
-                   {"exit_code": exit_code, "reason": reason, "attempt_status": attempt.status.value}, now,
+            _event(connection, attempt.run_id, event_type, dedupe_key, actor_id, payload(attempt), now,
                    attempt_id=attempt_id)
 
     # ----------------------------------------------------------------- the service's scans
