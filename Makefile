@@ -15,8 +15,6 @@ EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
 
 .PHONY: venv monitor run test bench build fault audit clean test-cluster bench-cluster cross cross-test
 
-venv: $(STAMP) $(MONITOR)
-
 # The per-Attempt monitor (docs/monitor.md), built for this host with the system C compiler and
 # linked against the host's C library, as the host build's Python is: a static glibc binary is
 # 700 KB, which the host artifacts' budgets cannot carry. The router builds link it statically
@@ -24,6 +22,9 @@ venv: $(STAMP) $(MONITOR)
 MONITOR := edge_runtime/service/native/edge-runtime-monitor
 MONITOR_SRC := edge_runtime/service/native/monitor.c
 MONITOR_CFLAGS := -Os -Wall -Wextra -D_FORTIFY_SOURCE=2
+
+venv: $(STAMP) $(MONITOR)
+
 monitor: $(MONITOR)
 
 $(MONITOR): $(MONITOR_SRC)

@@ -239,11 +239,18 @@ class WorkerSession:
         when this session's leases fill its capacity; None when the Run is no longer startable.
         Nothing is written unless a grant is returned.
 
+        An idle session holds the long idle lease. It takes the busy one (a heartbeat) before its
+        first start: a service killed while it spawns leaves a ``starting`` Attempt that only the
+        end of its session lease lets the orphan sweep end, and that must come within the busy
+        lease, not minutes later. One write per idle-to-busy change.
+
         Raises:
             WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced,
                 or is no longer online and live: this service must take nothing.
         """
         session = self.session
+        if session.lease_expires_at_ms - session.heartbeat_at_ms > self._session_lease_ms:
+            session = self.heartbeat(session.available_slots)
         token = secrets.token_urlsafe(32)
         asked_at = time.monotonic()
         outcome = self._repo.start_run(

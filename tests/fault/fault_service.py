@@ -237,10 +237,32 @@ class ServiceCampaign:
             poke(self.db_path)
             time.sleep(0.2)
         for run_id, status in self._undrained():
-            self.violations.append(f"run {self.labels.get(run_id, run_id)} never ended: {status}")
+            self.violations.append(f"run {self.labels.get(run_id, run_id)} never ended: {status}; "
+                                   f"{self.describe(run_id)}")
         process.send_signal(signal.SIGTERM)
         process.wait(30)
         self.check("after draining")
+
+    def describe(self, run_id: str) -> str:
+        """What the store holds of a Run's Attempts, their grants and sessions: a stuck Run's
+        violation says why it is stuck, since a campaign's timing is not reproducible."""
+        with open_database(self.db_path, create=False) as db:
+            rows = db.connection.execute(
+                "SELECT a.attempt, a.status, a.pid, a.end_reason, l.worker_id, l.session_generation, l.status, "
+                "l.expires_at_ms, s.generation, s.status, s.lease_expires_at_ms FROM run_attempts a "
+                "LEFT JOIN run_dispatch_leases l ON l.attempt_id = a.id "
+                "LEFT JOIN worker_sessions s ON s.worker_id = l.worker_id WHERE a.run_id = ? ORDER BY a.attempt",
+                (run_id,)).fetchall()
+            events = [row[0] for row in db.connection.execute(
+                "SELECT type FROM run_events WHERE run_id = ? ORDER BY sequence", (run_id,))]
+            now = db.connection.execute("SELECT CAST((julianday('now') - 2440587.5) * 86400000 AS INTEGER)").fetchone()[0]
+        attempts = "; ".join(
+            f"attempt {number} {status} pid={pid} reason={reason!r} grant={worker}#{generation} {grant} "
+            f"expires {expires - now if expires else None} ms, session #{session_generation} {session} "
+            f"expires {session_expires - now if session_expires else None} ms"
+            for number, status, pid, reason, worker, generation, grant, expires, session_generation, session,
+            session_expires in rows)
+        return f"attempts: {attempts or 'none'}; events: {', '.join(events)}"
 
     def _undrained(self) -> list[tuple[str, str]]:
         with open_database(self.db_path, create=False) as db:
@@ -275,7 +297,8 @@ class ServiceCampaign:
                 if alive:
                     self.violations.append(f"process group {identity.pgid} alive after its kill deadline: {alive}")
         for run_id, status, dispatch in self._unsettled():
-            self.violations.append(f"cancel of run {self.labels[run_id]} never ended: run {status}, dispatch {dispatch}")
+            self.violations.append(f"cancel of run {self.labels[run_id]} never ended: run {status}, "
+                                   f"dispatch {dispatch}; {self.describe(run_id)}")
         process.send_signal(signal.SIGTERM)
         process.wait(30)
         self.check("after settling")

@@ -140,6 +140,28 @@ def test_an_idle_session_takes_the_long_lease_and_renews_it_near_its_end(tmp_pat
         assert worker.next_heartbeat_at_ms() == T0 + 70_000
 
 
+def test_an_idle_session_takes_the_busy_lease_before_it_starts_a_run(tmp_path: Path) -> None:
+    """A service killed while it spawns leaves its Attempt ``starting``; the orphan sweep may end
+    it only once the session's lease is over, so that lease must be the busy one by then."""
+    clock = ManualClock(T0)
+    with open_database(tmp_path / "e.db", clock=clock) as db:
+        runs = LocalRunRepository(db)
+        worker = _worker(db)
+        worker.heartbeat(2, idle=True)
+        clock.advance(1_000)
+        run = runs.submit(SubmitRunCommand(argv=["true"]))
+        grant = worker.start(run.id)
+        assert grant is not None
+        assert worker.session.lease_expires_at_ms == T0 + 1_000 + SESSION_LEASE_MS
+        stored = LocalWorkerLeaseRepository(db).find_session("w1")
+        assert stored.lease_expires_at_ms == T0 + 1_000 + SESSION_LEASE_MS
+        # Already on the busy lease: no further heartbeat for the next start.
+        version = worker.session.version
+        second = runs.submit(SubmitRunCommand(argv=["true"]))
+        assert worker.start(second.id) is not None
+        assert worker.session.version == version
+
+
 def test_the_idle_lease_is_a_setting_never_shorter_than_the_busy_one(tmp_path: Path) -> None:
     from edge_runtime.service.config import load_config
 
