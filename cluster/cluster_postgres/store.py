@@ -26,6 +26,7 @@ import psycopg
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import connect, describe_dsn
+from cluster_postgres.environment import ClusterEnvironmentStorageError, PostgresEnvironment
 from cluster_postgres.errors import (
     ClusterDsnError,
     ClusterDispatchStorageError,
@@ -180,7 +181,8 @@ class _Reopening:
 
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
-                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError}
+                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
+                  "environment": ClusterEnvironmentStorageError}
 
 
 class PostgresStore:
@@ -192,10 +194,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs")
-
-    #: No shared variables on the cluster store yet (``env`` is a device command).
-    environment = None
+                 "attempt_logs", "environment")
 
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -210,6 +209,8 @@ class PostgresStore:
         self.leases = _Reopening(self, "leases")
         #: Copies of ended Attempts' logs (``logs`` on another host than the worker's).
         self.attempt_logs = _Reopening(self, "attempt_logs")
+        #: The shared variables (``env set``), passed to every Run on every worker.
+        self.environment = _Reopening(self, "environment")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
@@ -221,6 +222,7 @@ class PostgresStore:
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
             "attempt_logs": PostgresAttemptLogs(conn),
+            "environment": PostgresEnvironment(conn),
         }
 
     def _repositories(self, name: str) -> Any:

@@ -11,7 +11,7 @@ import msgspec
 
 from edge_runtime.cli.common import (
     resolve_run_id,
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable, secret_values,
 )
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.environment import mask_text
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         args.run_id = resolve_run_id(store, args.run_id)
         repository = store.runs
         detail = repository.detail(args.run_id)
-        secrets = () if store.environment is None else store.environment.secret_values()
+        secrets = secret_values(store)
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
             env=detail.env if detail.env is msgspec.UNSET else {k: mask_text(v, secrets) for k, v in detail.env.items()},
         )
     if args.json:
-        print_json(detail)
+        print_json(detail, secrets)
         return 0
     out = sys.stdout
     out.write(f"run        {detail.id}\n")
@@ -67,11 +67,11 @@ def run(args: argparse.Namespace) -> int:
     if detail.retry_at_ms is not msgspec.UNSET and detail.status is RunStatus.RETRY_WAIT:
         out.write(f"retry at   {format_ms(detail.retry_at_ms)}\n")
     if detail.cancel_requested_at_ms is not msgspec.UNSET:
-        out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
+        out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(mask_text(detail.cancel_reason, secrets) if isinstance(detail.cancel_reason, str) else detail.cancel_reason, 'no reason')})\n")
     for attempt in detail.attempts:
         out.write(
             f"attempt {attempt.attempt}  {attempt.id}  {attempt.status.value}  pid={present(attempt.pid)}  "
-            f"exit={present(attempt.exit_code)}  reason={present(attempt.end_reason)}\n"
+            f"exit={present(attempt.exit_code)}  reason={present(mask_text(attempt.end_reason, secrets) if isinstance(attempt.end_reason, str) else attempt.end_reason)}\n"
         )
         if attempt.id in escaped:
             # Cancel signals the Attempt's process group; these had left it (setsid) when it was sent.
