@@ -133,7 +133,9 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
         try:
             worker.start()
             wait_for(lambda: status(owner, followed) == "running", 60, "the followed run started")
-            follow = cluster(dsn, "logs", followed, "--follow", timeout=60)
+            # On the worker's host (its log directory): the file, streamed until the Attempt ends.
+            follow = cluster(dsn, "logs", followed, "--follow", timeout=60,
+                             env={"EDGE_RUNTIME_LOG_DIR": str(worker.log_dir)})
             assert follow.stdout.splitlines() == ["first", "second", "last"]
             wait_for(lambda: status(owner, retried) == "succeeded", 60, "the retried run succeeded")
             shown = json.loads(cluster(dsn, "show", retried, "--json").stdout)

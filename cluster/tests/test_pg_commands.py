@@ -208,7 +208,7 @@ ERROR_CASES = [
     (["submit", "--", ""], 1, "INVALID_RUN_COMMAND"),
     (["submit"], 1, "INVALID_RUN_COMMAND"),
     (["submit", "--timeout", "soon", "--", "true"], 1, None),
-    (["submit", "--name", "x" * 200, "--", "true"], 1, "INVALID_RUN_COMMAND"),
+    (["submit", "--name", "x" * 200, "--", "true"], 1, "INVALID_NAME"),
     (["cancel", "r" * 300], 1, None),
     (["list", "--limit", "0"], 2, None),
     (["list", "--status", "nonsense"], 2, None),
