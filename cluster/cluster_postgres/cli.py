@@ -44,6 +44,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script's entry point. A Ctrl-C while it loads or runs ends it quietly, exit code
+    130 (``edge-runtime-cluster logs RUN | less``), as in ``edge-runtime``."""
+    from edge_runtime.cli import EXIT_INTERRUPTED, _drop_stdout
+
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        _drop_stdout()
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     from cluster_postgres.commands import USER_COMMANDS
     from edge_runtime.cli.main import CliParser, execute, require_utf8, wants_json
 
