@@ -46,12 +46,12 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The console script's entry point. A Ctrl-C while it loads or runs ends it quietly, exit code
     130 (``edge-runtime-cluster logs RUN | less``), as in ``edge-runtime``."""
-    from edge_runtime.cli import EXIT_INTERRUPTED, _drop_stdout
+    from edge_runtime.cli import EXIT_INTERRUPTED, drop_stdout
 
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        _drop_stdout()
+        drop_stdout()
         return EXIT_INTERRUPTED
 
 

@@ -28,7 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(argv)
     except KeyboardInterrupt:
-        _drop_stdout()
+        drop_stdout()
         return EXIT_INTERRUPTED
     finally:
         # Only as the console script (argv from sys.argv): a caller in-process keeps its handler.
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def _drop_stdout() -> None:
+def drop_stdout() -> None:
     # The reader was interrupted too: what is left in stdout's buffer would fail at exit.
     import os
     import sys
