@@ -93,12 +93,15 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         argv = list(args.argv)
-        if "--" in argv:
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        elif "--" in argv and argv[0].startswith("-"):
             # Options may follow the expression (`add '@daily' --name N -- CMD`): what comes before
-            # `--` is parsed as the options it is, never stored as part of the command.
+            # `--` is parsed as the options it is, never stored as part of the command. Words that
+            # are not options there (`add */5 * * * * -- CMD`: an unquoted expression the shell
+            # split) leave the expression one field short, which its error explains.
             split = argv.index("--")
-            if split:
-                args.add_parser.parse_args([*argv[:split], args.expression], namespace=args)
+            args.add_parser.parse_args([*argv[:split], args.expression], namespace=args)
             argv = argv[split + 1:]
         command = AddScheduleCommand(  # validated whole before the database is touched
             expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
