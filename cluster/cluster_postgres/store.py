@@ -244,9 +244,15 @@ class PostgresStore:
     def open_wake(self) -> PostgresWake:
         return PostgresWake(self._dsn, report=self._report)
 
-    def wake_workers(self) -> None:
-        """Nothing to do: submit, cancel and rearm NOTIFY inside their own transaction, so every
-        listening worker is woken exactly when the change commits."""
+    def wake_workers(self) -> int:
+        """Nothing to send: submit, cancel and rearm NOTIFY inside their own transaction, so every
+        listening worker is woken exactly when the change commits. Returns how many workers are
+        there to act (online, session lease live by database time): 0 makes ``submit`` say that
+        the Run waits until one starts, as on a device."""
+        self._repositories("leases")
+        with reading(ClusterLeaseStorageError):
+            return self._conn.execute("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online' "
+                                      "AND lease_expires_at_ms > ql3.now_ms()").fetchone()[0]
 
     def keep_time(self, *, final: bool = False) -> None:
         """Nothing to keep: the database's clock is the store's time (no device watermark)."""

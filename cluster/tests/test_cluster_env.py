@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from cluster_postgres.serve import DSN_ENV_VAR
+from edge_runtime.cli.common import NO_SERVICE_NOTE
 from serve_harness import CLI, Worker, kill_attempt_groups, private_root, wait_for
 
 SECRET = "s3cr3t-cluster-value"
@@ -124,8 +125,10 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
     as_json = cluster(dsn, "show", "zzzz", "--json", check=False)
     assert as_json.returncode == 1 and as_json.stdout == "" and json.loads(as_json.stderr)["error"]["code"] == "RUN_NOT_FOUND"
     flag = tmp_path / "second-try"
-    retried = cluster(dsn, "submit", "--name", "flaky", "--retries", "2", "--retry-delay", "1s", "--", "sh", "-c",
-                      f"test -e {flag} && exit 0; touch {flag}; exit 7").stdout.strip()
+    submitted = cluster(dsn, "submit", "--name", "flaky", "--retries", "2", "--retry-delay", "1s", "--", "sh", "-c",
+                        f"test -e {flag} && exit 0; touch {flag}; exit 7")
+    assert submitted.stderr == NO_SERVICE_NOTE  # no worker is online yet: the Run waits for one
+    retried = submitted.stdout.strip()
     followed = cluster(dsn, "submit", "--name", "slow", "--", "sh", "-c",
                        "echo first; sleep 1; echo second; sleep 1; echo last").stdout.strip()
     with private_root() as root:
@@ -133,6 +136,8 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
         try:
             worker.start()
             wait_for(lambda: status(owner, followed) == "running", 60, "the followed run started")
+            served = cluster(dsn, "submit", "--", "true")
+            assert served.stderr == ""  # a worker is online: no note
             # On the worker's host (its log directory): the file, streamed until the Attempt ends.
             follow = cluster(dsn, "logs", followed, "--follow", timeout=60,
                              env={"EDGE_RUNTIME_LOG_DIR": str(worker.log_dir)})
