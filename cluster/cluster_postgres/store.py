@@ -37,6 +37,10 @@ from cluster_postgres.errors import (
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.sql_vocabulary import sql_literal
+from edge_runtime.contract.worker_session import SessionStatus
+
+_ONLINE = sql_literal(SessionStatus.ONLINE)
 
 #: The listener's reconnect backoff: doubling from the first, capped (a refused connection costs
 #: nothing; an unreachable host costs its connect_timeout per try anyway).
@@ -251,7 +255,7 @@ class PostgresStore:
         the Run waits until one starts, as on a device."""
         self._repositories("leases")
         with reading(ClusterLeaseStorageError):
-            return self._conn.execute("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online' "
+            return self._conn.execute(f"SELECT count(*) FROM ql3.worker_sessions WHERE status = {_ONLINE} "
                                       "AND lease_expires_at_ms > ql3.now_ms()").fetchone()[0]
 
     def keep_time(self, *, final: bool = False) -> None:

@@ -155,3 +155,17 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
         finally:
             worker.stop()
             kill_attempt_groups(owner)
+
+
+def test_the_tables_limits_are_the_contracts() -> None:
+    from edge_runtime.contract.environment import MAX_NAME_LENGTH, MAX_VALUE_LENGTH
+
+    sql = (Path(__file__).resolve().parents[1] / "cluster_postgres" / "migrations" / "0006_shared_env.sql").read_text()
+    assert f"length(name) <= {MAX_NAME_LENGTH})" in sql and f"length(value) <= {MAX_VALUE_LENGTH})" in sql
+
+
+def test_the_table_refuses_what_the_contract_refuses_even_from_a_foreign_writer(owner: Any) -> None:
+    for name, value, secret in (("1BAD", "x", False), ("A", "v" * 32769, False), ("A", None, True)):
+        with pytest.raises(psycopg.errors.CheckViolation):
+            owner.execute("INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) VALUES (%s, %s, %s, 0)",
+                          (name, value, secret))
