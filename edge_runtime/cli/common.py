@@ -101,9 +101,18 @@ def secret_values(store: Any) -> tuple[str, ...]:
     return () if environment is None else tuple(environment.secret_values())
 
 
+def masked(record: Any, secrets: Sequence[str]) -> Any:
+    """A contract record with every secret's value masked in its strings, as the same type (what
+    the text output of one record prints)."""
+    if not secrets:
+        return record
+    return msgspec.convert(_masked(msgspec.to_builtins(record), secrets), type=type(record))
+
+
 def _masked(value: Any, secrets: Sequence[str]) -> Any:
-    """Builtins ``value`` with a secret's value masked wherever a string holds it (keys too): a
-    Run's own command, ``--env`` or cancel reason may repeat one."""
+    """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
+    own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
+    variable's name), never masked: the shape of the output stays what a script expects."""
     from edge_runtime.contract.environment import mask_text
 
     if isinstance(value, str):
@@ -111,7 +120,7 @@ def _masked(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, list):
         return [_masked(item, secrets) for item in value]
     if isinstance(value, dict):
-        return {_masked(k, secrets): _masked(v, secrets) for k, v in value.items()}
+        return {k: _masked(v, secrets) for k, v in value.items()}
     return value
 
 

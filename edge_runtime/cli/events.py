@@ -8,11 +8,10 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.contract.environment import mask_text
-
 from edge_runtime.cli.common import (
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, printable, resolve_run_id, secret_values,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, resolve_run_id, secret_values,
 )
+from edge_runtime.contract.environment import mask_text
 
 #: Keys sorted: a payload reads the same whichever store kept it (PostgreSQL's jsonb reorders keys).
 _encode = msgspec.json.Encoder(order="sorted").encode

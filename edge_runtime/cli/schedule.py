@@ -12,6 +12,7 @@ from edge_runtime.cli.common import (
     add_json_flag,
     format_ms,
     format_ms_at_offset,
+    masked,
     present,
     print_json,
     printable,
@@ -20,7 +21,6 @@ from edge_runtime.cli.common import (
 from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
-from edge_runtime.contract.environment import mask_text
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.cli.submit import add_run_options, run_options
 from edge_runtime.contract.schedules import (
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
             # A schedule's own command or --env may repeat a secret's value: never shown.
             secrets = tuple(LocalEnvironmentRepository(db).secret_values())
         if secrets:
-            records = [_masked(r, secrets) for r in records]
+            records = [masked(r, secrets) for r in records]
         if args.json:
             print_json(records if args.action == "list" else records[0])
         elif args.action == "list":
@@ -171,7 +171,7 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
         if record is not None:
             with open_read_only(args) as db:
                 secrets = tuple(LocalEnvironmentRepository(db).secret_values())
-            record = _masked(record, secrets) if secrets else record
+            record = masked(record, secrets)
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
     else:
@@ -194,12 +194,6 @@ def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
     else:
         sys.stdout.write(f"waiting: the Run starts once {', '.join(outcome.active_run_ids)} ended\n")
     return 0
-
-
-def _masked(r: ScheduleRecord, secrets: tuple[str, ...]) -> ScheduleRecord:
-    return msgspec.structs.replace(
-        r, command=[mask_text(a, secrets) for a in r.command],
-        env=r.env if r.env is msgspec.UNSET else {k: mask_text(v, secrets) for k, v in r.env.items()})
 
 
 def _zone_text(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:

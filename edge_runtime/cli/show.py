@@ -11,10 +11,9 @@ import msgspec
 
 from edge_runtime.cli.common import (
     resolve_run_id,
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable, secret_values,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, masked, print_json, printable, secret_values,
 )
 from edge_runtime.contract.durations import format_duration
-from edge_runtime.contract.environment import mask_text
 from edge_runtime.contract.runs import DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
@@ -34,15 +33,10 @@ def run(args: argparse.Namespace) -> int:
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
-    if secrets:
-        # A secret's value is never shown, even where a Run's own command or variable repeats it.
-        detail = msgspec.structs.replace(
-            detail,
-            command=detail.command if detail.command is msgspec.UNSET else [mask_text(a, secrets) for a in detail.command],
-            env=detail.env if detail.env is msgspec.UNSET else {k: mask_text(v, secrets) for k, v in detail.env.items()},
-        )
+    # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
+    detail = masked(detail, secrets)
     if args.json:
-        print_json(detail, secrets)
+        print_json(detail)
         return 0
     out = sys.stdout
     out.write(f"run        {detail.id}\n")
@@ -67,11 +61,11 @@ def run(args: argparse.Namespace) -> int:
     if detail.retry_at_ms is not msgspec.UNSET and detail.status is RunStatus.RETRY_WAIT:
         out.write(f"retry at   {format_ms(detail.retry_at_ms)}\n")
     if detail.cancel_requested_at_ms is not msgspec.UNSET:
-        out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(mask_text(detail.cancel_reason, secrets) if isinstance(detail.cancel_reason, str) else detail.cancel_reason, 'no reason')})\n")
+        out.write(f"cancel     requested {format_ms(detail.cancel_requested_at_ms)} ({present(detail.cancel_reason, 'no reason')})\n")
     for attempt in detail.attempts:
         out.write(
             f"attempt {attempt.attempt}  {attempt.id}  {attempt.status.value}  pid={present(attempt.pid)}  "
-            f"exit={present(attempt.exit_code)}  reason={present(mask_text(attempt.end_reason, secrets) if isinstance(attempt.end_reason, str) else attempt.end_reason)}\n"
+            f"exit={present(attempt.exit_code)}  reason={present(attempt.end_reason)}\n"
         )
         if attempt.id in escaped:
             # Cancel signals the Attempt's process group; these had left it (setsid) when it was sent.
