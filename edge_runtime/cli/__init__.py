@@ -14,19 +14,24 @@ from collections.abc import Sequence
 #: Like a tool ended by SIGINT (128 + 2): what Ctrl-C leaves.
 EXIT_INTERRUPTED = 130
 
+try:
+    # Imported here, before ``main`` below is defined: importing a submodule sets the package's
+    # attribute of its name, which must stay the function the console script and builds call.
+    from edge_runtime.cli.main import main as _run
+except KeyboardInterrupt:  # Ctrl-C while the CLI loads (argparse, gettext): leave as quietly
+    raise SystemExit(EXIT_INTERRUPTED) from None
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The console script's entry point: :func:`edge_runtime.cli.main.main`, imported here so
-    that a Ctrl-C while the CLI is still loading (argparse, gettext, the command's module) ends
-    it as quietly as one while it runs: no traceback, exit code 130. A Ctrl-C after the command
+    """The console script's entry point: :func:`edge_runtime.cli.main.main`, wrapped so that a
+    Ctrl-C while the CLI is still loading (argparse, gettext, the command's module) ends it as
+    quietly as one while it runs: no traceback, exit code 130. A Ctrl-C after the command
     returned (while the interpreter exits) ends the process by the signal, also without a word
     (as the console script only: called with ``argv``, the caller's SIGINT handler is left alone)."""
     import signal
 
     try:
-        from edge_runtime.cli.main import main as run
-
-        return run(argv)
+        return _run(argv)
     except KeyboardInterrupt:
         drop_stdout()
         return EXIT_INTERRUPTED

@@ -193,3 +193,24 @@ def test_a_paused_schedule_shows_no_next_fire(capsys, tmp_path) -> None:
     _cli(capsys, "--db", db, "schedule", "resume", schedule_id)
     resumed = _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
     assert "state      active\nnext fire  20" in resumed  # a time again, from the next slot
+
+
+def test_a_ctrl_c_while_the_cli_loads_ends_it_with_130_and_no_traceback(capfd, monkeypatch, tmp_path) -> None:
+    import sys
+
+    import edge_runtime.cli
+
+    cli_main = sys.modules["edge_runtime.cli.main"]
+
+    def interrupted(load=None):
+        raise KeyboardInterrupt  # as if Ctrl-C came while argparse or a command's module loads
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    assert callable(edge_runtime.cli.main)
+    try:
+        code = edge_runtime.cli.main(["--db", str(tmp_path / "e.db"), "list"])
+    except KeyboardInterrupt:  # escaping, it would stop the whole pytest session
+        pytest.fail("the interrupt escaped the CLI's entry point")
+    assert code == 130
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
