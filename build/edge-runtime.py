@@ -22,6 +22,9 @@ if getattr(sys, "frozen", False) and hasattr(sys, "_MEIPASS"):
         )
         sys.exit(1)
 
-from edge_runtime.cli import main  # noqa: E402
+try:
+    from edge_runtime.cli import main  # noqa: E402
+except KeyboardInterrupt:  # Ctrl-C while the CLI loads: as quiet as once it runs (no traceback)
+    sys.exit(130)
 
 sys.exit(main())

@@ -1,6 +1,6 @@
 """``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it; the user commands.
 
-The user commands (submit, cancel, show, list, events, logs, dispatch) are the edge CLI's own, on
+The user commands (submit, cancel, show, list, events, logs, dispatch, env) are the edge CLI's own, on
 the database (``cluster_postgres.commands``).
 
 Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.
@@ -44,15 +44,29 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The console script's entry point. A Ctrl-C while it loads or runs ends it quietly, exit code
+    130 (``edge-runtime-cluster logs RUN | less``), as in ``edge-runtime``."""
+    from edge_runtime.cli import EXIT_INTERRUPTED, drop_stdout
+
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        drop_stdout()
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     from cluster_postgres.commands import USER_COMMANDS
-    from edge_runtime.cli.main import execute, require_utf8
+    from edge_runtime.cli.main import CliParser, execute, require_utf8, wants_json
 
     argv = sys.argv[1:] if argv is None else list(argv)
     for position, token in enumerate(argv, 1):
         require_utf8(f"argument {position}", token)
+    CliParser.json_errors = wants_json(argv)
     args = _parser().parse_args(argv)
     if args.command in USER_COMMANDS:
         return execute(lambda: args.run(args), json_errors=bool(getattr(args, "json", False)))
+    as_json = bool(getattr(args, "json", False))
     try:
         from cluster_postgres.connection import describe_dsn
 
@@ -78,26 +92,35 @@ def main(argv: list[str] | None = None) -> int:
 
             checks = readiness(args.dsn)
             ready = all(c.ok for c in checks)
-            if args.json:
+            if as_json:
                 print(json.dumps({"ready": ready, "checks": [c._asdict() for c in checks]}, indent=2))
             else:
                 for c in checks:
                     print(f"{'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}")
             if not ready:
-                print("Error: the database is not ready [CLUSTER_NOT_READY]", file=sys.stderr)
+                _error(as_json, "CLUSTER_NOT_READY", "the database is not ready")
                 return 1
     except EdgeRuntimeError as exc:
-        print(f"Error: {exc} [{exc.code}]", file=sys.stderr)
+        _error(as_json, exc.code, str(exc))
         return 1
     except ValueError as exc:
-        print(f"Error: {exc} (try: edge-runtime-cluster {args.command} --help)", file=sys.stderr)
+        _error(as_json, "USAGE", f"{exc} (try: edge-runtime-cluster {args.command} --help)", usage=True)
         return 2
     except psycopg.Error as exc:
         state = getattr(exc, "sqlstate", None) or "connection"
-        print(f"Error: database failed ({state}): {str(exc).strip().splitlines()[0]} [CLUSTER_STORAGE_FAILED]",
-              file=sys.stderr)
+        _error(as_json, "CLUSTER_STORAGE_FAILED", f"database failed ({state}): {str(exc).strip().splitlines()[0]}")
         return 1
     return 0
+
+
+def _error(as_json: bool, code: str, message: str, *, usage: bool = False) -> None:
+    """One error on stderr: ``Error: <message> [<CODE>]`` (bad usage: without the code), or with
+    ``--json`` the one JSON object every command prints, ``{"error": {"code", "message"}}``."""
+    if as_json:
+        print(json.dumps({"error": {"code": code, "message": message}}, separators=(",", ":"), ensure_ascii=False),
+              file=sys.stderr)
+    else:
+        print(f"Error: {message}" if usage else f"Error: {message} [{code}]", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Copies of Attempt logs (0003): append-only; logs may hold secrets, so the admin role reads none.
     "attempt_logs": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
+    # Shared variables (0006): no DELETE (``env remove`` clears the row); secrets, so no admin read.
+    "shared_env": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
 _DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

@@ -26,6 +26,7 @@ import psycopg
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import connect, describe_dsn
+from cluster_postgres.environment import ClusterEnvironmentStorageError, PostgresEnvironment
 from cluster_postgres.errors import (
     ClusterDsnError,
     ClusterDispatchStorageError,
@@ -36,6 +37,10 @@ from cluster_postgres.errors import (
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.sql_vocabulary import sql_literal
+from edge_runtime.contract.worker_session import SessionStatus
+
+_ONLINE = sql_literal(SessionStatus.ONLINE)
 
 #: The listener's reconnect backoff: doubling from the first, capped (a refused connection costs
 #: nothing; an unreachable host costs its connect_timeout per try anyway).
@@ -180,7 +185,8 @@ class _Reopening:
 
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
-                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError}
+                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
+                  "environment": ClusterEnvironmentStorageError}
 
 
 class PostgresStore:
@@ -192,10 +198,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs")
-
-    #: No shared variables on the cluster store yet (``env`` is a device command).
-    environment = None
+                 "attempt_logs", "environment")
 
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -210,6 +213,8 @@ class PostgresStore:
         self.leases = _Reopening(self, "leases")
         #: Copies of ended Attempts' logs (``logs`` on another host than the worker's).
         self.attempt_logs = _Reopening(self, "attempt_logs")
+        #: The shared variables (``env set``), passed to every Run on every worker.
+        self.environment = _Reopening(self, "environment")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
@@ -221,6 +226,7 @@ class PostgresStore:
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
             "attempt_logs": PostgresAttemptLogs(conn),
+            "environment": PostgresEnvironment(conn),
         }
 
     def _repositories(self, name: str) -> Any:
@@ -242,9 +248,15 @@ class PostgresStore:
     def open_wake(self) -> PostgresWake:
         return PostgresWake(self._dsn, report=self._report)
 
-    def wake_workers(self) -> None:
-        """Nothing to do: submit, cancel and rearm NOTIFY inside their own transaction, so every
-        listening worker is woken exactly when the change commits."""
+    def wake_workers(self) -> int:
+        """Nothing to send: submit, cancel and rearm NOTIFY inside their own transaction, so every
+        listening worker is woken exactly when the change commits. Returns how many workers are
+        there to act (online, session lease live by database time): 0 makes ``submit`` say that
+        the Run waits until one starts, as on a device."""
+        self._repositories("leases")
+        with reading(ClusterLeaseStorageError):
+            return self._conn.execute(f"SELECT count(*) FROM ql3.worker_sessions WHERE status = {_ONLINE} "
+                                      "AND lease_expires_at_ms > ql3.now_ms()").fetchone()[0]
 
     def keep_time(self, *, final: bool = False) -> None:
         """Nothing to keep: the database's clock is the store's time (no device watermark)."""

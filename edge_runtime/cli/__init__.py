@@ -9,6 +9,46 @@ below. Errors are printed to stderr as one ``Error: ...`` line with a non-zero e
 
 from __future__ import annotations
 
-from edge_runtime.cli.main import main
+from collections.abc import Sequence
+
+#: Like a tool ended by SIGINT (128 + 2): what Ctrl-C leaves.
+EXIT_INTERRUPTED = 130
+
+try:
+    # Imported here, before ``main`` below is defined: importing a submodule sets the package's
+    # attribute of its name, which must stay the function the console script and builds call.
+    from edge_runtime.cli.main import main as _run
+except KeyboardInterrupt:  # Ctrl-C while the CLI loads (argparse, gettext): leave as quietly
+    raise SystemExit(EXIT_INTERRUPTED) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The console script's entry point: :func:`edge_runtime.cli.main.main`, wrapped so that a
+    Ctrl-C while the CLI is still loading (argparse, gettext, the command's module) ends it as
+    quietly as one while it runs: no traceback, exit code 130. A Ctrl-C after the command
+    returned (while the interpreter exits) ends the process by the signal, also without a word
+    (as the console script only: called with ``argv``, the caller's SIGINT handler is left alone)."""
+    import signal
+
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        drop_stdout()
+        return EXIT_INTERRUPTED
+    finally:
+        # Only as the console script (argv from sys.argv): a caller in-process keeps its handler.
+        if argv is None and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def drop_stdout() -> None:
+    # The reader was interrupted too: what is left in stdout's buffer would fail at exit.
+    import os
+    import sys
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
 
 __all__ = ["main"]

@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import (
-    LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, wake_service, resolve_run_id,
+    LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, secret_values, wake_service, resolve_run_id,
 )
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 
@@ -34,8 +34,9 @@ def run(args: argparse.Namespace) -> int:
         command = CancelRunCommand(run_id=resolve_run_id(store, args.run_id), reason=reason)
         record = store.runs.request_cancel(command)
         wake_service(store.wake_workers)
+        secrets = secret_values(store) if args.json else ()
     if args.json:
-        print_json(record)
+        print_json(record, secrets)
     elif record.status is RunStatus.CANCELLED:
         sys.stdout.write(f"run {record.id} cancelled (it had not started)\n")
     else:

@@ -4,7 +4,7 @@ Nothing here imports the Local adapter at import time (the Local openers are in
 ``edge_runtime.cli.local_database``, imported when a Local store is opened): the user commands'
 modules also serve ``edge-runtime-cluster``, which must never load it.
 
-The user commands (submit, cancel, show, list, events, logs, dispatch) are written against the
+The user commands (submit, cancel, show, list, events, logs, dispatch, env) are written against the
 service's ``Store`` port (edge_runtime/contract/ports.py) and get their store from ``args.stores``,
 which their ``register`` sets: ``LOCAL_STORES`` (the SQLite file at ``--db``) here, a PostgreSQL
 opener in ``edge-runtime-cluster``. One implementation of each command, two composition roots.
@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import datetime as dt
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -88,8 +88,40 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 
 
-def print_json(value: Any) -> None:
+def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
+    """``value`` as one line of JSON; with ``secrets``, every secret's value in its strings masked."""
+    if secrets:
+        value = _masked(msgspec.to_builtins(value), secrets)
     sys.stdout.write(_json_encoder.encode(value).decode() + "\n")
+
+
+def secret_values(store: Any) -> tuple[str, ...]:
+    """The values printed output must mask: the store's secrets (none where it keeps no variables)."""
+    environment = getattr(store, "environment", None)
+    return () if environment is None else tuple(environment.secret_values())
+
+
+def masked(record: Any, secrets: Sequence[str]) -> Any:
+    """A contract record with every secret's value masked in its strings, as the same type (what
+    the text output of one record prints)."""
+    if not secrets:
+        return record
+    return msgspec.convert(_masked(msgspec.to_builtins(record), secrets), type=type(record))
+
+
+def _masked(value: Any, secrets: Sequence[str]) -> Any:
+    """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
+    own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
+    variable's name), never masked: the shape of the output stays what a script expects."""
+    from edge_runtime.contract.environment import mask_text
+
+    if isinstance(value, str):
+        return mask_text(value, secrets)
+    if isinstance(value, list):
+        return [_masked(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {k: _masked(v, secrets) for k, v in value.items()}
+    return value
 
 
 def format_ms(value: Any) -> str:

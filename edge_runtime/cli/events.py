@@ -9,8 +9,9 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import (
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, resolve_run_id,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, resolve_run_id, secret_values,
 )
+from edge_runtime.contract.environment import mask_text
 
 #: Keys sorted: a payload reads the same whichever store kept it (PostgreSQL's jsonb reorders keys).
 _encode = msgspec.json.Encoder(order="sorted").encode
@@ -27,14 +28,15 @@ def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
         args.run_id = resolve_run_id(store, args.run_id)
         events = store.runs.events(args.run_id)
+        secrets = secret_values(store)
     if args.json:
-        print_json(events)
+        print_json(events, secrets)
         return 0
     for event in events:
         # An event's Attempt is its own column, never repeated in the payload: shown here.
         attempt = "" if event.attempt_id is msgspec.UNSET else f"  attempt {event.attempt_id}"
         sys.stdout.write(
             f"{event.sequence:4}  {format_ms(event.created_at_ms)}  {event.type:28}  "
-            f"{event.actor_type}:{event.actor_id}{attempt}  {_encode(event.payload).decode()}\n"
+            f"{event.actor_type}:{event.actor_id}{attempt}  {mask_text(_encode(event.payload).decode(), secrets)}\n"
         )
     return 0

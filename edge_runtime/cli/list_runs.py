@@ -9,8 +9,9 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable, secret_values
 from edge_runtime.contract.durations import format_duration
+from edge_runtime.contract.environment import mask_text
 from edge_runtime.contract.runs import RunStatus, short_run_id
 
 
@@ -40,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
             limit=args.limit, status=None if args.status is None else RunStatus(args.status), name=args.name,
             schedule_id=args.schedule,
         )
+        secrets = secret_values(store)
         if args.json:
-            print_json(runs)
+            print_json(runs, secrets)
             return 0
         # The last Attempt gives the exit code; the first one's start, the duration.
         attempts = {record.id: store.runs.attempts(record.id) for record in runs}
@@ -52,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         started = tried[0].started_at_ms if tried else msgspec.UNSET
         took = ("-" if started is msgspec.UNSET or record.finished_at_ms is msgspec.UNSET
                 else _duration(record.finished_at_ms - started))
-        command = "" if record.command is msgspec.UNSET else printable(shlex.join(record.command))
+        command = "" if record.command is msgspec.UNSET else printable(mask_text(shlex.join(record.command), secrets))
         sys.stdout.write(
             f"{short_run_id(record.id):8}  {record.status.value:10}  {_cut(present(record.name, ''), 16):16}  "
             f"{_cut(command, 32):32}  {exit_code!s:>4}  {took:>8}  {format_ms(record.created_at_ms)}\n"

@@ -45,12 +45,31 @@ COMMANDS: dict[str, tuple[str, str]] = {
 _GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--db"})
 
 
+#: The error code of bad usage, as ``--json`` reports it (exit code 2).
+USAGE_ERROR_CODE = "USAGE"
+
+
 class CliParser(argparse.ArgumentParser):
+    #: Whether the command line asks for ``--json`` (set by ``main`` before parsing): then a usage
+    #: error is the same one JSON object as any other error, with exit code 2.
+    json_errors = False
+
     def error(self, message: str) -> None:
         # argparse prints the whole usage block; one line that says what to fix reads better in a
         # router's shell and in scripts that capture stderr.
-        sys.stderr.write(f"Error: {message} (try: {self.prog} --help)\n")
+        _report(CliParser.json_errors, USAGE_ERROR_CODE, f"{message} (try: {self.prog} --help)",
+                plain=f"Error: {message} (try: {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
+
+
+def wants_json(argv: Sequence[str]) -> bool:
+    """Whether ``--json`` is among the options of ``argv`` (before a ``--``: what follows is a command)."""
+    for token in argv:
+        if token == "--":
+            return False
+        if token == "--json":
+            return True
+    return False
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -125,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for position, token in enumerate(argv, 1):
         require_utf8(f"argument {position}", token)
     command = _command_in(argv)
+    CliParser.json_errors = wants_json(argv)
     if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
         from edge_runtime.cli.launcher import bind_to_launcher
 
@@ -142,7 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             require_trusted_database_directory(args.db)  # a path from the environment, maybe another user's
         return args.run(args)
 
-    return execute(run, json_errors=bool(getattr(args, "json", False)))
+    # Also when --json stands where only the command parses it (`schedule edit ID --json`).
+    return execute(run, json_errors=bool(getattr(args, "json", False)) or CliParser.json_errors)
 
 
 def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
@@ -166,10 +187,10 @@ def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
         return 130
 
 
-def _report(as_json: bool, code: str, message: str) -> None:
+def _report(as_json: bool, code: str, message: str, *, plain: str | None = None) -> None:
     if as_json:
         import msgspec
 
         sys.stderr.write(msgspec.json.encode({"error": {"code": code, "message": message}}).decode() + "\n")
     else:
-        sys.stderr.write(f"Error: {message} [{code}]\n")
+        sys.stderr.write(f"Error: {message} [{code}]\n" if plain is None else plain)

@@ -12,6 +12,7 @@ from edge_runtime.cli.common import (
     add_json_flag,
     format_ms,
     format_ms_at_offset,
+    masked,
     present,
     print_json,
     printable,
@@ -37,6 +38,7 @@ class ScheduleOverlapError(ScheduleError):
     """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
 
     code = "SCHEDULE_RUN_SKIPPED"
+from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.schedules import LocalScheduleRepository
 
 
@@ -63,6 +65,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
     add_json_flag(add)
     add.add_argument("expression", metavar="CRON", help="the schedule expression (quote it)")
     add.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
+    add.set_defaults(add_parser=add)
     edit = commands.add_parser("edit", help="change a schedule in place (its id, counts and Runs stay)")
     edit.add_argument("schedule_id", metavar="ID", help="the schedule id")
     edit.add_argument("--cron", metavar="CRON", help="a new schedule expression (quote it)")
@@ -89,7 +92,17 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.action == "add":
-        argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+        argv = list(args.argv)
+        if argv[:1] == ["--"]:
+            argv = argv[1:]
+        elif "--" in argv and argv[0].startswith("-"):
+            # Options may follow the expression (`add '@daily' --name N -- CMD`): what comes before
+            # `--` is parsed as the options it is, never stored as part of the command. Words that
+            # are not options there (`add */5 * * * * -- CMD`: an unquoted expression the shell
+            # split) leave the expression one field short, which its error explains.
+            split = argv.index("--")
+            args.add_parser.parse_args([*argv[:split], args.expression], namespace=args)
+            argv = argv[split + 1:]
         command = AddScheduleCommand(  # validated whole before the database is touched
             expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
             overlap=Overlap(args.overlap),
@@ -124,6 +137,10 @@ def run(args: argparse.Namespace) -> int:
         with open_read_only(args) as db:
             repository = LocalScheduleRepository(db)
             records = repository.list() if args.action == "list" else [repository.get(args.schedule_id)]
+            # A schedule's own command or --env may repeat a secret's value: never shown.
+            secrets = tuple(LocalEnvironmentRepository(db).secret_values())
+        if secrets:
+            records = [masked(r, secrets) for r in records]
         if args.json:
             print_json(records if args.action == "list" else records[0])
         elif args.action == "list":
@@ -151,6 +168,10 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
 
     wake_service(lambda: poke(args.db), note_when_none=args.action == "add")  # after the commit: the service recomputes its sleep at once
     if args.json:
+        if record is not None:
+            with open_read_only(args) as db:
+                secrets = tuple(LocalEnvironmentRepository(db).secret_values())
+            record = masked(record, secrets)
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
     else:

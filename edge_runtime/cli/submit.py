@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, wake_service
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values, wake_service
 from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.environment import InvalidVariableError, parse_assignments
 from edge_runtime.contract.runs import MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
@@ -91,8 +91,9 @@ def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, CREATE) as store:
         record = store.runs.submit(command)
         wake_service(store.wake_workers, note_when_none=True)
+        secrets = secret_values(store) if args.json else ()
     if args.json:
-        print_json(record)
+        print_json(record, secrets)
     else:
         sys.stdout.write(record.id + "\n")
     return 0

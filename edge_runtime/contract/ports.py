@@ -172,7 +172,7 @@ class Store(Protocol):
     leases: WorkerLeaseStore
     #: Copies of ended Attempts' logs, or None where the logs are only files (Local).
     attempt_logs: AttemptLogStore | None
-    #: The shared variables (``env set``), or None where the store keeps none (the cluster today).
+    #: The shared variables (``env set``; both stores keep them), or None for a store that keeps none.
     environment: EnvironmentStore | None
 
     def now_ms(self) -> int:

@@ -145,6 +145,12 @@ class InvalidRunCommandError(RunError):
     code = "INVALID_RUN_COMMAND"
 
 
+class InvalidRunNameError(InvalidRunCommandError):
+    """A Run's name (``--name``) is empty, too long or holds a control character."""
+
+    code = "INVALID_NAME"
+
+
 class RunNotFoundError(RunError):
     code = "RUN_NOT_FOUND"
 
@@ -183,6 +189,7 @@ class RunRepositoryError(RunError):
 
 class _Command(Command):
     error = InvalidRunCommandError
+    field_errors = {"name": InvalidRunNameError}
 
 
 def argv_problem(argv: object) -> str | None:

@@ -52,6 +52,13 @@ class InvalidScheduleCommandError(ScheduleError):
     code = "INVALID_SCHEDULE_COMMAND"
 
 
+class InvalidScheduleNameError(InvalidScheduleCommandError):
+    """A schedule's name (``--name``) is empty, too long or holds a control character (the code
+    of a Run's bad name: the same input, the same fix)."""
+
+    code = "INVALID_NAME"
+
+
 class ScheduleNotFoundError(ScheduleError):
     code = "SCHEDULE_NOT_FOUND"
 
@@ -64,6 +71,7 @@ class AddScheduleCommand(Command):
     """A new schedule; ``expression`` is parsed (and refused whole) before anything is stored."""
 
     error = InvalidScheduleCommandError
+    field_errors = {"name": InvalidScheduleNameError}
 
     expression: str
     argv: list[str]
@@ -92,6 +100,7 @@ class EditScheduleCommand(Command):
     ``env`` replaces the schedule's own variables as a whole."""
 
     error = InvalidScheduleCommandError
+    field_errors = {"name": InvalidScheduleNameError}
 
     schedule_id: str
     expression: str | msgspec.UnsetType = msgspec.UNSET

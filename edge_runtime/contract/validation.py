@@ -167,6 +167,12 @@ def fields_problem(obj: msgspec.Struct, *, enums: bool = True) -> str | None:
     (commands built in Python). ``enums=False`` leaves enum fields to the caller (a record,
     which must hold the members themselves).
     """
+    found = field_problem(obj, enums=enums)
+    return None if found is None else found[1]
+
+
+def field_problem(obj: msgspec.Struct, *, enums: bool = True) -> tuple[str, str] | None:
+    """:func:`fields_problem` with the name of the field that breaks its limit: ``(field, problem)``."""
     key = (type(obj), enums)
     checks = _CHECKS.get(key)
     if checks is None:
@@ -176,7 +182,7 @@ def fields_problem(obj: msgspec.Struct, *, enums: bool = True) -> str | None:
     for name, check in checks:
         problem = check(obj, getattr(obj, name))
         if problem is not None:
-            return problem
+            return name, problem
     return None
 
 
@@ -186,9 +192,16 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
     its family's ``error``. Its repr never shows a bearer token (a write capability)."""
 
     error: ClassVar[type[Exception]] = ValueError
+    #: Fields whose broken limit has an error (and a stable code) of its own, e.g. a name: what
+    #: the user typed, worth a code that says which input to fix.
+    field_errors: ClassVar[dict[str, type[Exception]]] = {}
 
     def __post_init__(self) -> None:
-        problem = fields_problem(self) or self.rule_problem()
+        found = field_problem(self)
+        if found is not None and found[0] in self.field_errors:
+            raise self.field_errors[found[0]](found[1])
+        problem = None if found is None else found[1]
+        problem = problem or self.rule_problem()
         if problem is not None:
             self.reject(problem)
 

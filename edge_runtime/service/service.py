@@ -207,7 +207,9 @@ class DeviceService:
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
                 log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs, grace_ms=config.grace_ms,
                 pass_env=config.pass_env, work_dir=None if self.work_dir is None else str(self.work_dir),
-                shared_env=None if getattr(store, "environment", None) is None else store.environment.task_values,
+                # Looked up on each call: a store may replace the repository behind it (a reconnect).
+                shared_env=None if getattr(store, "environment", None) is None
+                else lambda: store.environment.task_values(),
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,

@@ -42,6 +42,8 @@ class _SetUp:
     leases: Any
     #: The run store (``RunStore`` and the CLI's operations).
     runs: Any
+    #: The shared variables (``EnvironmentStore``).
+    environment: Any
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         raise NotImplementedError
@@ -118,6 +120,7 @@ class LocalBackend(_SetUp):
         from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
         from edge_runtime.local.clock import ManualClock
         from edge_runtime.local.database import open_database
+        from edge_runtime.local.environment import LocalEnvironmentRepository
         from edge_runtime.local.runs import LocalRunRepository
         from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
@@ -126,6 +129,7 @@ class LocalBackend(_SetUp):
         self.dispatch = LocalCancellationDispatchRepository(self.db)
         self.leases = LocalWorkerLeaseRepository(self.db)
         self.runs = LocalRunRepository(self.db)
+        self.environment = LocalEnvironmentRepository(self.db)
 
     def now(self) -> int:
         return self.clock.now_ms()
@@ -156,6 +160,7 @@ class PostgresBackend(_SetUp):
     def __init__(self, database: Any) -> None:
         from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
         from cluster_postgres.connection import connect
+        from cluster_postgres.environment import PostgresEnvironment
         from cluster_postgres.runs import PostgresRunRepository
         from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 
@@ -167,6 +172,7 @@ class PostgresBackend(_SetUp):
         self.dispatch = PostgresCancellationDispatchRepository(self.conn)
         self.leases = PostgresWorkerLeaseRepository(self.conn)
         self.runs = PostgresRunRepository(self.conn)
+        self.environment = PostgresEnvironment(self.conn)
 
     def now(self) -> int:
         return self.owner.execute("SELECT ql3.now_ms()").fetchone()[0]

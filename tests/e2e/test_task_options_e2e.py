@@ -41,9 +41,18 @@ def test_a_secret_is_never_shown_by_env_list_show_or_events(harness: Harness) ->
     as_json = decode_json(harness.cli("env", "list", "--json").stdout)
     assert SECRET not in listed and "TOKEN=*** (secret)" in listed and "PLAIN=visible" in listed
     assert {v["name"]: v.get("value") for v in as_json} == {"PLAIN": "visible", "TOKEN": None}
-    run_id = harness.cli("submit", "--env", f"COPY={SECRET}", "--", "echo", SECRET).stdout.strip()
-    for args in (("show", run_id), ("show", run_id, "--json"), ("events", run_id), ("events", run_id, "--json")):
-        assert SECRET not in harness.cli(*args).stdout, args
+    submitted = harness.cli("submit", "--json", "--env", f"COPY={SECRET}", "--", "echo", SECRET).stdout
+    assert SECRET not in submitted
+    run_id = decode_json(submitted)["id"]
+    cancelled = harness.cli("cancel", run_id, "--reason", f"because {SECRET}", "--json").stdout
+    schedule_id = harness.cli("schedule", "add", "--env", f"COPY={SECRET}", "@daily", "--", "echo", SECRET).stdout.strip()
+    assert SECRET not in cancelled
+    for args in (("show", run_id), ("show", run_id, "--json"), ("events", run_id), ("events", run_id, "--json"),
+                 ("list",), ("list", "--json"), ("schedule", "show", schedule_id),
+                 ("schedule", "show", schedule_id, "--json"), ("schedule", "list", "--json"),
+                 ("schedule", "edit", schedule_id, "--name", "n", "--json")):
+        printed = harness.cli(*args).stdout
+        assert SECRET not in printed and "***" in printed, args
     harness.cli("env", "remove", "TOKEN")
     assert "TOKEN" not in harness.cli("env", "list").stdout
     assert harness.cli("env", "remove", "TOKEN", check=False).returncode == 1

@@ -110,3 +110,107 @@ def test_schedule_remove_json_prints_json(capsys, tmp_path) -> None:
     schedule_id = out.strip()
     code, out, _ = _cli(capsys, "--db", db, "schedule", "remove", schedule_id, "--json")
     assert code == 0 and json.loads(out) == {"removed": schedule_id}
+
+
+# --------------------------------------------------------------------------- the wording defects, one test each
+
+
+def test_list_limit_that_is_not_a_number_says_what_it_expects(capsys, tmp_path) -> None:
+    with pytest.raises(SystemExit) as usage:
+        main(["--db", str(tmp_path / "e.db"), "list", "--limit", "abc"])
+    err = capsys.readouterr().err
+    assert usage.value.code == 2
+    assert err == ("Error: argument --limit: expected a whole number between 1 and 10000, got 'abc' "
+                   "(try: edge-runtime list --help)\n")
+
+
+def test_a_zero_timeout_says_its_range(capsys, tmp_path) -> None:
+    code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "submit", "--timeout", "0s", "--", "true")
+    assert code == 1
+    assert err == "Error: duration '0s' is out of range: it must be between 1s and 365d [INVALID_DURATION]\n"
+    assert not (tmp_path / "e.db").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["submit", "--name", "a\x01b", "--", "true"],
+    ["submit", "--name", "two\nlines", "--", "true"],
+    ["schedule", "add", "--name", "a\x1b[2Jb", "@daily", "--", "true"],
+    ["schedule", "add", "@daily", "--name", "tab\there", "--", "true"],
+], ids=["submit-soh", "submit-newline", "schedule-escape", "schedule-name-after-cron"])
+def test_a_control_character_in_a_name_has_its_own_code_and_says_what_is_wrong(capsys, tmp_path, argv) -> None:
+    code, out, err = _cli(capsys, "--db", str(tmp_path / "e.db"), *argv)
+    assert (code, out) == (1, "")
+    assert err == "Error: name must not contain control characters [INVALID_NAME]\n"
+    assert "INVALID_RUN_COMMAND" not in err and not (tmp_path / "e.db").exists()  # nothing stored
+
+
+def test_a_control_character_in_a_schedule_edit_name_is_invalid_name(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    schedule_id = _cli(capsys, "--db", db, "schedule", "add", "@daily", "--", "true")[1].strip()
+    code, _, err = _cli(capsys, "--db", db, "schedule", "edit", schedule_id, "--name", "x\x07", "--json")
+    assert code == 1 and json.loads(err)["error"]["code"] == "INVALID_NAME"
+
+
+def test_an_unquoted_cron_as_the_shell_splits_it_says_to_quote_it(capsys, tmp_path) -> None:
+    # `schedule add */5 * * * * -- true` in a shell: the expression arrives as one field, the rest
+    # as file names the shell expanded `*` to.
+    code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "schedule", "add", "*/5", "a.txt", "b.txt",
+                        "c.txt", "d.txt", "--", "true")
+    assert code == 1 and "[INVALID_CRON_EXPRESSION]" in err
+    assert "got 1" in err and "quote the whole expression, e.g. '*/5 * * * *'" in err
+    assert not (tmp_path / "e.db").exists()
+
+
+def test_options_after_the_cron_expression_are_options_not_part_of_the_command(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    code, out, _ = _cli(capsys, "--db", db, "schedule", "add", "@daily", "--name", "nightly", "--json", "--",
+                        "echo", "--name")
+    shown = json.loads(out)
+    assert code == 0 and (shown["name"], shown["command"]) == ("nightly", ["echo", "--name"])
+
+
+def test_serve_slots_zero_names_the_setting(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "state").mkdir(mode=0o700)
+    done = subprocess.run([sys.executable, "-m", "edge_runtime", "--db", str(tmp_path / "state" / "e.db"), "serve",
+                           "--slots", "0"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert done.stderr.startswith("Error: invalid configuration: setting slots (--slots, $EDGE_RUNTIME_SLOTS or "
+                                  "the config file's slots): ")
+    assert done.stderr.rstrip().endswith("[CONFIG_INVALID]") and ">= 1" in done.stderr
+
+
+def test_a_paused_schedule_shows_no_next_fire(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    schedule_id = _cli(capsys, "--db", db, "schedule", "add", "* * * * *", "--", "true")[1].strip()
+    assert "next fire  - (paused)" not in _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
+    _cli(capsys, "--db", db, "schedule", "pause", schedule_id)
+    shown = _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
+    assert "state      paused\nnext fire  - (paused)\n" in shown
+    assert f"{schedule_id}  paused next=-  " in _cli(capsys, "--db", db, "schedule", "list")[1]
+    _cli(capsys, "--db", db, "schedule", "resume", schedule_id)
+    resumed = _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
+    assert "state      active\nnext fire  20" in resumed  # a time again, from the next slot
+
+
+def test_a_ctrl_c_while_the_cli_loads_ends_it_with_130_and_no_traceback(capfd, monkeypatch, tmp_path) -> None:
+    import sys
+
+    import edge_runtime.cli
+
+    cli_main = sys.modules["edge_runtime.cli.main"]
+
+    def interrupted(load=None):
+        raise KeyboardInterrupt  # as if Ctrl-C came while argparse or a command's module loads
+
+    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    assert callable(edge_runtime.cli.main)
+    try:
+        code = edge_runtime.cli.main(["--db", str(tmp_path / "e.db"), "list"])
+    except KeyboardInterrupt:  # escaping, it would stop the whole pytest session
+        pytest.fail("the interrupt escaped the CLI's entry point")
+    assert code == 130
+    out, err = capfd.readouterr()
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err

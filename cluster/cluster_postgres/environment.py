@@ -1,0 +1,95 @@
+"""``ql3.shared_env`` (migration 0006): the ``EnvironmentStore`` port on PostgreSQL.
+
+The shared variables every Run's Attempts get, on every worker (docs/environment.md). As on
+Local, a secret's value is read by two callers only: a worker composing an Attempt's environment
+(``task_values``) and the printing commands masking it (``secret_values``); ``list`` never
+returns it. No role of the profile may DELETE, so ``remove`` clears the row (value NULL, not
+secret): the value is gone at once, and a later ``set`` of the name fills the row again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from cluster_postgres.errors import Transaction, reading
+from cluster_postgres.run_events import database_now
+from edge_runtime.contract.environment import (
+    MAX_VARIABLES,
+    EnvironmentRepositoryError,
+    InvalidVariableError,
+    SharedVariable,
+    VariableNotFoundError,
+    variable_problem,
+)
+
+
+class ClusterEnvironmentStorageError(EnvironmentRepositoryError):
+    """PostgreSQL failed under a shared-variable operation."""
+
+    code = "CLUSTER_STORAGE_FAILED"
+
+
+#: One advisory lock serializes the sets of new names, so two of them cannot both pass the
+#: ``MAX_VARIABLES`` count (a replaced variable's row lock is enough for the rest).
+_SET_LOCK_KEY = 0x716C_3300_0006
+
+_UPSERT = (
+    "INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) VALUES (%s, %s, %s, %s) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value, secret = excluded.secret, "
+    "updated_at_ms = excluded.updated_at_ms"
+)
+
+
+class PostgresEnvironment:
+    """The shared variables, on the caller's connection (one short transaction per change)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
+        problem = variable_problem(name, value)
+        if problem is not None:
+            raise InvalidVariableError(problem)
+        with Transaction(self._conn, ClusterEnvironmentStorageError):
+            cur = self._conn.cursor()
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SET_LOCK_KEY,))
+            exists = cur.execute("SELECT 1 FROM ql3.shared_env WHERE name = %s AND value IS NOT NULL "
+                                 "FOR NO KEY UPDATE", (name,)).fetchone()
+            if exists is None:
+                count = cur.execute("SELECT count(*) FROM ql3.shared_env WHERE value IS NOT NULL").fetchone()[0]
+                if count >= MAX_VARIABLES:
+                    raise InvalidVariableError(f"there are {MAX_VARIABLES} shared variables already; remove one first")
+            now = database_now(cur)
+            cur.execute(_UPSERT, (name, value, bool(secret), now))
+        return SharedVariable(name=name, secret=bool(secret), updated_at_ms=now,
+                              **({} if secret else {"value": value}))
+
+    def remove(self, name: str) -> None:
+        with Transaction(self._conn, ClusterEnvironmentStorageError):
+            cur = self._conn.cursor()
+            now = database_now(cur)
+            cur.execute("UPDATE ql3.shared_env SET value = NULL, secret = false, updated_at_ms = %s "
+                        "WHERE name = %s AND value IS NOT NULL", (now, name))
+            if cur.rowcount != 1:
+                raise VariableNotFoundError(f"no shared variable named {name!r}")
+
+    def list(self) -> list[SharedVariable]:
+        with reading(ClusterEnvironmentStorageError):
+            rows = self._conn.execute(
+                "SELECT name, secret, CASE WHEN NOT secret THEN value END, updated_at_ms FROM ql3.shared_env "
+                "WHERE value IS NOT NULL ORDER BY name COLLATE \"C\"").fetchall()
+        return [SharedVariable(name=name, secret=secret, updated_at_ms=at, **({} if value is None else {"value": value}))
+                for name, secret, value, at in rows]
+
+    def task_values(self) -> dict[str, str]:
+        with reading(ClusterEnvironmentStorageError):
+            return dict(self._conn.execute("SELECT name, value FROM ql3.shared_env WHERE value IS NOT NULL "
+                                           "ORDER BY name COLLATE \"C\"").fetchall())
+
+    def secret_values(self) -> list[str]:
+        with reading(ClusterEnvironmentStorageError):
+            return [row[0] for row in self._conn.execute("SELECT value FROM ql3.shared_env WHERE secret")]

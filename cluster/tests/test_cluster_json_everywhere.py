@@ -1,0 +1,133 @@
+"""Every ``edge-runtime-cluster`` command that takes ``--json`` prints JSON, for success and errors.
+
+The commands are found by walking the cluster CLI's parser: one added later with ``--json`` and no
+entry below fails ``test_the_tables_cover_every_cluster_command_with_json``. Success prints JSON
+on stdout; a runtime error is one ``{"error": {"code", "message"}}`` object on stderr, exit 1;
+bad usage the same object with code ``USAGE``, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from cluster_postgres import cli as cluster_cli
+from cluster_postgres.serve import DSN_ENV_VAR
+from cluster_postgres.store import PostgresStore
+from edge_runtime.cli.main import USAGE_ERROR_CODE
+from edge_runtime.contract.runs import SubmitRunCommand
+from pg_unfenced_attempts import take_queued_run
+
+
+def json_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not nested:
+        return [path] if any("--json" in a.option_strings for a in parser._actions) else []
+    return [found for action in nested for name, child in action.choices.items()
+            for found in json_commands(child, (*path, name))]
+
+
+class World:
+    def __init__(self, pg_database: Any, owner: Any, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        self.dsn = pg_database.runtime_dsn
+        store = PostgresStore(self.dsn)
+        try:
+            self.run = store.runs.submit(SubmitRunCommand(argv=["true"])).id
+            self.to_cancel = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
+            self.blocked = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
+            attempt = take_queued_run(store.runs, self.blocked, actor_id="t")
+            store.environment.set("PLAIN", "x", secret=False)
+        finally:
+            store.close()
+        owner.execute("INSERT INTO ql3.run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
+                      "last_result, created_at_ms, updated_at_ms) VALUES (%s, %s, 'blocked', 3, 2, 'identity_mismatch', 0, 0)",
+                      (self.blocked, attempt.id))
+
+    def cli(self, *argv: str) -> tuple[int, str, str]:
+        try:
+            code = cluster_cli.main(list(argv))
+        except SystemExit as exc:
+            code = exc.code
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+
+Argv = Callable[[World], list[str]]
+SUCCESS: dict[tuple[str, ...], Argv] = {
+    ("submit",): lambda w: ["submit", "--json", "--", "true"],
+    ("cancel",): lambda w: ["cancel", w.to_cancel, "--json"],
+    ("show",): lambda w: ["show", w.run, "--json"],
+    ("list",): lambda w: ["list", "--json"],
+    ("events",): lambda w: ["events", w.run, "--json"],
+    ("dispatch", "show"): lambda w: ["dispatch", "show", w.blocked, "--json"],
+    ("dispatch", "rearm"): lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "3", "--json"],
+    ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef", "--secret", "--json"],
+    ("env", "list"): lambda w: ["env", "list", "--json"],
+    ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
+    ("check",): lambda w: ["check", "--dsn", w.dsn, "--json"],
+}
+ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
+    ("submit",): (lambda w: ["submit", "--json", "--name", "a\x01b", "--", "true"], "INVALID_NAME"),
+    ("cancel",): (lambda w: ["cancel", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("show",): (lambda w: ["show", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("list",): (lambda w: ["list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
+                "CLUSTER_STORAGE_FAILED"),
+    ("events",): (lambda w: ["events", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("dispatch", "show"): (lambda w: ["dispatch", "show", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("dispatch", "rearm"): (lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "2", "--json"],
+                            "CANCELLATION_DISPATCH_FENCE_REJECTED"),
+    ("env", "set"): (lambda w: ["env", "set", "1BAD", "x", "--json"], "INVALID_VARIABLE"),
+    ("env", "list"): (lambda w: ["env", "list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
+                      "CLUSTER_STORAGE_FAILED"),
+    ("env", "remove"): (lambda w: ["env", "remove", "NONE_SUCH", "--json"], "VARIABLE_NOT_FOUND"),
+    ("check",): (lambda w: ["check", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2", "--json"],
+                 "CLUSTER_STORAGE_FAILED"),
+}
+
+
+@pytest.fixture
+def world(pg_database: Any, owner: Any, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> World:
+    pg_database.reset(owner, None)
+    monkeypatch.setenv(DSN_ENV_VAR, pg_database.runtime_dsn)
+    return World(pg_database, owner, capsys)
+
+
+def _one_json_error(err: str) -> dict[str, Any]:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    error = json.loads(err)
+    assert list(error) == ["error"] and set(error["error"]) == {"code", "message"}, error
+    return error["error"]
+
+
+def test_the_tables_cover_every_cluster_command_with_json() -> None:
+    found = set(json_commands(cluster_cli._parser()))
+    assert len(found) >= 11
+    assert found == set(SUCCESS) == set(ERRORS)
+
+
+@pytest.mark.parametrize("command", sorted(SUCCESS), ids=" ".join)
+def test_success_prints_json(world: World, command: tuple[str, ...]) -> None:
+    code, out, err = world.cli(*SUCCESS[command](world))
+    assert code in ((0, 1) if command == ("check",) else (0,)), err
+    json.loads(out)
+    assert "abcdef" not in out
+
+
+@pytest.mark.parametrize("command", sorted(ERRORS), ids=" ".join)
+def test_a_runtime_error_is_one_json_object_on_stderr_with_exit_code_1(world: World, command: tuple[str, ...]) -> None:
+    argv, expected_code = ERRORS[command]
+    code, out, err = world.cli(*argv(world))
+    assert (code, out) == (1, ""), err
+    assert _one_json_error(err)["code"] == expected_code
+
+
+@pytest.mark.parametrize("command", sorted(SUCCESS), ids=" ".join)
+def test_bad_usage_with_json_is_a_json_error_with_exit_code_2(world: World, command: tuple[str, ...]) -> None:
+    code, out, err = world.cli(*command, "--json", "--no-such-option")
+    assert (code, out) == (2, "")
+    assert _one_json_error(err)["code"] == USAGE_ERROR_CODE

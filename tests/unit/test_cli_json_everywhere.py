@@ -1,0 +1,167 @@
+"""Every command that takes ``--json`` prints JSON, for success and for errors.
+
+The commands are found by walking the CLI's parser, so a command added later with ``--json`` and
+no entry in the tables below fails ``test_the_tables_cover_every_command_with_json``: it cannot
+forget. For each: success prints JSON on stdout (exit 0; ``check`` exits 1 when not ready, its
+report still JSON); a runtime error is one JSON object on stderr, ``{"error": {"code",
+"message"}}``, exit 1, nothing on stdout; bad usage is the same object with code ``USAGE``, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from edge_runtime.cli.main import USAGE_ERROR_CODE, build_parser, main
+
+
+def json_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The command paths (``("schedule", "show")``) whose parser takes ``--json``."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    if not nested:
+        return [path] if any("--json" in a.option_strings for a in parser._actions) else []
+    return [found for action in nested for name, child in action.choices.items()
+            for found in json_commands(child, (*path, name))]
+
+
+class World:
+    """One database with something for every command to act on."""
+
+    def __init__(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+        (tmp_path / "state").mkdir(mode=0o700)
+        self.db = str(tmp_path / "state" / "e.db")
+        self.run = self.out("submit", "--", "true")
+        self.to_cancel = self.out("submit", "--", "sleep", "9")
+        self.schedule = self.out("schedule", "add", "@daily", "--", "true")
+        self.out("env", "set", "PLAIN", "x")
+        self.blocked = self.out("submit", "--", "sleep", "9")
+        from edge_runtime.local.database import open_database
+        from unfenced_attempts import take_queued_run
+
+        with open_database(self.db) as db:
+            attempt = take_queued_run(db, self.blocked, actor_id="t")
+            db.connection.execute(
+                "INSERT INTO run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
+                "last_result, created_at_ms, updated_at_ms) VALUES (?, ?, 'blocked', 3, 2, 'identity_mismatch', 0, 0)",
+                (self.blocked, attempt.id))
+        self.bad_db = str(tmp_path / "a-file")
+        Path(self.bad_db).write_text("")
+
+    def cli(self, *argv: str, db: str | None = None) -> tuple[int, str, str]:
+        try:
+            code = main(["--db", db or self.db, *argv])
+        except SystemExit as exc:  # argparse's usage errors
+            code = exc.code
+        out, err = self.capsys.readouterr()
+        return code, out, err
+
+    def out(self, *argv: str) -> str:
+        code, out, err = self.cli(*argv)
+        assert code == 0, (argv, err)
+        return out.strip()
+
+
+Argv = Callable[[World], list[str]]
+#: A successful call of each command with --json.
+SUCCESS: dict[tuple[str, ...], Argv] = {
+    ("submit",): lambda w: ["submit", "--json", "--env", "A=1", "--", "true"],
+    ("cancel",): lambda w: ["cancel", w.to_cancel, "--json"],
+    ("show",): lambda w: ["show", w.run, "--json"],
+    ("list",): lambda w: ["list", "--json"],
+    ("events",): lambda w: ["events", w.run, "--json"],
+    ("dispatch", "show"): lambda w: ["dispatch", "show", w.blocked, "--json"],
+    ("dispatch", "rearm"): lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "3", "--json"],
+    ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef", "--secret", "--json"],
+    ("env", "list"): lambda w: ["env", "list", "--json"],
+    ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
+    ("schedule", "add"): lambda w: ["schedule", "add", "@hourly", "--json", "--", "true"],
+    ("schedule", "edit"): lambda w: ["schedule", "edit", w.schedule, "--name", "n", "--json"],
+    ("schedule", "run"): lambda w: ["schedule", "run", w.schedule, "--json"],
+    ("schedule", "list"): lambda w: ["schedule", "list", "--json"],
+    ("schedule", "show"): lambda w: ["schedule", "show", w.schedule, "--json"],
+    ("schedule", "pause"): lambda w: ["schedule", "pause", w.schedule, "--json"],
+    ("schedule", "resume"): lambda w: ["schedule", "resume", w.schedule, "--json"],
+    ("schedule", "remove"): lambda w: ["schedule", "remove", w.schedule, "--json"],
+    ("check",): lambda w: ["check", "--json"],
+}
+#: A call of each command with --json that fails at run time (exit 1), and the code it must carry
+#: (None: any, for the commands with no input of their own to get wrong: their database is a file
+#: that is not one).
+ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
+    ("submit",): (lambda w: ["submit", "--json", "--name", "a\x01b", "--", "true"], "INVALID_NAME"),
+    ("cancel",): (lambda w: ["cancel", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("show",): (lambda w: ["show", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("list",): (lambda w: ["--db", w.bad_db, "list", "--json"], None),
+    ("events",): (lambda w: ["events", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("dispatch", "show"): (lambda w: ["dispatch", "show", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("dispatch", "rearm"): (lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "2", "--json"],
+                            "CANCELLATION_DISPATCH_FENCE_REJECTED"),
+    ("env", "set"): (lambda w: ["env", "set", "1BAD", "x", "--json"], "INVALID_VARIABLE"),
+    ("env", "list"): (lambda w: ["--db", w.bad_db, "env", "list", "--json"], None),
+    ("env", "remove"): (lambda w: ["env", "remove", "NONE_SUCH", "--json"], "VARIABLE_NOT_FOUND"),
+    ("schedule", "add"): (lambda w: ["schedule", "add", "*", "--json", "--", "true"], "INVALID_CRON_EXPRESSION"),
+    ("schedule", "edit"): (lambda w: ["schedule", "edit", "none-such", "--name", "n", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "run"): (lambda w: ["schedule", "run", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "list"): (lambda w: ["--db", w.bad_db, "schedule", "list", "--json"], None),
+    ("schedule", "show"): (lambda w: ["schedule", "show", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "pause"): (lambda w: ["schedule", "pause", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "resume"): (lambda w: ["schedule", "resume", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "remove"): (lambda w: ["schedule", "remove", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("check",): (lambda w: ["--db", w.bad_db, "check", "--json"], None),
+}
+
+
+@pytest.fixture
+def world(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> World:
+    return World(tmp_path, capsys)
+
+
+def _one_json_error(err: str) -> dict[str, Any]:
+    assert err.endswith("\n") and err.count("\n") == 1, err
+    error = json.loads(err)
+    assert list(error) == ["error"] and set(error["error"]) == {"code", "message"}, error
+    assert all(isinstance(v, str) and v for v in error["error"].values()), error
+    return error["error"]
+
+
+def test_the_tables_cover_every_command_with_json() -> None:
+    found = set(json_commands(build_parser()))
+    assert len(found) >= 19  # the walk found the commands (a broken walk would find none)
+    assert found == set(SUCCESS) == set(ERRORS)
+
+
+@pytest.mark.parametrize("command", sorted(SUCCESS), ids=" ".join)
+def test_success_prints_json(world: World, command: tuple[str, ...]) -> None:
+    code, out, err = world.cli(*SUCCESS[command](world))
+    assert code == (code if command == ("check",) else 0), err
+    assert code in (0, 1) and "Error" not in err
+    json.loads(out)  # one JSON document, whatever its shape
+    assert "abcdef" not in out  # a secret's value is never printed, not even by the set that made it
+
+
+@pytest.mark.parametrize("command", sorted(ERRORS), ids=" ".join)
+def test_a_runtime_error_is_one_json_object_on_stderr_with_exit_code_1(world: World, command: tuple[str, ...]) -> None:
+    argv, expected_code = ERRORS[command]
+    args = argv(world)
+    code, out, err = world.cli(*args[2:], db=args[1]) if args[0] == "--db" else world.cli(*args)
+    assert (code, out) == (1, ""), err
+    error = _one_json_error(err)
+    assert error["code"] == expected_code or expected_code is None
+    # Without --json the same error is the one text line, same exit code.
+    plain = [a for a in args if a != "--json"]
+    code, _, err = world.cli(*plain[2:], db=plain[1]) if plain[0] == "--db" else world.cli(*plain)
+    assert code == 1 and err.startswith("Error: ") and err.rstrip().endswith(f"[{error['code']}]")
+
+
+@pytest.mark.parametrize("command", sorted(SUCCESS), ids=" ".join)
+def test_bad_usage_with_json_is_a_json_error_with_exit_code_2(world: World, command: tuple[str, ...]) -> None:
+    code, out, err = world.cli(*command, "--json", "--no-such-option")
+    assert (code, out) == (2, "")
+    error = _one_json_error(err)
+    assert error["code"] == USAGE_ERROR_CODE and "--help" in error["message"]
