@@ -72,7 +72,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
-    from edge_runtime.service.trusted_paths import file_identity, require_opened_file, require_trusted_directory
+    from edge_runtime.service.trusted_paths import entry_identity, hold_trusted_directory, opened_files, require_opened_in
 
     journal = journal or Journal()
     if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
@@ -85,22 +85,29 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     open_local = local_store_opener(db_path, clock=clock, on_jump=on_jump)
 
     def open_store():
-        # Root opens the database's -wal/-shm beside it: the directory must be trusted first.
-        require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
-        checked = file_identity(db_path) if os.path.exists(db_path) else None
-        store = open_local()
-        try:  # apsw opens by name: the file it opened must be the one checked
-            require_opened_file(db_path, checked if checked is not None else file_identity(db_path))
-        except BaseException:
-            store.close()
-            raise
-        return store
+        # Root opens the database's -wal/-shm beside it: the directory must be trusted first, and
+        # what apsw then opens by name must be what is in the directory that was checked.
+        absolute = os.path.abspath(db_path)
+        dir_fd = hold_trusted_directory(os.path.dirname(absolute), "database's directory")
+        try:
+            name = os.path.basename(absolute)
+            checked, before = entry_identity(dir_fd, name), opened_files()
+            store = open_local()
+            try:
+                require_opened_in(dir_fd, name, before, checked, db_path)
+            except BaseException:
+                store.close()
+                raise
+            return store
+        finally:
+            os.close(dir_fd)
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
-                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
+                         retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
+                         tick_hooks=(_scheduler,))
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port

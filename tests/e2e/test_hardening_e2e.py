@@ -221,3 +221,28 @@ def test_output_written_while_no_service_ran_is_kept_and_the_end_is_true(harness
     assert (detail.attempts[-1].status.value, detail.attempts[-1].exit_code) == ("succeeded", 0)
     assert harness.cli("logs", run_id).stdout == "before\nwhile-down\n"
     assert not log_path.with_suffix(".fifo").exists()
+
+
+def test_a_log_dir_whose_symlink_flips_after_the_check_never_gets_a_log(harness: Harness) -> None:
+    """``--log-dir`` is root's own symlink to a private directory when ``serve`` checks it, then
+    points at another user's directory (what a flip that a check by name let through does, or a
+    flip by whoever may change the symlink): the service holds the directory it checked, so each
+    Attempt's log and status file are created, read and swept there, never in the other."""
+    good = harness.tmp / "logs-checked"
+    good.mkdir(mode=0o700)
+    evil = harness.tmp / "logs-attacker"
+    evil.mkdir(mode=0o755)
+    if os.geteuid() == 0:
+        os.chown(evil, 65534, 65534)
+    link = harness.tmp / "logs"
+    link.symlink_to(good)
+    service = harness.serve("--log-dir", str(link))
+    flipped = harness.tmp / "logs.flipped"
+    flipped.symlink_to(evil)
+    os.replace(flipped, link)
+    run_id = harness.submit("sh", "-c", "echo out-of-the-task")
+    assert harness.wait_status(run_id, "succeeded").status == "succeeded"
+    service.stop()
+    assert sorted(os.listdir(evil)) == []
+    logs = [path for path in good.iterdir() if path.suffix == ".log"]
+    assert len(logs) == 1 and logs[0].read_text() == "out-of-the-task\n"
