@@ -7,8 +7,6 @@ SQLite file at ``--db``, the guarded device clock, the wake socket) and hands it
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
@@ -72,7 +70,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
-    from edge_runtime.service.trusted_paths import entry_identity, hold_trusted_directory, opened_files, require_opened_in
+    from edge_runtime.service.trusted_paths import open_verified
 
     journal = journal or Journal()
     if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
@@ -87,20 +85,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     def open_store():
         # Root opens the database's -wal/-shm beside it: the directory must be trusted first, and
         # what apsw then opens by name must be what is in the directory that was checked.
-        absolute = os.path.abspath(db_path)
-        dir_fd = hold_trusted_directory(os.path.dirname(absolute), "database's directory")
-        try:
-            name = os.path.basename(absolute)
-            checked, before = entry_identity(dir_fd, name), opened_files()
-            store = open_local()
-            try:
-                require_opened_in(dir_fd, name, before, checked, db_path)
-            except BaseException:
-                store.close()
-                raise
-            return store
-        finally:
-            os.close(dir_fd)
+        return open_verified(db_path, open_local, lambda store: store.close())
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)

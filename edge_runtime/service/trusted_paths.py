@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
+from typing import TypeVar
 
 from edge_runtime.service.errors import ServiceError
+
+T = TypeVar("T")
 
 
 class UntrustedDirectoryError(ServiceError):
@@ -190,6 +194,30 @@ def require_opened_in(dir_fd: int, name: str, before: frozenset[tuple[int, int, 
             f"refusing the database {os.fspath(shown)}: the file opened is not the one whose directory was "
             f"checked (its path changed in between: a symlink on it flipped?)"
         )
+
+
+def open_verified(path: str | os.PathLike[str], open_by_name: Callable[[], T], close: Callable[[T], None]) -> T:
+    """``open_by_name()`` (a library's open of the database at ``path`` by name), verified by
+    :func:`require_opened_in` against the database's directory held by :func:`hold_trusted_directory`.
+
+    Raises:
+        UntrustedDirectoryError: the directory is not trusted, or what was opened is not in it
+            (then it is closed again with ``close``).
+    """
+    absolute = os.path.abspath(os.fspath(path))
+    dir_fd = hold_trusted_directory(os.path.dirname(absolute), "database's directory")
+    try:
+        name = os.path.basename(absolute)
+        checked, before = entry_identity(dir_fd, name), opened_files()
+        opened = open_by_name()
+        try:
+            require_opened_in(dir_fd, name, before, checked, path)
+        except BaseException:
+            close(opened)
+            raise
+        return opened
+    finally:
+        os.close(dir_fd)
 
 
 def unpack_directory_problem(bundle_dir: str, *, one_file: bool) -> str | None:

@@ -257,3 +257,23 @@ def test_serve_never_opens_the_database_of_a_user_who_flips_a_symlink_on_its_pat
         assert refused == TRIES
         with pytest.raises(UntrustedDirectoryError, match=r"sticky/x is (a symlink )?owned by uid 65534"):
             service._open_store()  # and says why, naming the attacker's entry
+
+
+def test_a_write_command_refuses_a_database_swapped_between_the_check_and_the_open(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime.local import database
+    from edge_runtime.local.clock import ManualClock
+
+    db_path = tmp_path / "edge-runtime.db"
+    other = tmp_path / "planted.db"
+    for path in (db_path, other):
+        database.open_database(path, clock=ManualClock(1_700_000_000_000)).close()
+    real_open = database.open_database
+
+    def swapping_open(path, **kwargs):
+        os.replace(other, db_path)  # what a symlink flip does between the check and apsw's open
+        return real_open(path, **kwargs)
+
+    monkeypatch.setattr(database, "open_database", swapping_open)
+    code, out, err = _cli(capsys, db_path, "submit", "--", "true")
+    assert (code, out) == (1, "") and "the file opened is not the one whose directory was checked" in err, err
