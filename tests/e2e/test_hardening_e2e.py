@@ -147,13 +147,15 @@ def test_logs_refuses_a_directory_or_symlink_with_one_error_line(harness: Harnes
 # ------------------------------------------------------------------ point 8: a descendant holding stdout
 
 def _fds_into(pid: int, directory: Path) -> list[str]:
+    """What ``pid`` holds open in ``directory`` (the directory itself, which serve holds for its
+    whole life, aside)."""
     targets = []
     for name in os.listdir(f"/proc/{pid}/fd"):
         try:
             targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
         except FileNotFoundError:
             continue
-    return [t for t in targets if t.startswith(str(directory))]
+    return [t for t in targets if t.startswith(f"{directory}/")]
 
 
 def test_a_capture_is_closed_after_the_linger_time_though_a_descendant_keeps_stdout(harness: Harness) -> None:
