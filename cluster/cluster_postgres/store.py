@@ -194,7 +194,10 @@ class PostgresWake:
                 if self._stop_reader in ready:
                     return
                 if ready:  # notifications, or the end of the connection, which raises here
-                    self.coalescer.notify(sum(1 for _ in self._conn.notifies(timeout=0)))
+                    for _ in self._conn.notifies(timeout=0):
+                        self.coalescer.notify()
+                        if self.coalescer.take():  # (a flood that never pauses still wakes the loop)
+                            self._poke()
                     if self._conn.broken or self._conn.closed:
                         raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
             except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
