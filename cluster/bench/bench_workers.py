@@ -7,6 +7,9 @@ continued (SIGCONT) together; the clock runs from the SIGCONT until the database
 ended. So a figure is the workers' rate (start, process, capture, end, lease completion), not the
 submitter's. Idle: one registered worker with nothing to do, its own CPU time (``/proc/<pid>/stat``
 utime + stime) over ``--idle-seconds``, and its RSS at the end.
+Flood (printed first; ``--flood-only`` stops there): the same idle worker while the read-only
+admin role sends ``NOTIFY ql3_wake`` as fast as one connection can for ``--flood-seconds``: its
+CPU, the scans of ``ql3`` tables its ticks make and the database's other commits.
 
 Figures are printed, never asserted (the machine is shared and noisy); the load average is printed
 beside them. A private database is created through ``EDGE_PG_ADMIN_DSN`` and dropped at the end; the
@@ -159,6 +162,51 @@ def idle(root: Path, owner: Any, dsn: str, seconds: float) -> tuple[float, int, 
         workers.stop()
 
 
+#: What a worker's ticks read: every scan of a ``ql3`` table (the flood's NOTIFYs and the
+#: server's reads of the notification queue touch none).
+_SCANS = ("SELECT coalesce(sum(seq_scan + coalesce(idx_scan, 0)), 0) FROM pg_stat_user_tables"
+          " WHERE schemaname = 'ql3'")
+_COMMITS = "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+
+
+def flood(root: Path, owner: Any, dsn: str, flood_dsn: str, seconds: float) -> tuple[float, int, int, int]:
+    """(CPU % of one core, NOTIFYs sent, the database's other commits, scans of ``ql3`` tables)
+    while another role (``flood_dsn``: the read-only admin role) sends ``NOTIFY ql3_wake`` as
+    fast as one connection can, one transaction each, at one registered idle worker.
+
+    The other commits include the server's own: it reads the notification queue in a
+    transaction of the listening backend, each time it is signalled. The scans are the worker's
+    ticks' alone. A backend reports its counts to the statistics when it has been idle a while
+    (up to 10 s later) or when it exits, so the worker idles past that before they are read, and
+    the flooder's connection is closed and the worker stopped before they are read again (its
+    shutdown's few queries are counted with the flood's)."""
+    def counts() -> tuple[int, int]:
+        owner.execute("SELECT pg_stat_clear_snapshot()")
+        return _count(owner, _COMMITS), _count(owner, _SCANS)
+
+    _reset(owner)
+    workers = Workers(root, dsn, 1, 2)
+    try:
+        _wait(lambda: _count(owner, "SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online'") == 1,
+              60, "the worker online", workers)
+        time.sleep(11.0)  # start-up (imports, recovery) is not the flood's, and its counts are reported
+        pid, sent = workers.procs[0].pid, 0
+        with psycopg.connect(flood_dsn, autocommit=True) as flooder:
+            (commits, scans), ticks, began = counts(), _cpu_ticks(pid), time.monotonic()
+            while time.monotonic() - began < seconds:
+                flooder.execute("NOTIFY ql3_wake")
+                sent += 1
+            used = (_cpu_ticks(pid) - ticks) / _TICKS
+            elapsed = time.monotonic() - began
+        workers.check_alive()
+        workers.stop()
+        time.sleep(0.5)  # the exited backends' last reports
+        commits_after, scans_after = counts()
+        return used / elapsed * 100, sent, commits_after - commits - sent, scans_after - scans
+    finally:
+        workers.stop()
+
+
 def _load() -> str:
     return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
@@ -169,6 +217,8 @@ def main() -> int:
     parser.add_argument("--slots", type=int, default=4, help="slots of each worker")
     parser.add_argument("--rounds", type=int, default=2, help="rounds per worker count; the median is reported")
     parser.add_argument("--idle-seconds", type=float, default=30.0, help="how long the idle worker is sampled")
+    parser.add_argument("--flood-seconds", type=float, default=10.0, help="how long the wake channel is flooded")
+    parser.add_argument("--flood-only", action="store_true", help="measure only the flood of the wake channel")
     args = parser.parse_args()
     admin_dsn = os.environ.get("EDGE_PG_ADMIN_DSN")
     if not admin_dsn:
@@ -188,6 +238,14 @@ def main() -> int:
     try:
         migrate(owner_dsn)
         with psycopg.connect(owner_dsn, autocommit=True) as owner:
+            cpu, sent, commits, scans = flood(root, owner, runtime_dsn, make_conninfo(
+                admin_dsn, user="ql3_cluster_admin", dbname=name), args.flood_seconds)
+            print(f"\nwake channel flooded for {args.flood_seconds:g} s by ql3_cluster_admin ({sent:,} NOTIFYs, one "
+                  f"transaction each): the worker's CPU {cpu:.1f} % of one core; {commits:,} other commits in the "
+                  f"database (the server's reads of the notification queue among them); {scans:,} scans of ql3 "
+                  f"tables (the worker's ticks); load avg {_load()}")
+            if args.flood_only:
+                return 0
             print(f"\nRuns of `true` through edge-runtime-cluster serve workers ({args.slots} slots each), "
                   f"{args.runs} Runs per measurement, median of {args.rounds}; {os.cpu_count()} CPUs, PostgreSQL on loopback")
             print(f"{'workers':>7}  {'runs/s':>7}  {'scaling':>7}  {'rounds runs/s':>20}  load avg 1/5/15 min")

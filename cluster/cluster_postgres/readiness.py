@@ -36,6 +36,19 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "shared_env": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
+#: The server's large-object functions (``pg_catalog``). PostgreSQL lets PUBLIC execute most of
+#: them, so by default every role that can connect may store data with ``lo_from_bytea`` or
+#: ``lo_create`` + ``lowrite``, outside ``ql3``, where no privilege, quota or retention of this
+#: profile applies. The matrix grants none of them: bootstrap revokes them from PUBLIC and the
+#: three roles, and ``check`` reports any role still allowed one. (A migration cannot: only the
+#: functions' owner, a superuser, may revoke them.)
+LARGE_OBJECT_FUNCTIONS_SQL = (
+    "SELECT p.oid, p.oid::regprocedure::text FROM pg_proc p WHERE p.pronamespace = 'pg_catalog'::regnamespace"
+    " AND (p.proname LIKE 'lo\\_%' OR p.proname IN ('loread', 'lowrite')) ORDER BY 2"
+)
+#: Who must hold none of the large-object functions: PUBLIC (``has_function_privilege`` spells it
+#: ``public``) and the three roles.
+_NO_LARGE_OBJECTS = ("public", *ROLES)
 _DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -75,7 +88,50 @@ def bootstrap(admin_dsn: str, database: str) -> list[str]:
         done.append(f"granted CONNECT on {database} to {RUNTIME_ROLE}, {ADMIN_ROLE}; revoked PUBLIC")
     with psycopg.connect(admin_dsn, autocommit=True, dbname=database) as conn:
         conn.execute("REVOKE ALL ON SCHEMA public FROM PUBLIC")
+        done.append(_revoke_large_objects(conn))
     return done
+
+
+def _revoke_large_objects(conn: psycopg.Connection[Any]) -> str:
+    """Revoke EXECUTE on every large-object function from PUBLIC and the three roles (in this
+    database: ``pg_proc`` is per database); what was done, or why it could not be."""
+    functions = conn.execute(LARGE_OBJECT_FUNCTIONS_SQL).fetchall()
+    grantees = sql.SQL(", ").join([sql.SQL("PUBLIC"), *(sql.Identifier(role) for role in ROLES)])
+    for _, name in functions:  # a signature the catalog printed, e.g. lo_put(oid,bigint,bytea)
+        conn.execute(sql.SQL("REVOKE EXECUTE ON FUNCTION pg_catalog.{} FROM {}").format(sql.SQL(name), grantees))
+    left = _large_object_grants(conn)
+    if left:  # REVOKE by a role that does not own the functions only warns
+        return ("large-object functions NOT revoked (only a superuser may): " + "; ".join(left)
+                + " -- check fails until bootstrap runs as a superuser")
+    return f"revoked EXECUTE on the {len(functions)} large-object functions from PUBLIC, {', '.join(ROLES)}"
+
+
+def _large_object_grants(conn: psycopg.Connection[Any]) -> list[str]:
+    """Which of PUBLIC and the three roles may still execute a large-object function, and whether
+    large objects are usable some other way (existing ones of theirs, ``lo_compat_privileges``)."""
+    found = []
+    functions = conn.execute(LARGE_OBJECT_FUNCTIONS_SQL).fetchall()
+    by_public: set[str] = set()
+    for role in _NO_LARGE_OBJECTS:  # PUBLIC first: a role is named for what it holds beyond PUBLIC
+        allowed = [name for oid, name in functions if name not in by_public and conn.execute(
+            "SELECT has_function_privilege(%s, %s::oid, 'EXECUTE')", (role, oid)).fetchone()[0]]
+        if role == "public":
+            by_public.update(allowed)
+        if allowed:
+            shown = ", ".join(allowed[:3]) + (f" and {len(allowed) - 3} more" if len(allowed) > 3 else "")
+            who = "PUBLIC (so every role)" if role == "public" else role
+            found.append(f"{who} may execute the large-object functions {shown}")
+    if conn.execute("SELECT current_setting('lo_compat_privileges')::boolean").fetchone()[0]:
+        found.append("lo_compat_privileges is on (large objects are not access-checked)")
+    owned = conn.execute(
+        "SELECT count(*) FROM pg_largeobject_metadata m WHERE m.lomowner IN (SELECT oid FROM pg_roles"
+        " WHERE rolname = ANY(%s)) OR EXISTS (SELECT 1 FROM aclexplode(m.lomacl) a WHERE a.grantee = 0"
+        " OR a.grantee IN (SELECT oid FROM pg_roles WHERE rolname = ANY(%s)))",
+        (list(ROLES), list(ROLES)),
+    ).fetchone()[0]
+    if owned:
+        found.append(f"{owned} large object(s) are owned by or granted to PUBLIC or {', '.join(ROLES)}")
+    return found
 
 
 def readiness(dsn: str) -> list[Check]:
@@ -112,19 +168,30 @@ def _privileges(conn: psycopg.Connection[Any]) -> list[Check]:
                 has = conn.execute("SELECT has_table_privilege(%s, %s, %s)", (role, f"ql3.{table}", privilege)).fetchone()[0]
                 if has != (privilege in granted):
                     wrong.append(f"{role} {'has' if has else 'lacks'} {privilege} on ql3.{table}")
-    row = conn.execute(
-        "SELECT has_schema_privilege(%s, 'ql3', 'CREATE'), has_database_privilege(%s, current_database(), 'CREATE'),"
-        " has_database_privilege(%s, current_database(), 'TEMP'),"
-        " (SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles WHERE rolname = %s),"
-        " (SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'ql3')",
-        (RUNTIME_ROLE, RUNTIME_ROLE, RUNTIME_ROLE, RUNTIME_ROLE),
-    ).fetchone()
-    for flag, what in zip(row[:4], ("CREATE on schema ql3", "CREATE on the database", "TEMP on the database",
-                                   "superuser, CREATEROLE, CREATEDB or BYPASSRLS")):
+    for role in (RUNTIME_ROLE, ADMIN_ROLE):
+        row = conn.execute(
+            "SELECT has_schema_privilege(%s, 'ql3', 'CREATE'), has_database_privilege(%s, current_database(), 'CREATE'),"
+            " has_database_privilege(%s, current_database(), 'TEMP'),"
+            " (SELECT rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls FROM pg_roles WHERE rolname = %s)",
+            (role, role, role, role),
+        ).fetchone()
+        for flag, what in zip(row, ("CREATE on schema ql3", "CREATE on the database", "TEMP on the database",
+                                    "superuser, CREATEROLE, CREATEDB or BYPASSRLS")):
+            if flag:
+                wrong.append(f"{role} has {what}")
+    public = conn.execute(
+        "SELECT has_database_privilege('public', current_database(), 'CREATE'),"
+        " has_database_privilege('public', current_database(), 'TEMP'),"
+        " has_database_privilege('public', current_database(), 'CONNECT'),"
+        " has_schema_privilege('public', 'public', 'CREATE')").fetchone()
+    for flag, what in zip(public, ("CREATE on the database", "TEMP on the database", "CONNECT on the database",
+                                   "CREATE on schema public")):
         if flag:
-            wrong.append(f"{RUNTIME_ROLE} has {what}")
-    if row[4] != OWNER_ROLE:
-        wrong.append(f"schema ql3 is owned by {row[4]!r}, not {OWNER_ROLE}")
+            wrong.append(f"PUBLIC has {what}")
+    wrong += _large_object_grants(conn)
+    owner = conn.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = 'ql3'").fetchone()[0]
+    if owner != OWNER_ROLE:
+        wrong.append(f"schema ql3 is owned by {owner!r}, not {OWNER_ROLE}")
     return [Check("privileges", not wrong, "; ".join(wrong) or "the privilege matrix matches the catalog")]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import select
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,12 @@ _ONLINE = sql_literal(SessionStatus.ONLINE)
 LISTEN_RETRY_FIRST_S = 0.2
 LISTEN_RETRY_MAX_S = 5.0
 
+#: Wake-ups passed to the service are at least this far apart: any role that can connect may
+#: ``NOTIFY ql3_wake`` (PostgreSQL has no privilege for it), and each wake-up costs the service a
+#: tick of queries, so a flood of notifications is at most this many ticks per second. The first
+#: notification after a quiet interval wakes at once; the rest come at its end, together.
+WAKE_MIN_INTERVAL_S = 0.1
+
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
 Reporter = Callable[..., None]
@@ -56,24 +63,79 @@ def _power_of_two(n: int) -> bool:
     return n & (n - 1) == 0
 
 
+class WakeCoalescer:
+    """When notifications become wake-ups: every notification received since the last wake-up is
+    one wake-up, and wake-ups are at least ``min_interval_s`` apart. The first after a quiet
+    interval is passed on at once (a cancel or a takeover is not delayed); one received sooner is
+    kept pending and passed on when the interval ends (a trailing wake-up: none is ever lost).
+    ``clock``: monotonic seconds (tests inject one). Not thread-safe: the listener thread owns it."""
+
+    __slots__ = ("_interval", "_clock", "_last", "_pending", "notified", "wakeups")
+
+    def __init__(self, min_interval_s: float = WAKE_MIN_INTERVAL_S, *,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._interval = min_interval_s
+        self._clock = clock
+        self._last: float | None = None
+        self._pending = False
+        #: Notifications received and wake-ups passed on, since the start (for tests and logs).
+        self.notified = 0
+        self.wakeups = 0
+
+    def notify(self, count: int = 1) -> None:
+        """``count`` notifications arrived (0: none, e.g. only other messages were read)."""
+        if count > 0:
+            self.notified += count
+            self._pending = True
+
+    def wake_now(self) -> None:
+        """Pass a wake-up on regardless of the notifications (a new connection: some were lost)."""
+        self._pending = True
+        self._last = None
+
+    def take(self) -> bool:
+        """Whether a wake-up is due now; if so it counts as passed on."""
+        if not self._pending:
+            return False
+        now = self._clock()
+        if self._last is not None and now - self._last < self._interval:
+            return False
+        self._pending, self._last = False, now
+        self.wakeups += 1
+        return True
+
+    def wait_s(self) -> float | None:
+        """Seconds until a pending wake-up is due (0: now), None when none is pending."""
+        if not self._pending:
+            return None
+        if self._last is None:
+            return 0.0
+        return max(0.0, self._last + self._interval - self._clock())
+
+
 class PostgresWake:
     """``LISTEN`` on its own connection, in a thread that turns notifications into a byte on a
     socket pair: the service's selector watches the socket, whose descriptor never changes
     while the connection behind it is lost and opened again.
 
     The thread sleeps in ``select`` on the connection and on a stop socket: it wakes only for a
-    notification, a lost connection (TCP keepalives notice a silent one) or ``close``, never on a
-    timer. It holds no transaction (autocommit, only ``LISTEN``) and never touches the service's
-    state; after every (re)connection it wakes the service once, since notifications sent while
-    it was not listening are lost.
+    notification, a lost connection (TCP keepalives notice a silent one), ``close`` or the end of
+    a wake-up's minimum interval while one is pending. Notifications are coalesced
+    (:class:`WakeCoalescer`): a burst is one wake-up, and a flood from any role at most
+    ``1 / WAKE_MIN_INTERVAL_S`` a second. It holds no transaction (autocommit, only ``LISTEN``)
+    and never touches the service's state; after every (re)connection it wakes the service once,
+    since notifications sent while it was not listening are lost.
     """
 
     __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop_reader", "_stop_writer", "_thread", "_conn",
-                 "refused", "where")
+                 "refused", "where", "coalescer")
 
-    def __init__(self, dsn: str, *, report: Reporter | None = None) -> None:
+    def __init__(self, dsn: str, *, report: Reporter | None = None,
+                 coalescer: WakeCoalescer | None = None) -> None:
         self._dsn = dsn
         self._report = report
+        #: Owned by the listener thread; its counters may be read from others.
+        self.coalescer = coalescer or WakeCoalescer()
         self.refused: list[str] = []
         self.where = f"LISTEN {WAKE_CHANNEL} ({describe_dsn(dsn)})"
         # The first connection is made here, so a wrong DSN or a missing grant fails the start.
@@ -127,18 +189,22 @@ class PostgresWake:
             try:
                 if self._conn is None:
                     self._conn = self._listen_connection()
-                    self._poke()  # notifications sent while we were not listening are lost
+                    self.coalescer.wake_now()  # notifications sent while we were not listening are lost
                     if failures and self._report is not None:
                         self._report("info", "wake.listening", failures=failures, where=self.where)
                     failures, delay = 0, LISTEN_RETRY_FIRST_S
-                ready = select.select([self._conn.fileno(), self._stop_reader], [], [])[0]
+                if self.coalescer.take():
+                    self._poke()
+                ready = select.select([self._conn.fileno(), self._stop_reader], [], [], self.coalescer.wait_s())[0]
                 if self._stop_reader in ready:
                     return
-                # Readable: notifications, or the end of the connection, which raises here.
-                for _ in self._conn.notifies(timeout=0):
-                    self._poke()
-                if self._conn.broken or self._conn.closed:
-                    raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
+                if ready:  # notifications, or the end of the connection, which raises here
+                    for _ in self._conn.notifies(timeout=0):
+                        self.coalescer.notify()
+                        if self.coalescer.take():  # (a flood that never pauses still wakes the loop)
+                            self._poke()
+                    if self._conn.broken or self._conn.closed:
+                        raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
             except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
                 failures += 1
                 if self._report is not None and _power_of_two(failures):

@@ -9,6 +9,7 @@ does not open the database (``--help``) does not pay for it on a router either.
 from __future__ import annotations
 
 import argparse
+import os
 from typing import TYPE_CHECKING
 
 from edge_runtime.cli.db_path import ensure_parent, require_trusted_database_directory
@@ -62,7 +63,13 @@ def open_guarded_with_clock(path: str, *, create: bool,
         ensure_parent(path)
         require_trusted_database_directory(path)
     clock = GuardedClock(SystemClock())
-    db = open_database(path, clock=clock, create=create)
+    if os.path.isdir(os.path.dirname(os.path.abspath(path))):  # (else the open says what is missing)
+        from edge_runtime.service.trusted_paths import open_verified
+
+        # apsw opens by name: what it opened must be what is in the directory just checked.
+        db = open_verified(path, lambda: open_database(path, clock=clock, create=create), lambda db: db.close())
+    else:
+        db = open_database(path, clock=clock, create=create)
     try:
         clock.raise_floor(watermark_ms(db))
     except BaseException:

@@ -7,8 +7,6 @@ SQLite file at ``--db``, the guarded device clock, the wake socket) and hands it
 from __future__ import annotations
 
 import argparse
-import os
-from pathlib import Path
 
 from edge_runtime.cli.db_path import ensure_parent
 from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
@@ -72,7 +70,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     from edge_runtime.local.store import local_store_opener, route_sqlite_log
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.service import DeviceService
-    from edge_runtime.service.trusted_paths import file_identity, require_opened_file, require_trusted_directory
+    from edge_runtime.service.trusted_paths import open_verified
 
     journal = journal or Journal()
     if not route_sqlite_log(lambda code, message: journal.warning("sqlite.notice", code=code, detail=message)):
@@ -85,22 +83,16 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     open_local = local_store_opener(db_path, clock=clock, on_jump=on_jump)
 
     def open_store():
-        # Root opens the database's -wal/-shm beside it: the directory must be trusted first.
-        require_trusted_directory(Path(os.path.abspath(db_path)).parent, "database's directory")
-        checked = file_identity(db_path) if os.path.exists(db_path) else None
-        store = open_local()
-        try:  # apsw opens by name: the file it opened must be the one checked
-            require_opened_file(db_path, checked if checked is not None else file_identity(db_path))
-        except BaseException:
-            store.close()
-            raise
-        return store
+        # Root opens the database's -wal/-shm beside it: the directory must be trusted first, and
+        # what apsw then opens by name must be what is in the directory that was checked.
+        return open_verified(db_path, open_local, lambda store: store.close())
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
-                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
+                         retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
+                         tick_hooks=(_scheduler,))
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port

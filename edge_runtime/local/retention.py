@@ -103,14 +103,18 @@ def plan(db: LocalDatabase, policy: RetentionPolicy, now_ms: int) -> RetentionPl
 
 
 class LocalRetention:
-    """The retention port on the local database; ``log_dir`` None leaves log files alone."""
+    """The retention port on the local database; ``log_dir`` None leaves log files alone.
+    ``log_dir_fd``: the service's held descriptor of ``log_dir`` (``hold_trusted_directory``):
+    logs are listed and removed relative to it, never through ``log_dir``'s path again."""
 
-    __slots__ = ("_db", "_policy", "_log_dir", "_sweep_due")
+    __slots__ = ("_db", "_policy", "_log_dir", "_log_dir_fd", "_sweep_due")
 
-    def __init__(self, db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None) -> None:
+    def __init__(self, db: LocalDatabase, policy: RetentionPolicy, log_dir: Path | None, *,
+                 log_dir_fd: int | None = None) -> None:
         self._db = db
         self._policy = policy
         self._log_dir = log_dir
+        self._log_dir_fd = log_dir_fd
         self._sweep_due = True
 
     def attempts_ended(self) -> None:
@@ -182,6 +186,8 @@ class LocalRetention:
     def _open_log_dir(self) -> int | None:
         if self._log_dir is None:
             return None
+        if self._log_dir_fd is not None:
+            return os.dup(self._log_dir_fd)  # closed after use, like an opened one
         try:
             return os.open(self._log_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except FileNotFoundError:

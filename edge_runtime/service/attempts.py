@@ -68,7 +68,14 @@ from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, ProcfsUnavailableError, SpawnError
 from edge_runtime.service.executor import spawn, task_environment
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.log_capture import AttemptOutput, LogCaptures, log_paths, read_tail, status_path_of
+from edge_runtime.service.log_capture import (
+    AttemptOutput,
+    LogCaptures,
+    log_paths,
+    read_tail,
+    status_path_of,
+    unlink_quietly,
+)
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.monitor import MonitorEnd, open_status, read_status
 from edge_runtime.service.running import (
@@ -133,6 +140,7 @@ class AttemptSupervisor:
         work_dir: str | None = None,
         shared_env: Callable[[], Mapping[str, str]] | None = None,
         grace_ms: int = 10_000,
+        log_dir_fd: int | None = None,
     ) -> None:
         self._runs = runs
         self._worker = worker
@@ -141,6 +149,8 @@ class AttemptSupervisor:
         self._journal = journal
         self._slots = slots
         self._log_dir = log_dir
+        #: The log directory held open (``hold_trusted_directory``), or None: by path (tests).
+        self._log_dir_fd = log_dir_fd
         self._log_max_bytes = log_max_bytes
         self._log_linger_ms = log_linger_ms
         self._grace_s = grace_ms / 1000
@@ -210,7 +220,7 @@ class AttemptSupervisor:
             shared = {} if self._shared_env is None else self._shared_env()
             # Every descriptor the monitor needs, before a process exists: once one does, a lack of
             # descriptors could only cost its output or the Run.
-            output = AttemptOutput.open(log_path, fifo_path)
+            output = AttemptOutput.open(log_path, fifo_path, dir_fd=self._log_dir_fd)
         except (EdgeRuntimeError, OSError) as exc:
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
@@ -450,7 +460,7 @@ class AttemptSupervisor:
             self._end(running, None, REASON_GONE)
             return
         try:
-            reading = read_status(status_path_of(running.log_path))
+            reading = read_status(status_path_of(running.log_path), dir_fd=self._held(running.log_path))
         except (OSError, ValueError) as exc:
             self._journal.error("attempt.status_unreadable", attempt=running.attempt_id, detail=str(exc))
             self._end(running, None, REASON_MONITOR_GONE)
@@ -610,10 +620,12 @@ class AttemptSupervisor:
         store's copies once its monitor is gone."""
         log_path = running.log_path or log_paths(self._log_dir, running.attempt_id)[0]
         status_path = status_path_of(log_path)
+        dir_fd = self._held(log_path)
         try:
-            status_fd = open_status(status_path)
-            _unlink(status_path)
-            _unlink(log_path.with_suffix(".fifo"))  # left only by a start interrupted before its unlink
+            status_fd = open_status(status_path, dir_fd=dir_fd)
+            unlink_quietly(status_path, dir_fd=dir_fd)
+            # left only by a start interrupted before its unlink
+            unlink_quietly(log_path.with_suffix(".fifo"), dir_fd=dir_fd)
         except OSError as exc:
             self._journal.warning("attempt.status_not_removed", attempt=running.attempt_id, detail=str(exc))
             status_fd = None
@@ -661,13 +673,18 @@ class AttemptSupervisor:
                 None if fence is None else max(0.0, fence - time.monotonic())]
         return min((d for d in dues if d is not None), default=None)
 
+    def _held(self, path: Path) -> int | None:
+        """The held log directory's descriptor when ``path`` lies in it (so it is opened by name
+        there); None for a path elsewhere (an Attempt started under another ``log_dir``)."""
+        return self._log_dir_fd if Path(path).parent == self._log_dir else None
+
     def copy_log(self, attempt_id: str, log_path: Path) -> None:
         """Hand the ended Attempt's log tail to the store's copies (``logs`` on other hosts). Best
         effort: the file stays here whatever happens, so a failure is logged, never retried."""
         if self._log_copies is None:
             return
         try:
-            content, size = read_tail(log_path, STORED_LOG_MAX_BYTES)
+            content, size = read_tail(log_path, STORED_LOG_MAX_BYTES, dir_fd=self._held(log_path))
             self._log_copies.keep(attempt_id, content, size_bytes=size, worker_id=self._worker.worker_id)
         except (OSError, EdgeRuntimeError) as exc:
             self._journal.warning("attempt.log_copy_failed", attempt=attempt_id,
@@ -790,9 +807,3 @@ def _record_deadline(grant: RunGrant) -> float:
     """By when (monotonic) a process started under ``grant`` must have its identity recorded."""
     return grant.asked_at + (grant.held_until - grant.asked_at) * RECORD_WITHIN_LEASE_SHARE
 
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass

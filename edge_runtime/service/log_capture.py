@@ -66,11 +66,12 @@ def status_path_of(log_path: Path | str) -> Path:
     return Path(log_path).with_suffix(".status")
 
 
-def read_tail(log_path: Path | str, limit: int) -> tuple[bytes, int]:
+def read_tail(log_path: Path | str, limit: int, *, dir_fd: int | None = None) -> tuple[bytes, int]:
     """The last ``limit`` bytes of a log and the log's size; ``(b"", 0)`` when there is no file
-    (an Attempt that wrote nothing leaves none). Never follows a symlink, refuses a non-file."""
+    (an Attempt that wrote nothing leaves none). Never follows a symlink, refuses a non-file.
+    ``dir_fd``: see :func:`open_checked`."""
     try:
-        fd = open_checked(log_path, os.O_RDONLY, stat.S_IFREG)
+        fd = open_checked(log_path, os.O_RDONLY, stat.S_IFREG, dir_fd=dir_fd)
     except FileNotFoundError:
         return b"", 0
     with open(fd, "rb") as log:
@@ -80,16 +81,19 @@ def read_tail(log_path: Path | str, limit: int) -> tuple[bytes, int]:
     return content, max(size, len(content))  # a writer may still append (lingering output)
 
 
-def open_checked(path: Path | str, flags: int, file_type: int) -> int:
+def open_checked(path: Path | str, flags: int, file_type: int, *, dir_fd: int | None = None) -> int:
     """Open ``path`` only if it is a ``file_type`` (``stat.S_IFIFO``/``S_IFREG``) and not a symlink.
 
     ``O_NONBLOCK`` so that a FIFO swapped in for a log file cannot hang the opener, and the type
     is checked on the open descriptor, so nothing can be swapped in between check and use.
+    ``dir_fd``: the held descriptor of ``path``'s directory (``hold_trusted_directory``): the
+    file is opened by its name relative to it, never through ``path``'s directories again.
 
     Raises:
         OSError: cannot be opened (``ELOOP``: a symlink), or is of another type.
     """
-    fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    where = path if dir_fd is None else os.path.basename(path)
+    fd = os.open(where, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     if stat.S_IFMT(os.fstat(fd).st_mode) != file_type:
         os.close(fd)
         kind = "FIFO" if file_type == stat.S_IFIFO else "regular file"
@@ -119,9 +123,10 @@ def open_checked_in(directory: Path | str, name: str, flags: int, file_type: int
     return fd
 
 
-def _unlink(path: Path) -> None:
+def unlink_quietly(path: Path | str, *, dir_fd: int | None = None) -> None:
+    """Remove ``path`` if it is there (``dir_fd``: by its name in that held directory)."""
     try:
-        path.unlink()
+        os.unlink(path if dir_fd is None else os.path.basename(path), dir_fd=dir_fd)
     except FileNotFoundError:
         pass
 
@@ -131,9 +136,10 @@ class AttemptOutput:
     :meth:`open` before the spawn; closed in the service by :meth:`close_after_spawn` (the monitor
     has its copies) or :meth:`abandon`."""
 
-    __slots__ = ("log_path", "fifo_path", "status_path", "log_fd", "status_fd", "_created_log")
+    __slots__ = ("log_path", "fifo_path", "status_path", "log_fd", "status_fd", "_created_log", "_dir_fd")
 
-    def __init__(self, log_path: Path, fifo_path: Path) -> None:
+    def __init__(self, log_path: Path, fifo_path: Path, dir_fd: int | None = None) -> None:
+        self._dir_fd = dir_fd
         self.log_path = log_path
         self.fifo_path = fifo_path
         self.status_path = status_path_of(log_path)
@@ -141,19 +147,26 @@ class AttemptOutput:
         self._created_log = False
 
     @classmethod
-    def open(cls, log_path: Path, fifo_path: Path) -> AttemptOutput:
-        """Open both files (a stale status file of a failed start is emptied).
+    def open(cls, log_path: Path, fifo_path: Path, *, dir_fd: int | None = None) -> AttemptOutput:
+        """Open both files (a stale status file of a failed start is emptied). ``dir_fd``: the
+        held log directory all three paths lie in (see :func:`open_checked`).
 
         Raises:
             OSError: one cannot be opened (no descriptor, a planted symlink...); nothing is left open.
         """
-        output = cls(log_path, fifo_path)
+        output = cls(log_path, fifo_path, dir_fd)
         try:
-            log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            existed = log_path.exists()
-            output.log_fd = open_checked(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG)
+            if dir_fd is None:
+                log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                os.stat(log_path if dir_fd is None else log_path.name, dir_fd=dir_fd, follow_symlinks=False)
+                existed = True
+            except FileNotFoundError:
+                existed = False
+            output.log_fd = open_checked(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, stat.S_IFREG,
+                                         dir_fd=dir_fd)
             output._created_log = not existed
-            output.status_fd = open_checked(output.status_path, os.O_RDWR | os.O_CREAT, stat.S_IFREG)
+            output.status_fd = open_checked(output.status_path, os.O_RDWR | os.O_CREAT, stat.S_IFREG, dir_fd=dir_fd)
             os.ftruncate(output.status_fd, 0)
         except BaseException:
             output.abandon()
@@ -167,16 +180,16 @@ class AttemptOutput:
     def close_after_spawn(self) -> None:
         """The monitor holds both files now: close ours (and remove a FIFO an older release left)."""
         self._close()
-        _unlink(self.fifo_path)
+        unlink_quietly(self.fifo_path, dir_fd=self._dir_fd)
 
     def abandon(self) -> None:
         """A start that made no process: close, and remove what this start created (the status
         file and a log file still empty), as if the start had never opened them."""
         created = self._created_log and self.log_fd >= 0 and os.fstat(self.log_fd).st_size == 0
         self._close()
-        _unlink(self.status_path)
+        unlink_quietly(self.status_path, dir_fd=self._dir_fd)
         if created:
-            _unlink(self.log_path)
+            unlink_quietly(self.log_path, dir_fd=self._dir_fd)
 
     def _close(self) -> None:
         for name in ("log_fd", "status_fd"):

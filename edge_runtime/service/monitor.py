@@ -95,15 +95,15 @@ class StatusReading(NamedTuple):
     exists: bool = True
 
 
-def read_status(status_path: Path | str) -> StatusReading:
-    """Read an Attempt's status file (never through a symlink).
+def read_status(status_path: Path | str, *, dir_fd: int | None = None) -> StatusReading:
+    """Read an Attempt's status file (never through a symlink; ``dir_fd``: see ``open_checked``).
 
     Raises:
         OSError: it cannot be read for another reason than not existing.
         ValueError: it holds something no monitor writes.
     """
     try:
-        fd = open_checked(status_path, os.O_RDONLY, _stat.S_IFREG)
+        fd = open_checked(status_path, os.O_RDONLY, _stat.S_IFREG, dir_fd=dir_fd)
     except FileNotFoundError:
         return StatusReading(None, False, exists=False)
     try:
@@ -114,9 +114,9 @@ def read_status(status_path: Path | str) -> StatusReading:
     return StatusReading(parse_status(text), alive)
 
 
-def open_status(status_path: Path | str) -> int | None:
+def open_status(status_path: Path | str, *, dir_fd: int | None = None) -> int | None:
     """A descriptor of the status file for watching the monitor's lock; None if it is gone."""
     try:
-        return open_checked(status_path, os.O_RDONLY, _stat.S_IFREG)
+        return open_checked(status_path, os.O_RDONLY, _stat.S_IFREG, dir_fd=dir_fd)
     except FileNotFoundError:
         return None

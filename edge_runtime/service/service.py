@@ -57,7 +57,7 @@ from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.monitor import monitor_path
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
-from edge_runtime.service.trusted_paths import require_trusted_directory
+from edge_runtime.service.trusted_paths import hold_trusted_directory
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import IDLE_SESSION_LEASE_MS, WorkerSession
 
@@ -114,7 +114,7 @@ class DeviceService:
         work_dir: Path | None = None,
         journal: Journal | None = None,
         controller: LocalProcessController | None = None,
-        retention: Callable[[Store], Retention] | None = None,
+        retention: Callable[[Store, int], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
     ) -> None:
         #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
@@ -132,7 +132,8 @@ class DeviceService:
         self._tick_failures = 0
         self._recovery_failures = 0
         self._boot_id = ""
-        #: Built on the open database by the composition root's factory; None keeps everything.
+        #: Built on the open database and the held log directory's descriptor by the composition
+        #: root's factory; None keeps everything.
         self._make_retention = retention
         self._retention: Retention | None = None
         self._next_retention = 0.0
@@ -156,8 +157,15 @@ class DeviceService:
             log_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         except OSError as exc:
             raise ServiceError(f"cannot create the log directory {log_dir}: {exc.strerror or exc}") from None
-        # Root writes task output by fixed names there and opens the database's -wal/-shm beside it.
-        require_trusted_directory(log_dir, "log directory")
+        # Root writes task output there by fixed names: held open from the check on, every log is
+        # created, read and removed relative to it, whatever a symlink on its path points to later.
+        log_dir_fd = hold_trusted_directory(log_dir, "log directory")
+        try:
+            return self._run(boot_id, log_dir, log_dir_fd)
+        finally:
+            os.close(log_dir_fd)
+
+    def _run(self, boot_id: str, log_dir: Path, log_dir_fd: int) -> int:
         if self.work_dir is not None:
             try:
                 self.work_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -166,11 +174,11 @@ class DeviceService:
                                    f"{exc.strerror or exc}") from None
         store = self._store = self._open_store()
         try:
-            self._retention = self._make_retention(store) if self._make_retention is not None else None
+            self._retention = self._make_retention(store, log_dir_fd) if self._make_retention is not None else None
             self._hooks = [make(store, self.journal) for make in self._hook_factories]
             loop = EventLoop()
             try:
-                return self._serve(store, loop, boot_id, log_dir)
+                return self._serve(store, loop, boot_id, log_dir, log_dir_fd)
             finally:
                 loop.close()
                 # A jump detected in the last tick (one that may have cost the session) is kept.
@@ -179,7 +187,7 @@ class DeviceService:
             self._store = None
             store.close()
 
-    def _serve(self, store: Store, loop: EventLoop, boot_id: str, log_dir: Path) -> int:
+    def _serve(self, store: Store, loop: EventLoop, boot_id: str, log_dir: Path, log_dir_fd: int) -> int:
         config, journal = self.config, self.journal
         loop.install_signals((*_STOP_SIGNALS, signal.SIGCHLD))
         wake = store.open_wake()
@@ -210,6 +218,7 @@ class DeviceService:
                 # Looked up on each call: a store may replace the repository behind it (a reconnect).
                 shared_env=None if getattr(store, "environment", None) is None
                 else lambda: store.environment.task_values(),
+                log_dir_fd=log_dir_fd,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,

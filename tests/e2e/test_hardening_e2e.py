@@ -147,13 +147,15 @@ def test_logs_refuses_a_directory_or_symlink_with_one_error_line(harness: Harnes
 # ------------------------------------------------------------------ point 8: a descendant holding stdout
 
 def _fds_into(pid: int, directory: Path) -> list[str]:
+    """What ``pid`` holds open in ``directory`` (the directory itself, which serve holds for its
+    whole life, aside)."""
     targets = []
     for name in os.listdir(f"/proc/{pid}/fd"):
         try:
             targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
         except FileNotFoundError:
             continue
-    return [t for t in targets if t.startswith(str(directory))]
+    return [t for t in targets if t.startswith(f"{directory}/")]
 
 
 def test_a_capture_is_closed_after_the_linger_time_though_a_descendant_keeps_stdout(harness: Harness) -> None:
@@ -221,3 +223,28 @@ def test_output_written_while_no_service_ran_is_kept_and_the_end_is_true(harness
     assert (detail.attempts[-1].status.value, detail.attempts[-1].exit_code) == ("succeeded", 0)
     assert harness.cli("logs", run_id).stdout == "before\nwhile-down\n"
     assert not log_path.with_suffix(".fifo").exists()
+
+
+def test_a_log_dir_whose_symlink_flips_after_the_check_never_gets_a_log(harness: Harness) -> None:
+    """``--log-dir`` is root's own symlink to a private directory when ``serve`` checks it, then
+    points at another user's directory (what a flip that a check by name let through does, or a
+    flip by whoever may change the symlink): the service holds the directory it checked, so each
+    Attempt's log and status file are created, read and swept there, never in the other."""
+    good = harness.tmp / "logs-checked"
+    good.mkdir(mode=0o700)
+    evil = harness.tmp / "logs-attacker"
+    evil.mkdir(mode=0o755)
+    if os.geteuid() == 0:
+        os.chown(evil, 65534, 65534)
+    link = harness.tmp / "logs"
+    link.symlink_to(good)
+    service = harness.serve("--log-dir", str(link))
+    flipped = harness.tmp / "logs.flipped"
+    flipped.symlink_to(evil)
+    os.replace(flipped, link)
+    run_id = harness.submit("sh", "-c", "echo out-of-the-task")
+    assert harness.wait_status(run_id, "succeeded").status == "succeeded"
+    service.stop()
+    assert sorted(os.listdir(evil)) == []
+    logs = [path for path in good.iterdir() if path.suffix == ".log"]
+    assert len(logs) == 1 and logs[0].read_text() == "out-of-the-task\n"

@@ -210,3 +210,70 @@ def test_serve_refuses_a_database_swapped_between_the_check_and_the_open(tmp_pat
     service = serve.build_service(str(db_path), load_config(env={}))
     with pytest.raises(UntrustedDirectoryError, match="the file opened is not the one whose directory was checked"):
         service._open_store()
+
+
+# ------------------------------------------------------------------ a symlink flipped while checked
+
+#: Checks (then opens) made while the attacker flips: a check that looks at the name more than
+#: once passed and opened their database 1 to 4 times in 5000 tries (5 runs of 5).
+TRIES = 10_000
+
+
+def test_serve_never_opens_the_database_of_a_user_who_flips_a_symlink_on_its_path() -> None:
+    """The attacker's name is, at each instant, their own directory or their symlink to root's:
+    a check that looks at it more than once (lstat, then stat, then the open by name) can see
+    the directory, then the symlink, then the directory again, and root serves their database."""
+    from edge_runtime.cli import serve
+    from edge_runtime.local.clock import ManualClock
+    from edge_runtime.local.database import open_database
+    from edge_runtime.service.config import load_config
+    from edge_runtime.contract.errors import EdgeRuntimeError
+    from edge_runtime.service.trusted_paths import UntrustedDirectoryError
+    from tests.symlink_flipper import ATTACKER_UID, flip_scene, flipping
+
+    with flip_scene() as scene:
+        for directory in (scene.good, scene.evil()):
+            open_database(directory / "edge-runtime.db", clock=ManualClock(1_700_000_000_000)).close()
+        planted = scene.evil() / "edge-runtime.db"
+        os.chown(planted, ATTACKER_UID, ATTACKER_UID)
+        evil_db = os.stat(planted)
+        service = serve.build_service(str(scene.flipped / "edge-runtime.db"), load_config(env={}))
+        served_evil = refused = 0
+        with flipping(scene):
+            for _ in range(TRIES):
+                try:
+                    store = service._open_store()
+                except (EdgeRuntimeError, OSError):  # refused (or a check that tripped over the flip itself)
+                    refused += 1
+                    continue
+                try:
+                    held = {os.stat(f"/proc/self/fd/{fd}")[1:3] for fd in os.listdir("/proc/self/fd")
+                            if os.path.exists(f"/proc/self/fd/{fd}")}
+                    served_evil += (evil_db.st_ino, evil_db.st_dev) in held
+                finally:
+                    store.close()
+        assert served_evil == 0, f"root served the attacker's database {served_evil} times of {TRIES}"
+        # Either way the name is the attacker's (their directory or their symlink): never trusted.
+        assert refused == TRIES
+        with pytest.raises(UntrustedDirectoryError, match=r"sticky/x is (a symlink )?owned by uid 65534"):
+            service._open_store()  # and says why, naming the attacker's entry
+
+
+def test_a_write_command_refuses_a_database_swapped_between_the_check_and_the_open(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime.local import database
+    from edge_runtime.local.clock import ManualClock
+
+    db_path = tmp_path / "edge-runtime.db"
+    other = tmp_path / "planted.db"
+    for path in (db_path, other):
+        database.open_database(path, clock=ManualClock(1_700_000_000_000)).close()
+    real_open = database.open_database
+
+    def swapping_open(path, **kwargs):
+        os.replace(other, db_path)  # what a symlink flip does between the check and apsw's open
+        return real_open(path, **kwargs)
+
+    monkeypatch.setattr(database, "open_database", swapping_open)
+    code, out, err = _cli(capsys, db_path, "submit", "--", "true")
+    assert (code, out) == (1, "") and "the file opened is not the one whose directory was checked" in err, err

@@ -1,0 +1,159 @@
+"""What any role that can connect may do beyond the privilege matrix: flood the wake channel
+(``NOTIFY ql3_wake`` needs no privilege) and store large objects (``lo_from_bytea``, executable
+by PUBLIC unless revoked). A flood is coalesced into a bounded number of wake-ups; bootstrap
+revokes the large-object functions and ``check`` fails closed while any role still has one."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from cluster_postgres.readiness import readiness
+from cluster_postgres.store import WAKE_MIN_INTERVAL_S, PostgresWake, WakeCoalescer
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --------------------------------------------------------------------------- the coalescer
+
+
+def test_a_burst_of_notifications_is_one_wake_up_at_once_and_one_trailing() -> None:
+    clock = FakeClock()
+    coalescer = WakeCoalescer(0.25, clock=clock)  # (times that are exact in binary)
+    assert not coalescer.take() and coalescer.wait_s() is None  # nothing received: nothing to pass on
+    coalescer.notify(5000)
+    assert coalescer.take()  # the first after a quiet interval: at once
+    assert not coalescer.take()
+    coalescer.notify(3)  # more within the interval: kept, due at its end
+    clock.now += 0.125
+    assert not coalescer.take() and coalescer.wait_s() == 0.125
+    clock.now += 0.125
+    assert coalescer.take() and not coalescer.take()  # the trailing one: nothing received is lost
+    clock.now += 5
+    assert not coalescer.take() and (coalescer.notified, coalescer.wakeups) == (5003, 2)
+
+
+def test_a_flood_is_at_most_one_wake_up_per_interval_and_its_last_notification_is_passed_on() -> None:
+    clock = FakeClock()
+    interval, step, count = 0.125, 1 / 1024, 10_240  # ten seconds of one notification a millisecond
+    coalescer = WakeCoalescer(interval, clock=clock)
+    for _ in range(count):
+        coalescer.notify()
+        coalescer.take()
+        clock.now += step
+    assert coalescer.wakeups == count * step / interval  # one at each interval's start: 80, not 10,240
+    clock.now += interval
+    assert coalescer.take()  # the flood's end is not lost
+    assert coalescer.notified == count
+
+
+def test_a_new_connection_wakes_at_once_though_a_wake_up_was_just_passed_on() -> None:
+    clock = FakeClock()
+    coalescer = WakeCoalescer(0.125, clock=clock)
+    coalescer.notify()
+    assert coalescer.take()
+    coalescer.wake_now()  # notifications sent while not listening are lost: look now
+    assert coalescer.wait_s() == 0.0 and coalescer.take()
+
+
+# --------------------------------------------------------------------------- a flood on the server
+
+
+def _wait(predicate: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("role_dsn", ["cluster_admin_dsn", "runtime_dsn", "owner_dsn"])
+def test_a_flood_of_notify_from_any_role_is_one_wake_up_per_interval(pg_database: Any, role_dsn: str) -> None:
+    """The listener's clock stands still while the flood lasts: however many notifications
+    arrive, one wake-up is passed on at once and the rest wait for the interval's end; then
+    exactly one more. Counted, not timed."""
+    clock = FakeClock()
+    wake = PostgresWake(pg_database.runtime_dsn, coalescer=WakeCoalescer(WAKE_MIN_INTERVAL_S, clock=clock))
+    try:
+        with psycopg.connect(getattr(pg_database, role_dsn), autocommit=True) as flooder:
+            for _ in range(500):  # one transaction each: each is a notification of its own
+                flooder.execute("NOTIFY ql3_wake")
+            with flooder.transaction():  # and 5000 in one transaction (distinct payloads are not folded)
+                flooder.execute("SELECT pg_notify('ql3_wake', n::text) FROM generate_series(1, 5000) AS n")
+        _wait(lambda: wake.coalescer.notified == 5500, "the listener to receive every notification")
+        assert wake.coalescer.wakeups == 1
+        _wait(lambda: wake.drain() > 0, "the first wake-up on the socket")
+        clock.now += 2 * WAKE_MIN_INTERVAL_S
+        _wait(lambda: wake.coalescer.wakeups == 2, "the trailing wake-up")
+        _wait(lambda: wake.drain() > 0, "the trailing wake-up on the socket")
+        clock.now += 10 * WAKE_MIN_INTERVAL_S
+        time.sleep(2 * WAKE_MIN_INTERVAL_S)  # a bug would wake again here; nothing was received since
+        assert (wake.coalescer.wakeups, wake.drain()) == (2, 0)
+    finally:
+        wake.close()
+
+
+# --------------------------------------------------------------------------- large objects
+
+
+_LARGE_OBJECT_WRITES = (
+    "SELECT lo_from_bytea(0, 'planted')",
+    "SELECT lo_create(0)",
+    "SELECT lo_creat(-1)",  # what a client's lo_import starts with
+    "SELECT lo_put(1, 0, 'x')",
+    "SELECT lowrite(0, 'x')",
+    "SELECT lo_unlink(1)",
+)
+
+
+@pytest.mark.parametrize("role_dsn", ["cluster_admin_dsn", "runtime_dsn", "owner_dsn"])
+@pytest.mark.parametrize("statement", _LARGE_OBJECT_WRITES)
+def test_no_role_of_the_profile_may_write_a_large_object(pg_database: Any, role_dsn: str, statement: str) -> None:
+    with psycopg.connect(getattr(pg_database, role_dsn), autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as caught:
+            conn.execute(statement)
+    assert caught.value.sqlstate == "42501", caught.value
+    with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
+        assert admin.execute("SELECT count(*) FROM pg_largeobject_metadata").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("grant, reported", [
+    ("GRANT EXECUTE ON FUNCTION lo_from_bytea(oid, bytea) TO PUBLIC",
+     "PUBLIC (so every role) may execute the large-object functions lo_from_bytea(oid,bytea)"),
+    ("GRANT EXECUTE ON FUNCTION lo_create(oid), lowrite(integer, bytea) TO ql3_cluster_admin",
+     "ql3_cluster_admin may execute the large-object functions lo_create(oid), lowrite(integer,bytea)"),
+])
+def test_check_fails_closed_while_a_role_may_still_write_large_objects(pg_database: Any, owner: Any, grant: str,
+                                                                        reported: str) -> None:
+    assert all(c.ok for c in readiness(pg_database.runtime_dsn))
+    revoke = grant.replace("GRANT", "REVOKE").replace(" TO ", " FROM ")
+    with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
+        admin.execute(grant)
+        try:
+            failed = {c.name: c.detail for c in readiness(pg_database.runtime_dsn) if not c.ok}
+            assert failed == {"privileges": reported}
+        finally:
+            admin.execute(revoke)
+    assert all(c.ok for c in readiness(pg_database.runtime_dsn))
+
+
+def test_check_reports_a_large_object_left_owned_by_a_role_and_lo_compat_privileges(pg_database: Any,
+                                                                                     owner: Any) -> None:
+    with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
+        oid = admin.execute("SELECT lo_from_bytea(0, 'left behind')").fetchone()[0]
+        admin.execute(f"ALTER LARGE OBJECT {oid} OWNER TO ql3_runtime")
+        try:
+            failed = {c.name: c.detail for c in readiness(pg_database.runtime_dsn) if not c.ok}
+            assert "1 large object(s) are owned by or granted to PUBLIC or" in failed["privileges"]
+        finally:
+            admin.execute("SELECT lo_unlink(%s)", (oid,))
+    assert all(c.ok for c in readiness(pg_database.runtime_dsn))
