@@ -1,6 +1,6 @@
 """``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it; the user commands.
 
-The user commands (submit, cancel, show, list, events, logs, dispatch) are the edge CLI's own, on
+The user commands (submit, cancel, show, list, events, logs, dispatch, schedule) are the edge CLI's own, on
 the database (``cluster_postgres.commands``).
 
 Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.

@@ -32,6 +32,9 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Copies of Attempt logs (0003): append-only; logs may hold secrets, so the admin role reads none.
     "attempt_logs": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
+    # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
+    "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
 _DATABASE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")

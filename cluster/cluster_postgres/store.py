@@ -31,9 +31,11 @@ from cluster_postgres.errors import (
     ClusterDispatchStorageError,
     ClusterLeaseStorageError,
     ClusterRunStorageError,
+    ClusterScheduleStorageError,
     reading,
 )
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
+from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
 
@@ -180,7 +182,8 @@ class _Reopening:
 
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
-                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError}
+                  "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
+                  "schedules": ClusterScheduleStorageError}
 
 
 class PostgresStore:
@@ -192,7 +195,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs")
+                 "attempt_logs", "schedules")
 
     #: No shared variables on the cluster store yet (``env`` is a device command).
     environment = None
@@ -210,14 +213,19 @@ class PostgresStore:
         self.leases = _Reopening(self, "leases")
         #: Copies of ended Attempts' logs (``logs`` on another host than the worker's).
         self.attempt_logs = _Reopening(self, "attempt_logs")
+        #: The schedule commands and the service's ``ScheduleStore`` (fires, waiting slots, timeouts).
+        self.schedules = _Reopening(self, "schedules")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
         with reading(kind):
             conn = connect(self._dsn)
         self._conn = conn
+        runs = PostgresRunRepository(conn, scan_worker_id=self._worker_id)
         self._repos = {
-            "runs": PostgresRunRepository(conn, scan_worker_id=self._worker_id),
+            "runs": runs,
+            # Schedules fire by database time on every worker; timeouts are this worker's (``runs``).
+            "schedules": PostgresScheduleRepository(conn, runs, worker_id=self._worker_id),
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
             "attempt_logs": PostgresAttemptLogs(conn),

@@ -26,7 +26,8 @@ COMMAND_MODULES = {
     **{name: ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.store",
               f"edge_runtime.cli.{module}"]
        for name, module in (("submit", "submit"), ("cancel", "cancel"), ("show", "show"), ("list", "list_runs"),
-                            ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"))},
+                            ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"),
+                                                ("schedule", "schedule"))},
 }
 
 

@@ -61,7 +61,7 @@ class TestDatabase:
     @staticmethod
     def reset(owner: Any, start_ms: int | None) -> None:
         """Empty every table and set the test clock (None: real database time)."""
-        owner.execute("TRUNCATE ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
+        owner.execute("TRUNCATE ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
                       "ql3.run_attempts, ql3.worker_sessions, ql3.runs")
         owner.execute("UPDATE ql3_test.clock SET now_ms = %s", (start_ms,))
 
