@@ -166,6 +166,8 @@ def test_every_read_command_prints_what_the_edge_cli_prints_for_the_same_state(
     text = "".join(out if isinstance(out, str) else json.dumps(out) for _, _, out, _ in outputs["cluster"])
     assert "<run:busy>  running" in text and "nightly" in text and "cancelled" in text
     assert "dispatch   leased" in text and "hi\nerr\n" in text and '"leaseOwner": "host-a#1"' in text
+    # The running Attempt's authority: its Run Lease and its worker's session, by the store's time.
+    assert "  run lease  leased (live)  worker=host-a  expires <time>\n  worker     host-a  session online  " in text
 
 
 def test_submit_and_cancel_print_what_the_edge_cli_prints(dsn: str, db_path: str,
