@@ -35,6 +35,7 @@ from cluster_postgres.errors import (
     reading,
 )
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
+from cluster_postgres.retention import PostgresRetentionRepository
 from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
@@ -183,7 +184,7 @@ class _Reopening:
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
                   "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
-                  "schedules": ClusterScheduleStorageError}
+                  "schedules": ClusterScheduleStorageError, "retention": ClusterRunStorageError}
 
 
 class PostgresStore:
@@ -195,7 +196,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs", "schedules")
+                 "attempt_logs", "schedules", "retention")
 
     #: No shared variables on the cluster store yet (``env`` is a device command).
     environment = None
@@ -215,6 +216,8 @@ class PostgresStore:
         self.attempt_logs = _Reopening(self, "attempt_logs")
         #: The schedule commands and the service's ``ScheduleStore`` (fires, waiting slots, timeouts).
         self.schedules = _Reopening(self, "schedules")
+        #: The retention policy and the prune of finished history (``ql3.prune_history``).
+        self.retention = _Reopening(self, "retention")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
@@ -229,6 +232,7 @@ class PostgresStore:
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
             "attempt_logs": PostgresAttemptLogs(conn),
+            "retention": PostgresRetentionRepository(conn),
         }
 
     def _repositories(self, name: str) -> Any:

@@ -31,6 +31,8 @@ CREATE OR REPLACE FUNCTION ql3.now_ms() RETURNS bigint LANGUAGE sql STABLE AS $$
                     floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) $$;
 GRANT USAGE ON SCHEMA ql3_test TO ql3_runtime;
 GRANT SELECT ON ql3_test.clock TO ql3_runtime;
+GRANT USAGE ON SCHEMA ql3_test TO ql3_retention;
+GRANT SELECT ON ql3_test.clock TO ql3_retention;
 """
 
 
