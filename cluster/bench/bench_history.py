@@ -197,7 +197,7 @@ def main() -> int:
         with psycopg.connect(owner_dsn, autocommit=True) as owner:
             print(f"\nschedule fire latency (slot time to Run created, database time, ms), @every 2s for "
                   f"{args.fire_seconds:g} s; {os.cpu_count()} CPUs, PostgreSQL on loopback")
-            for count in (1, 3):
+            for count in (1, 3) if args.fire_seconds > 0 else ():
                 latencies = fire_latency(root, owner, runtime_dsn, count, args.fire_seconds)
                 if latencies:
                     print(f"{count} worker(s): {len(latencies)} fires, {_quantiles(latencies)}; load avg {_load()}")

@@ -176,3 +176,44 @@ def test_slots_missed_while_every_worker_was_stopped_fire_once_coalesced(pg_data
                 worker.stop()
             kill_attempt_groups(db)
             store.close()
+
+
+def test_overlap_replace_across_workers_cancels_the_previous_run_through_the_dispatch(
+        pg_database: Any, owner: Any) -> None:
+    pg_database.reset(owner, None)
+    db = owner
+    store = PostgresStore(pg_database.runtime_dsn)
+    with private_root() as root:
+        workers = [Worker(root, name, pg_database.runtime_dsn, slots=1, env=SHORT_LEASES, grace_ms=500)
+                   for name in ("p1", "p2")]
+        try:
+            for worker in workers:
+                worker.start()
+            wait_for(lambda: db.execute("SELECT count(*) FROM ql3.worker_sessions WHERE status = 'online'")
+                     .fetchone()[0] == 2, 60, "two workers registered")
+            record = store.schedules.add(AddScheduleCommand(expression="@every 2s", argv=["sleep", "60"],
+                                                            overlap=Overlap.REPLACE))
+            wait_for(lambda: db.execute("SELECT count(*) FROM ql3.runs WHERE schedule_id = %s AND status = "
+                                        "'cancelled'", (record.id,)).fetchone()[0] >= 2, 90,
+                     "two runs of the schedule replaced")
+            store.schedules.set_paused(record.id, True)
+            replaced = db.execute(
+                "SELECT r.id, r.cancel_reason FROM ql3.runs r WHERE r.schedule_id = %s AND r.status = 'cancelled' "
+                "ORDER BY r.scheduled_for_ms", (record.id,)).fetchall()
+            for run_id, reason in replaced:
+                assert reason.startswith("replaced by")
+                assert db.execute("SELECT count(*) FROM ql3.run_cancellation_dispatches WHERE run_id = %s",
+                                  (run_id,)).fetchone()[0] == 1  # delivered through the dispatch
+            # Never two Runs of the schedule executing at once, whichever worker ran them.
+            spans = db.execute(
+                "SELECT a.started_at_ms, a.finished_at_ms FROM ql3.run_attempts a JOIN ql3.runs r ON r.id = a.run_id "
+                "WHERE r.schedule_id = %s AND a.started_at_ms IS NOT NULL AND a.finished_at_ms IS NOT NULL "
+                "ORDER BY a.started_at_ms", (record.id,)).fetchall()
+            assert len(spans) >= 2
+            for (_, end), (start, _) in zip(spans, spans[1:]):
+                assert start >= end
+        finally:
+            for worker in workers:
+                worker.stop()
+            kill_attempt_groups(db)
+            store.close()

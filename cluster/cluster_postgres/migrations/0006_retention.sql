@@ -61,18 +61,18 @@ CREATE POLICY retention_deletes_finished ON ql3.attempt_logs FOR DELETE TO ql3_r
 
 -- One batch: at most `batch` whole finished Runs beyond the policy, oldest first, each settled (no
 -- active Attempt, open dispatch or live Run Lease), locked FOR UPDATE SKIP LOCKED so a Run another
--- transaction holds is skipped, never waited for; a live Run is never read for update. Returns how
--- many Runs it deleted, their Attempt ids (for the logs on the caller's host) and whether more is
--- due. Time is the database's.
+-- transaction holds is skipped, never waited for; a live Run is never read for update. Its cost is
+-- that of retain_runs + batch index entries, not of the whole history. Returns how many Runs it
+-- deleted, their Attempt ids (for the logs on the caller's host) and whether more may be due.
+-- Time is the database's.
 CREATE FUNCTION ql3.prune_history(batch integer)
     RETURNS TABLE (runs_deleted integer, attempt_ids text[], more boolean)
     LANGUAGE plpgsql SECURITY DEFINER SET search_path = ql3, pg_temp AS $$
 DECLARE
     policy ql3.retention_settings%ROWTYPE;
     cutoff bigint;
-    finished bigint;
-    expired bigint;
-    due bigint;
+    kept_at bigint;
+    kept_id text;
     ids text[];
     attempts text[];
 BEGIN
@@ -81,19 +81,15 @@ BEGIN
     END IF;
     SELECT * INTO STRICT policy FROM ql3.retention_settings WHERE id = 1;
     cutoff := ql3.now_ms() - policy.retain_days::bigint * 86400000;
-    SELECT count(*), count(*) FILTER (WHERE r.finished_at_ms < cutoff) INTO finished, expired
-        FROM ql3.runs r WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at_ms IS NOT NULL;
-    due := greatest(finished - policy.retain_runs, expired, 0);
-    IF due = 0 THEN
-        RETURN QUERY SELECT 0, ARRAY[]::text[], false;
-        RETURN;
-    END IF;
+    -- The oldest of the newest retain_runs finished Runs (read backwards on runs_finished): every
+    -- finished Run before it is beyond the count, whatever the history's size.
+    SELECT o.finished_at_ms, o.id INTO kept_at, kept_id FROM ql3.runs o
+        WHERE o.status IN ('succeeded', 'failed', 'cancelled') AND o.finished_at_ms IS NOT NULL
+        ORDER BY o.finished_at_ms DESC, o.id DESC OFFSET policy.retain_runs - 1 LIMIT 1;
     SELECT coalesce(array_agg(c.id), ARRAY[]::text[]) INTO ids FROM (
         SELECT r.id FROM ql3.runs r
-        WHERE r.id IN (SELECT o.id FROM ql3.runs o
-                       WHERE o.status IN ('succeeded', 'failed', 'cancelled') AND o.finished_at_ms IS NOT NULL
-                       ORDER BY o.finished_at_ms, o.id LIMIT due)
-          AND r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at_ms IS NOT NULL
+        WHERE r.status IN ('succeeded', 'failed', 'cancelled') AND r.finished_at_ms IS NOT NULL
+          AND (r.finished_at_ms < cutoff OR (kept_at IS NOT NULL AND (r.finished_at_ms, r.id) < (kept_at, kept_id)))
           AND NOT EXISTS (SELECT 1 FROM ql3.run_attempts a WHERE a.run_id = r.id
                           AND a.status IN ('claimed', 'starting', 'running'))
           AND NOT EXISTS (SELECT 1 FROM ql3.run_cancellation_dispatches d WHERE d.run_id = r.id
@@ -113,7 +109,8 @@ BEGIN
     DELETE FROM ql3.schedule_fires WHERE run_id = ANY (ids);
     DELETE FROM ql3.run_attempts WHERE run_id = ANY (ids);
     DELETE FROM ql3.runs WHERE id = ANY (ids);
-    RETURN QUERY SELECT cardinality(ids), attempts, due > cardinality(ids);
+    -- A full batch: more may be due (the next batch finds out, cheaply).
+    RETURN QUERY SELECT cardinality(ids), attempts, cardinality(ids) = batch;
 END $$;
 
 REVOKE ALL ON ql3.retention_settings FROM PUBLIC;
