@@ -53,9 +53,15 @@ def _count(owner: Any, table: str, where: str = "true") -> int:
     return owner.execute(f"SELECT count(*) FROM ql3.{table} WHERE {where}").fetchone()[0]
 
 
-def test_the_default_policy_is_the_devices(pg_database: Any, owner: Any, runtime: Any) -> None:
-    settings = PostgresRetentionRepository(runtime()).settings()
-    assert (settings.retain_runs, settings.retain_days) == (DEFAULT_RETAIN_RUNS, DEFAULT_RETAIN_DAYS)
+def test_the_default_policy_the_migration_writes_is_the_devices() -> None:
+    import re
+
+    from cluster_postgres.migrations import known_migrations
+
+    [sql_text] = [m.sql for m in known_migrations() if m.id == "0006_retention"]
+    written = re.search(r"INSERT INTO ql3\.retention_settings VALUES \(1, (\d+), (\d+),", sql_text)
+    assert written is not None
+    assert (int(written[1]), int(written[2])) == (DEFAULT_RETAIN_RUNS, DEFAULT_RETAIN_DAYS)
 
 
 def test_prune_keeps_the_newest_finished_runs_and_every_live_one_in_small_batches(
