@@ -74,10 +74,12 @@ test-cluster: $(CSTAMP)
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' EDGE_PG_REQUIRED=1 $(CPY) -m pytest -p no:cacheprovider \
 		tests/conformance cluster/tests $(PYTEST_ARGS)
 
-# The dispatch repository's cycles, then Runs/s through 1, 2 and 4 serve workers and an idle worker's CPU and RSS.
+# The dispatch repository's cycles, then Runs/s through 1, 2 and 4 serve workers and an idle worker's CPU and RSS,
+# then schedule fire latency on 1 and 3 workers and retention at 100k Runs.
 bench-cluster: $(CSTAMP)
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_cluster.py
 	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_workers.py
+	EDGE_PG_ADMIN_DSN='$(EDGE_PG_ADMIN_DSN)' $(CPY) cluster/bench/bench_history.py
 
 # Router artifacts (docs/building.md: router builds): TARGET=aarch64-musl|mipsel-musl-sf|mipsel-musl-hf|armv7-musl.
 # Caches go to $$EDGE_CROSS_CACHE (default /var/cache/edge-runtime-cross), never into the repo.

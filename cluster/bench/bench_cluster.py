@@ -32,7 +32,7 @@ LEASE_MS = 300_000
 
 def _seed(owner_dsn: str, clients: int, per_client: int) -> None:
     with psycopg.connect(owner_dsn, autocommit=True) as owner:
-        owner.execute("TRUNCATE ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
+        owner.execute("TRUNCATE ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
                       "ql3.run_attempts, ql3.worker_sessions, ql3.runs")
         owner.execute("INSERT INTO ql3.runs (id, status, cancel_requested_at_ms, created_at_ms) "
                       "SELECT 'r' || c || '-' || i, 'running', %s, 0 FROM generate_series(0, %s) c, "

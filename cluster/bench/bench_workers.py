@@ -95,7 +95,7 @@ def _count(owner: Any, query: str, *params: Any) -> int:
 
 
 def _reset(owner: Any) -> None:
-    owner.execute("TRUNCATE ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, "
+    owner.execute("TRUNCATE ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, "
                   "ql3.run_dispatch_leases, ql3.run_attempts, ql3.worker_sessions, ql3.runs")
 
 

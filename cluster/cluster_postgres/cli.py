@@ -1,6 +1,6 @@
-"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it; the user commands.
+"""``edge-runtime-cluster``: bootstrap, migrate and check a Cluster Profile database; serve it; its retention; the user commands.
 
-The user commands (submit, cancel, show, list, events, logs, dispatch, env) are the edge CLI's own, on
+The user commands (submit, cancel, show, list, events, logs, dispatch, env, schedule) are the edge CLI's own, on
 the database (``cluster_postgres.commands``).
 
 Errors go to stderr as one line, ``Error: <message> [<CODE>]``, exit code 1; bad usage exits 2.
@@ -34,9 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="readiness: migration checksums, privilege matrix, settings; exit 1 when not ready")
     check.add_argument("--dsn", required=True)
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
-    from cluster_postgres import serve
+    from cluster_postgres import retention, serve
 
     serve.register(commands)
+    retention.register(commands)
     from cluster_postgres import commands as user_commands
 
     user_commands.register(commands)
@@ -77,6 +78,10 @@ def _main(argv: list[str] | None) -> int:
             from cluster_postgres import serve
 
             return serve.run(args)
+        if args.command == "retention":
+            from cluster_postgres import retention
+
+            return retention.run(args)
         if args.command == "bootstrap":
             from cluster_postgres.readiness import bootstrap
 

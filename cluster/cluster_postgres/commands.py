@@ -1,6 +1,6 @@
 """The user commands of ``edge-runtime-cluster``: the edge CLI's own, on a PostgresStore.
 
-``submit``, ``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch`` and ``env`` are the modules of
+``submit``, ``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch``, ``env`` and ``schedule`` are the modules of
 ``edge_runtime.cli``, unchanged: the same arguments, output (text and ``--json``), exit codes and
 error codes. Only the composition differs: their ``stores`` is :data:`POSTGRES_STORES`, which opens
 a ``PostgresStore`` on ``--dsn`` (or ``$EDGE_RUNTIME_CLUSTER_DSN``) instead of the SQLite file at
@@ -15,9 +15,9 @@ import importlib
 import os
 from pathlib import Path
 
-#: The edge CLI's commands that work on any store (the rest are the device's: serve, migrate,
-#: check and schedule, whose cluster counterparts are this CLI's own or do not exist).
-USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs", "dispatch", "env")
+#: The edge CLI's commands that work on any store (the rest are the device's: serve, migrate and
+#: check, whose cluster counterparts are this CLI's own).
+USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs", "dispatch", "env", "schedule")
 
 
 class PostgresStores:

@@ -1,4 +1,4 @@
-"""``ql3.shared_env`` (migration 0006): the ``EnvironmentStore`` port on PostgreSQL.
+"""``ql3.shared_env`` (migration 0007): the ``EnvironmentStore`` port on PostgreSQL.
 
 The shared variables every Run's Attempts get, on every worker (docs/environment.md). As on
 Local, a secret's value is read by two callers only: a worker composing an Attempt's environment

@@ -15,6 +15,7 @@ import psycopg
 from edge_runtime.contract.cancellation_dispatch import RepositoryError
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import RunRepositoryError
+from edge_runtime.contract.schedules import ScheduleRepositoryError
 from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 
 STORAGE_FAILED = "CLUSTER_STORAGE_FAILED"
@@ -58,6 +59,12 @@ class ClusterLeaseStorageError(WorkerLeaseRepositoryError):
 
 class ClusterRunStorageError(RunRepositoryError):
     """PostgreSQL failed under a Run or Attempt operation."""
+
+    code = STORAGE_FAILED
+
+
+class ClusterScheduleStorageError(ScheduleRepositoryError):
+    """PostgreSQL failed under a schedule operation."""
 
     code = STORAGE_FAILED
 

@@ -20,6 +20,9 @@ from cluster_postgres.migrations import OWNER_ROLE, known_migrations, migration_
 RUNTIME_ROLE = "ql3_runtime"
 ADMIN_ROLE = "ql3_cluster_admin"
 ROLES = (OWNER_ROLE, RUNTIME_ROLE, ADMIN_ROLE)
+#: Owns ql3.prune_history (migration 0006): may read the history and delete only finished history;
+#: NOLOGIN, reached only through that SECURITY DEFINER function.
+RETENTION_ROLE = "ql3_retention"
 
 TABLE_PRIVILEGES = ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER")
 _RUNTIME_WRITE = ("SELECT", "INSERT", "UPDATE")
@@ -29,11 +32,16 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "runs": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ("SELECT",)},
     "run_attempts": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "run_events": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ("SELECT",)},
+    # The retention policy (0006): read by every worker, set by `retention set`.
+    "retention_settings": {RUNTIME_ROLE: ("SELECT", "UPDATE"), ADMIN_ROLE: ()},
     # Copies of Attempt logs (0003): append-only; logs may hold secrets, so the admin role reads none.
     "attempt_logs": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
-    # Shared variables (0006): no DELETE (``env remove`` clears the row); secrets, so no admin read.
+    # Shared variables (0007): no DELETE (``env remove`` clears the row); secrets, so no admin read.
     "shared_env": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
+    "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
 #: The server's large-object functions (``pg_catalog``). PostgreSQL lets PUBLIC execute most of
@@ -73,6 +81,12 @@ def bootstrap(admin_dsn: str, database: str) -> list[str]:
                 conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
                              .format(sql.Identifier(role)))
                 done.append(f"created role {role}")
+        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (RETENTION_ROLE,)).fetchone() is None:
+            conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOBYPASSRLS")
+                         .format(sql.Identifier(RETENTION_ROLE)))
+            done.append(f"created role {RETENTION_ROLE} (NOLOGIN)")
+        # The migration owner gives it ql3.prune_history, which needs membership.
+        conn.execute(sql.SQL("GRANT {} TO {}").format(sql.Identifier(RETENTION_ROLE), sql.Identifier(OWNER_ROLE)))
         for name, value in RUNTIME_SETTINGS.items():
             conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
                 sql.Identifier(RUNTIME_ROLE), sql.Identifier(name), sql.Literal(value)))
@@ -137,7 +151,7 @@ def _large_object_grants(conn: psycopg.Connection[Any]) -> list[str]:
 def readiness(dsn: str) -> list[Check]:
     """Every readiness check against the database of ``dsn`` (any role that can read the catalog)."""
     with psycopg.connect(dsn, autocommit=True) as conn:
-        return [_migrations(conn), *_privileges(conn), _settings(conn)]
+        return [_migrations(conn), *_privileges(conn), _settings(conn), _retention(conn)]
 
 
 def require_ready(dsn: str) -> list[Check]:
@@ -205,3 +219,21 @@ def _settings(conn: psycopg.Connection[Any]) -> Check:
              for name, value in RUNTIME_SETTINGS.items() if found.get(name) != value]
     return Check("settings", not wrong, "; ".join(wrong) or f"{RUNTIME_ROLE} runs with " +
                  ", ".join(f"{k}={v}" for k, v in RUNTIME_SETTINGS.items()))
+
+
+def _retention(conn: psycopg.Connection[Any]) -> Check:
+    """The retention policy kept in the database and what the history holds (fails when it cannot
+    be read: no policy row, or a role that may not read it)."""
+    from cluster_postgres.retention import PostgresRetentionRepository
+    from edge_runtime.contract.errors import EdgeRuntimeError
+
+    if conn.execute("SELECT to_regclass('ql3.retention_settings')").fetchone()[0] is None:
+        return Check("retention", False, "ql3.retention_settings is missing (migration 0006)")
+    try:
+        s = PostgresRetentionRepository(conn).settings()
+    except EdgeRuntimeError as exc:
+        return Check("retention", False, str(exc))
+    return Check("retention", True,
+                 f"keeps at most {s.retain_runs} finished Runs, none older than {s.retain_days} days (by database "
+                 f"time); holds {s.finished_runs} finished ({s.runs_beyond_policy} beyond the policy) and "
+                 f"{s.active_runs} active; bytes " + ", ".join(f"{t}={n}" for t, n in s.table_bytes.items()))

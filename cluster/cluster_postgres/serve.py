@@ -5,11 +5,14 @@ adapter and hands an opener of its ``Store`` to the same ``DeviceService`` the e
 runs (start queued Runs, deliver cancels, enforce SIGKILL deadlines, recovery, per-Attempt logs).
 The service knows nothing of PostgreSQL; wake-up is ``LISTEN/NOTIFY``.
 
-Run timeouts are enforced by the device's scheduler hook over :mod:`cluster_postgres.timeouts`
-(database time, cancelled through the dispatch with reason ``timeout``). Left out on purpose:
-retention (the runtime role has no DELETE: the cluster's history is pruned, if at all, by an
-operator with the owner role) and schedules (the cluster schema has no schedules table). The
-settings of the edge ``serve`` apply (file, ``EDGE_RUNTIME_<KEY>``, flags) except those two groups, which are ignored here.
+Schedules and Run timeouts are the device's scheduler hook over the store's
+:mod:`cluster_postgres.schedules` (database time; each slot fired once across every worker;
+cancels, for a timeout or an overlap ``replace``, through the dispatch). Retention is
+:mod:`cluster_postgres.retention`: the history by the policy kept once in the database (pruned
+through ``ql3.prune_history``: the runtime role has no DELETE), this host's log directory by
+``log_total_max_bytes``. The settings of the edge ``serve`` apply (file, ``EDGE_RUNTIME_<KEY>``,
+flags) except ``retain_runs`` and ``retain_days``, which the database holds
+(``edge-runtime-cluster retention set``) and which are ignored here.
 """
 
 from __future__ import annotations
@@ -73,9 +76,10 @@ def resolved_log_dir(config: ServiceConfig, env: Mapping[str, str]) -> Path:
 
 
 def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: Any = None) -> Any:
-    """The device service on the PostgreSQL store at ``dsn``; timeouts enforced, no retention, no schedules."""
+    """The device service on the PostgreSQL store at ``dsn``, with schedules, timeouts and retention."""
+    from cluster_postgres.retention import PostgresRetention
     from cluster_postgres.store import describe_dsn, postgres_store_opener
-    from cluster_postgres.timeouts import PostgresTimeouts
+    from edge_runtime.contract.device import read_boot_id
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.scheduler import Scheduler
     from edge_runtime.service.service import DeviceService
@@ -90,14 +94,22 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
         getattr(journal, "warning" if level == "warn" else level)(event, **fields)
 
     journal.info("cluster.composition", store=describe_dsn(dsn), worker=config.worker_id,
-                 retention="off (the runtime role has no DELETE)", schedules="off (no schedules table)",
+                 retention="on (the database's policy; this host's logs by log_total_max_bytes)",
+                 schedules="on (database time)",
                  timeouts="on (database time)")
     opener = postgres_store_opener(dsn, worker_id=config.worker_id, report=report)
     # An Attempt never runs wherever `serve` was started: work_dir, else a `work` beside the logs.
     work_dir = (Path(config.work_dir).expanduser() if config.work_dir is not msgspec.UNSET
                 else log_dir.parent / "work")
 
-    def timeouts(store: Any, journal: Journal) -> Scheduler:
-        return Scheduler(PostgresTimeouts(store.runs), journal)
+    # The host's boot id only marks a start: @reboot is refused on the cluster, so none is armed.
+    boot_id = read_boot_id()
 
-    return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, journal=journal, tick_hooks=(timeouts,))
+    def scheduler(store: Any, journal: Journal) -> Scheduler:
+        return Scheduler(store.schedules, journal, boot_id)
+
+    def retention(store: Any) -> PostgresRetention:
+        return PostgresRetention(store.retention, log_dir, log_total_max_bytes=config.log_total_max_bytes)
+
+    return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, journal=journal, tick_hooks=(scheduler,),
+                         retention=retention)

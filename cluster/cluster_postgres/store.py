@@ -33,9 +33,12 @@ from cluster_postgres.errors import (
     ClusterDispatchStorageError,
     ClusterLeaseStorageError,
     ClusterRunStorageError,
+    ClusterScheduleStorageError,
     reading,
 )
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
+from cluster_postgres.retention import PostgresRetentionRepository
+from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.sql_vocabulary import sql_literal
@@ -252,7 +255,8 @@ class _Reopening:
 
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
                   "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
-                  "environment": ClusterEnvironmentStorageError}
+                  "environment": ClusterEnvironmentStorageError,
+                  "schedules": ClusterScheduleStorageError, "retention": ClusterRunStorageError}
 
 
 class PostgresStore:
@@ -264,7 +268,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs", "environment")
+                 "attempt_logs", "environment", "schedules", "retention")
 
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -281,18 +285,26 @@ class PostgresStore:
         self.attempt_logs = _Reopening(self, "attempt_logs")
         #: The shared variables (``env set``), passed to every Run on every worker.
         self.environment = _Reopening(self, "environment")
+        #: The schedule commands and the service's ``ScheduleStore`` (fires, waiting slots, timeouts).
+        self.schedules = _Reopening(self, "schedules")
+        #: The retention policy and the prune of finished history (``ql3.prune_history``).
+        self.retention = _Reopening(self, "retention")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
         with reading(kind):
             conn = connect(self._dsn)
         self._conn = conn
+        runs = PostgresRunRepository(conn, scan_worker_id=self._worker_id)
         self._repos = {
-            "runs": PostgresRunRepository(conn, scan_worker_id=self._worker_id),
+            "runs": runs,
+            # Schedules fire by database time on every worker; timeouts are this worker's (``runs``).
+            "schedules": PostgresScheduleRepository(conn, runs, worker_id=self._worker_id),
             "dispatches": PostgresCancellationDispatchRepository(conn),
             "leases": PostgresWorkerLeaseRepository(conn),
             "attempt_logs": PostgresAttemptLogs(conn),
             "environment": PostgresEnvironment(conn),
+            "retention": PostgresRetentionRepository(conn),
         }
 
     def _repositories(self, name: str) -> Any:

@@ -37,6 +37,8 @@ from edge_runtime.contract.run_lease import (
     REASON_ORPHAN_STARTING,
     REASON_ORPHAN_UNSTARTED,
     REASON_WORKER_GONE,
+    CANCEL_LOSS_GRACE_MS,
+    REASON_CANCEL_MET_BY_LOSS,
     ReleaseRunLeaseCommand,
     RenewRunLeaseCommand,
     RunLeaseRecord,
@@ -86,7 +88,7 @@ from cluster_postgres.lease_rows import (
     store_lease,
 )
 from cluster_postgres.run_events import clamp, database_now
-from cluster_postgres.runs import RUN_COLUMNS, end_unstarted, insert_attempt, run_from_row
+from cluster_postgres.runs import RUN_COLUMNS, end_run, end_unstarted, insert_attempt, run_from_row
 
 
 _UNSET = msgspec.UNSET
@@ -150,8 +152,10 @@ JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id
 CROSS JOIN (SELECT ql3.now_ms() AS now) t
 LEFT JOIN ql3.worker_sessions s ON s.worker_id = l.worker_id
 WHERE a.status = {sql_literal(AttemptStatus.RUNNING)} AND l.status = {sql_literal(LeaseStatus.LEASED)}
-  AND l.expires_at_ms <= t.now AND r.cancel_requested_at_ms IS NULL
+  AND l.expires_at_ms <= t.now
   AND NOT coalesce(s.status <> {sql_literal(SessionStatus.OFFLINE)} AND s.lease_expires_at_ms > t.now, false)
+  -- A cancel waits CANCEL_LOSS_GRACE_MS past the session's expiry for its worker to deliver it.
+  AND (r.cancel_requested_at_ms IS NULL OR coalesce(s.lease_expires_at_ms, 0) + {CANCEL_LOSS_GRACE_MS} <= t.now)
 """
 _ALL_DEAD_WORKER_ATTEMPTS = _DEAD_WORKER_ATTEMPTS + "ORDER BY a.created_at_ms, a.id"
 _ONE_DEAD_WORKER_ATTEMPT = _DEAD_WORKER_ATTEMPTS + "AND a.id = %s"
@@ -598,7 +602,9 @@ class PostgresWorkerLeaseRepository:
 
     def _sweep_dead_workers(self, cmd: Any) -> list[tuple[str, RunStatus]]:
         """End ``lost`` the running Attempts of workers that died (``_DEAD_WORKER_ATTEMPTS``); their
-        Runs fail, never requeued: the process may still run on the dead worker's host."""
+        Runs fail, never requeued: the process may still run on the dead worker's host. A Run with
+        a cancel request waits ``CANCEL_LOSS_GRACE_MS`` more for its worker, then ends ``cancelled``:
+        the cancel is met by the loss (``REASON_CANCEL_MET_BY_LOSS``)."""
         cur = self._cur
         with reading(ClusterLeaseStorageError):
             ids = [row[0] for row in cur.execute(_ALL_DEAD_WORKER_ATTEMPTS).fetchall()]
@@ -618,15 +624,17 @@ class PostgresWorkerLeaseRepository:
                     now = clamp(cur, now, None if lease is None else lease.updated_at_ms, run, attempt[0],
                                 cmd.worker_id)
                 done.append((attempt_id, self._settle(attempt_id, run, attempt, lease, reason=REASON_WORKER_GONE,
-                                                      now=now, actor_id=cmd.worker_id, may_have_started=True)))
+                                                      now=now, actor_id=cmd.worker_id, may_have_started=True,
+                                                      lost_while_cancelling=True)))
         return done
 
     def _settle(self, attempt_id: str, run: list[int] | None, attempt: tuple[Any, ...] | None,
                 lease: RunLeaseRecord | None, *, reason: str, now: int, actor_id: str,
-                may_have_started: bool) -> RunStatus:
+                may_have_started: bool, lost_while_cancelling: bool = False) -> RunStatus:
         """Close the grant (if still held) and end the Attempt by ``end_unstarted``'s rule; the
         Run (``run``: its locked ``[version, event_sequence]``), the Attempt and the grant are
-        locked by the caller."""
+        locked by the caller. With ``lost_while_cancelling``, a Run with a cancel request ends
+        ``cancelled`` and its Attempt ``lost``, the cancel met by the loss."""
         if run is None or attempt is None:
             raise ClusterLeaseStorageError(f"attempt {attempt_id!r} has no run")
         if lease is not None and lease.status is LeaseStatus.LEASED:
@@ -637,6 +645,14 @@ class PostgresWorkerLeaseRepository:
             lease_event(self._cur, run, completed, str(uuid.uuid4()), EVENT_LEASE_COMPLETED, "completed", now)
         record = run_from_row(self._cur.execute(f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s",
                                                 (attempt[0],)).fetchone())
+        if lost_while_cancelling and record.cancel_requested_at_ms is not msgspec.UNSET \
+                and record.status in ACTIVE_RUN_STATUSES:
+            self._cur.execute(
+                "UPDATE ql3.run_attempts SET status = %s, end_reason = %s, finished_at_ms = %s, updated_at_ms = %s "
+                "WHERE id = %s", (AttemptStatus.LOST.value, REASON_CANCEL_MET_BY_LOSS, now, now, attempt_id))
+            end_run(self._cur, run, record.id, RunStatus.CANCELLED, now, actor_id, attempt_id=attempt_id,
+                    extra={"attempt_status": AttemptStatus.LOST.value, "reason": REASON_CANCEL_MET_BY_LOSS})
+            return RunStatus.CANCELLED
         return end_unstarted(self._cur, attempt_id, record, reason=reason, now=now, actor_id=actor_id,
                              may_have_started=may_have_started, fence=run)
 

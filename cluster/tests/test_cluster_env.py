@@ -1,5 +1,5 @@
 """Shared variables and a task's options on the cluster (docs/environment.md, docs/cluster.md):
-``edge-runtime-cluster env set/list/remove`` keep them in ``ql3.shared_env`` (migration 0006); a
+``edge-runtime-cluster env set/list/remove`` keep them in ``ql3.shared_env`` (migration 0007); a
 real ``edge-runtime-cluster serve`` worker passes them to every Run, under the Run's own
 ``--env``; a secret's value is never printed (``env list``, ``show``, ``events``, ``--json``) and
 is masked in ``logs``; and the everyday options of the edge ``submit`` (``--env``, ``--cwd``,
@@ -160,7 +160,7 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
 def test_the_tables_limits_are_the_contracts() -> None:
     from edge_runtime.contract.environment import MAX_NAME_LENGTH, MAX_VALUE_LENGTH
 
-    sql = (Path(__file__).resolve().parents[1] / "cluster_postgres" / "migrations" / "0006_shared_env.sql").read_text()
+    sql = (Path(__file__).resolve().parents[1] / "cluster_postgres" / "migrations" / "0007_shared_env.sql").read_text()
     assert f"length(name) <= {MAX_NAME_LENGTH})" in sql and f"length(value) <= {MAX_VALUE_LENGTH})" in sql
 
 

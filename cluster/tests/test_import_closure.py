@@ -23,10 +23,12 @@ COMMAND_MODULES = {
     "migrate": ["cluster_postgres.cli", "cluster_postgres.migrations"],
     "check": ["cluster_postgres.cli", "cluster_postgres.readiness"],
     "serve": ["cluster_postgres.cli", "cluster_postgres.serve"],
+    "retention": ["cluster_postgres.cli", "cluster_postgres.retention", "cluster_postgres.store"],
     **{name: ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.store",
               f"edge_runtime.cli.{module}"]
        for name, module in (("submit", "submit"), ("cancel", "cancel"), ("show", "show"), ("list", "list_runs"),
-                            ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"), ("env", "env"))},
+                            ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"), ("env", "env"),
+                            ("schedule", "schedule"))},
 }
 
 
@@ -39,7 +41,7 @@ def _forbidden_after(body: str) -> str:
 def test_the_user_commands_are_the_ones_the_cluster_cli_registers() -> None:
     from cluster_postgres.commands import USER_COMMANDS
 
-    assert set(COMMAND_MODULES) == {"bootstrap", "migrate", "check", "serve", *USER_COMMANDS}
+    assert set(COMMAND_MODULES) == {"bootstrap", "migrate", "check", "serve", "retention", *USER_COMMANDS}
 
 
 @pytest.mark.parametrize("command", sorted(COMMAND_MODULES))

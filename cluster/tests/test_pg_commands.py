@@ -167,6 +167,8 @@ def test_every_read_command_prints_what_the_edge_cli_prints_for_the_same_state(
     text = "".join(out if isinstance(out, str) else json.dumps(out) for _, _, out, _ in outputs["cluster"])
     assert "<run:busy>  running" in text and "nightly" in text and "cancelled" in text
     assert "dispatch   leased" in text and "hi\nerr\n" in text and '"leaseOwner": "host-a#1"' in text
+    # The running Attempt's authority: its Run Lease and its worker's session, by the store's time.
+    assert "  run lease  leased (live)  worker=host-a  expires <time>\n  worker     host-a  session online  " in text
 
 
 def test_submit_and_cancel_print_what_the_edge_cli_prints(dsn: str, db_path: str,
@@ -185,6 +187,35 @@ def test_submit_and_cancel_print_what_the_edge_cli_prints(dsn: str, db_path: str
     assert cluster == edge
     assert "run <run:a> cancelled (it had not started)" in cluster[0][1]
     assert "changed my mind" in cluster[3][1]
+
+
+def test_the_schedule_commands_print_what_the_edge_cli_prints(dsn: str, db_path: str, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    def session(run: Any) -> list[tuple[int, str, str]]:
+        code, schedule_id, err = run("schedule", "add", "--name", "nightly", "--tz", "CST-8", "--timeout", "5m",
+                                     "--overlap", "queue", "--env", "A=1", "--cwd", str(tmp_path), "0 3 * * *",
+                                     "--", "echo", "hi")
+        assert code == 0 and err == "", err
+        sid = schedule_id.strip()
+        steps = [run("schedule", "list"), run("schedule", "show", sid), run("schedule", "show", sid, "--json"),
+                 run("schedule", "edit", sid, "--cron", "*/30 * * * *", "--name", "half-hourly"),
+                 run("schedule", "pause", sid), run("schedule", "show", sid),
+                 run("schedule", "run", sid, "--json"), run("schedule", "run", sid),
+                 run("schedule", "resume", sid, "--json"), run("schedule", "list", "--json"),
+                 run("schedule", "remove", sid), run("schedule", "show", sid), run("schedule", "remove", sid, "--json"),
+                 run("schedule", "add", "not a cron", "--", "true"), run("schedule", "list", "--json")]
+        return [(code, normalized(out, {"s": sid}, {}, tmp_path), normalized(err, {"s": sid}, {}, tmp_path))
+                for code, out, err in steps]
+
+    edge = session(lambda *a: run_edge(capsys, db_path, *a))
+    cluster = session(lambda *a: run_cluster(capsys, *a))
+    for step, (edge_step, cluster_step) in enumerate(zip(edge, cluster)):
+        assert cluster_step == edge_step, step
+    assert "time zone  CST-8" in cluster[1][1] and "overlap    queue" in cluster[1][1]
+    assert cluster[6][0] == 0 and '"outcome":"started"' in cluster[6][1]
+    assert "waiting: the Run starts once" in cluster[7][1]  # overlap queue: the first Run is still queued
+    assert "SCHEDULE_NOT_FOUND" in cluster[11][2] and "INVALID_CRON_EXPRESSION" in cluster[13][2]
+    assert cluster[14][1] == "[]\n"
 
 
 def test_the_dsn_option_overrides_the_environment(dsn: str, capsys: pytest.CaptureFixture[str],

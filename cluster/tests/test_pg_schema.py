@@ -136,13 +136,13 @@ def test_composite_fks_bind_an_attempt_to_its_own_run(owner: Any) -> None:
     assert composite == {"run_cancellation_dispatches", "run_dispatch_leases"}
 
 
-def test_only_the_partial_dispatch_lease_and_run_scan_indexes_exist(owner: Any) -> None:
+def test_only_the_partial_dispatch_lease_run_schedule_and_retention_scan_indexes_exist(owner: Any) -> None:
     rows = dict(owner.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ql3' AND indexname NOT LIKE '%pkey' "
         "AND indexname NOT LIKE '%key'").fetchall())
     assert set(rows) == {"run_cancellation_dispatches_due", "run_cancellation_dispatches_lease_expiry",
                          "run_dispatch_leases_active", "runs_schedule_slot", "runs_queued", "run_attempts_active",
-                         "runs_retry_due"}
+                         "runs_retry_due", "schedules_due", "schedules_waiting", "runs_finished"}
     assert "(retry_at_ms) WHERE (status = 'retry_wait'::text)" in rows["runs_retry_due"]
     assert "(schedule_id, scheduled_for_ms) WHERE (schedule_id IS NOT NULL)" in rows["runs_schedule_slot"]
     assert "(created_at_ms) WHERE (status = 'queued'::text)" in rows["runs_queued"]
@@ -202,7 +202,7 @@ def test_cli_bootstrap_is_idempotent_and_check_prints_json(pg_database: Any, own
     assert capsys.readouterr().out.strip() == "applied 0 migration(s)"
     assert main(["check", "--json", "--dsn", pg_database.runtime_dsn]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["ready"] is True and [c["name"] for c in report["checks"]] == ["migrations", "privileges", "settings"]
+    assert report["ready"] is True and [c["name"] for c in report["checks"]] == ["migrations", "privileges", "settings", "retention"]
     assert main(["migrate", "--dsn", pg_database.runtime_dsn]) == 1
     assert "[CLUSTER_MIGRATION_REFUSED]" in capsys.readouterr().err
     assert main(["bootstrap", "--admin-dsn", pg_database.admin_dsn, "--database", "Bad-Name"]) == 2

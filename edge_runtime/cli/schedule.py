@@ -5,10 +5,15 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+from typing import Any
 
 import msgspec
 
 from edge_runtime.cli.common import (
+    CREATE,
+    LOCAL_STORES,
+    READ,
+    WRITE,
     add_json_flag,
     format_ms,
     format_ms_at_offset,
@@ -16,9 +21,9 @@ from edge_runtime.cli.common import (
     present,
     print_json,
     printable,
+    secret_values,
     wake_service,
 )
-from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
@@ -38,11 +43,9 @@ class ScheduleOverlapError(ScheduleError):
     """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
 
     code = "SCHEDULE_RUN_SKIPPED"
-from edge_runtime.local.environment import LocalEnvironmentRepository
-from edge_runtime.local.schedules import LocalScheduleRepository
 
 
-def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
+def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
     parser = subparsers.add_parser(
         "schedule", help=help_text,
         description="Schedules fire their command as a Run at each time of a cron expression, in the "
@@ -87,7 +90,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
         sub = commands.add_parser(action, help=text)
         sub.add_argument("schedule_id", metavar="ID", help="the schedule id")
         add_json_flag(sub)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,9 +113,9 @@ def run(args: argparse.Namespace) -> int:
             time_zone=msgspec.UNSET if args.tz is None else args.tz,
             **run_options(args),
         )
-        with open_or_create(args) as db:
-            record = LocalScheduleRepository(db).add(command)
-        return _done(args, record, record.id)
+        with args.stores.open(args, CREATE) as store:
+            record = store.schedules.add(command)
+            return _done(args, store, record, record.id)
     if args.action == "edit":
         # The options may follow the id (`edit ID --name N -- CMD`): what comes before `--` in the
         # remainder is parsed as the options it is, the rest is the new command.
@@ -126,52 +129,49 @@ def run(args: argparse.Namespace) -> int:
                   "argv": argv or None}
         edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
                                    **run_options(args))
-        with open_existing(args) as db:
-            record = LocalScheduleRepository(db).edit(edit)
-        return _done(args, record, f"schedule {record.id} changed")
+        with args.stores.open(args, WRITE) as store:
+            record = store.schedules.edit(edit)
+            return _done(args, store, record, f"schedule {record.id} changed")
     if args.action == "run":
-        with open_existing(args) as db:
-            outcome = LocalScheduleRepository(db).run_now(args.schedule_id, actor_id="cli")
-        return _ran(args, outcome)
+        with args.stores.open(args, WRITE) as store:
+            outcome = store.schedules.run_now(args.schedule_id, actor_id="cli")
+            return _ran(args, store, outcome)
     if args.action in ("list", "show"):
-        with open_read_only(args) as db:
-            repository = LocalScheduleRepository(db)
+        with args.stores.open(args, READ) as store:  # open while printing: zones are the repository's
+            repository = store.schedules
             records = repository.list() if args.action == "list" else [repository.get(args.schedule_id)]
             # A schedule's own command or --env may repeat a secret's value: never shown.
-            secrets = tuple(LocalEnvironmentRepository(db).secret_values())
-        if secrets:
-            records = [masked(r, secrets) for r in records]
-        if args.json:
-            print_json(records if args.action == "list" else records[0])
-        elif args.action == "list":
-            for r in records:
-                next_text = "-" if r.paused else _next_fire(repository, r)
-                sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={next_text}  "
-                                 f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
-                                 f"{present(r.name)}\n")
-        else:
-            _show(repository, records[0])
+            secrets = secret_values(store)
+            if secrets:
+                records = [masked(r, secrets) for r in records]
+            if args.json:
+                print_json(records if args.action == "list" else records[0])
+            elif args.action == "list":
+                for r in records:
+                    next_text = "-" if r.paused else _next_fire(repository, r)
+                    sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={next_text}  "
+                                     f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
+                                     f"{present(r.name)}\n")
+            else:
+                _show(repository, records[0])
         return 0
-    with open_existing(args) as db:
-        repository = LocalScheduleRepository(db)
+    with args.stores.open(args, WRITE) as store:
+        repository = store.schedules
         if args.action == "remove":
             repository.remove(args.schedule_id)
             record = None
         else:
             record = repository.set_paused(args.schedule_id, args.action == "pause")
-    done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
-    return _done(args, record, f"schedule {args.schedule_id} {done}")
+        done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
+        return _done(args, store, record, f"schedule {args.schedule_id} {done}")
 
 
-def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
-    from edge_runtime.local.wake import poke
-
-    wake_service(lambda: poke(args.db), note_when_none=args.action == "add")  # after the commit: the service recomputes its sleep at once
+def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, text: str) -> int:
+    # After the commit: the service recomputes its sleep at once.
+    wake_service(store.wake_workers, note_when_none=args.action == "add")
     if args.json:
         if record is not None:
-            with open_read_only(args) as db:
-                secrets = tuple(LocalEnvironmentRepository(db).secret_values())
-            record = masked(record, secrets)
+            record = masked(record, secret_values(store))
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
     else:
@@ -179,14 +179,12 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
     return 0
 
 
-def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
+def _ran(args: argparse.Namespace, store: Any, outcome: RunNowOutcome) -> int:
     if outcome.outcome is FireOutcome.SKIPPED:
         raise ScheduleOverlapError(
             f"schedule {outcome.schedule_id} has an active Run ({', '.join(outcome.active_run_ids)}) and its overlap "
             f"is skip: no Run started")
-    from edge_runtime.local.wake import poke
-
-    wake_service(lambda: poke(args.db), note_when_none=True)
+    wake_service(store.wake_workers, note_when_none=True)
     if args.json:
         print_json(outcome)
     elif outcome.outcome is FireOutcome.STARTED:
@@ -196,7 +194,7 @@ def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
     return 0
 
 
-def _zone_text(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
+def _zone_text(repository: Any, r: ScheduleRecord) -> str:
     """The zone a schedule fires in; one stored without a zone says it follows the device's."""
     if r.time_zone is not msgspec.UNSET:
         return r.time_zone
@@ -206,7 +204,7 @@ def _zone_text(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
         return f"device (unreadable: {exc.message})"
 
 
-def _next_fire(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
+def _next_fire(repository: Any, r: ScheduleRecord) -> str:
     """The next fire time as the schedule's own clock shows it, with its UTC offset."""
     if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
         return "next-boot"
@@ -217,7 +215,7 @@ def _next_fire(repository: LocalScheduleRepository, r: ScheduleRecord) -> str:
     return format_ms_at_offset(r.next_fire_at_ms, offset)
 
 
-def _show(repository: LocalScheduleRepository, r: ScheduleRecord) -> None:
+def _show(repository: Any, r: ScheduleRecord) -> None:
     out = sys.stdout
     out.write(f"schedule   {r.id}\nname       {present(r.name)}\nexpression {printable(r.expression)}\n")
     out.write(f"time zone  {printable(_zone_text(repository, r))}\n")

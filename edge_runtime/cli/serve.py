@@ -97,7 +97,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port
     from edge_runtime.contract.time_zones import InvalidTimeZoneError
-    from edge_runtime.local.device import device_time_zone, read_boot_id
+    from edge_runtime.contract.device import device_time_zone, read_boot_id
     from edge_runtime.local.schedules import LocalScheduleRepository
     from edge_runtime.service.scheduler import Scheduler
 

@@ -14,7 +14,7 @@ from edge_runtime.cli.common import (
     LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, masked, print_json, printable, secret_values,
 )
 from edge_runtime.contract.durations import format_duration
-from edge_runtime.contract.runs import DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
+        authority = {} if args.json else _authority(store, detail)
     # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
     detail = masked(detail, secrets)
     if args.json:
@@ -72,6 +73,8 @@ def run(args: argparse.Namespace) -> int:
             found = escaped[attempt.id]
             out.write(f"  not signalled: {found['count']} process(es) that had left the group at cancel time, "
                       f"pids {' '.join(map(str, found['pids']))}\n")
+        for line in authority.get(attempt.id, ()):
+            out.write(f"  {line}\n")
     dispatch = detail.dispatch
     if dispatch is msgspec.UNSET:
         out.write("dispatch   none\n")
@@ -81,3 +84,34 @@ def run(args: argparse.Namespace) -> int:
             f"last={present(dispatch.last_result)}\n"
         )
     return 0
+
+
+def _authority(store: Any, detail: Any) -> dict[str, list[str]]:
+    """For each active Attempt: its Run Lease's state and expiry, and its worker session's state,
+    by the store's time (``expired`` means only that the authority lapsed, never that a process
+    stopped)."""
+    lines: dict[str, list[str]] = {}
+    active = [a for a in detail.attempts if a.status in ACTIVE_ATTEMPT_STATUSES]
+    if not active:
+        return lines
+    now = store.now_ms()
+    for attempt in active:
+        lease = store.leases.find_lease(attempt.id)
+        if lease is None:
+            lines[attempt.id] = ["run lease  none"]
+            continue
+        state = "expired" if lease.status.value == "leased" and lease.expires_at_ms <= now else "live" \
+            if lease.status.value == "leased" else lease.status.value
+        found = [f"run lease  {lease.status.value} ({state})  worker={printable(lease.worker_id)}  "
+                 f"expires {format_ms(lease.expires_at_ms)}"]
+        session = store.leases.find_session(lease.worker_id)
+        if session is None:
+            found.append(f"worker     {printable(lease.worker_id)}  no session")
+        else:
+            lapsed = session.lease_expires_at_ms <= now
+            current = session.generation == lease.session_generation
+            found.append(f"worker     {printable(lease.worker_id)}  session {session.status.value}"
+                         f"{' (expired)' if lapsed else ''}{'' if current else ' (a newer session)'}  "
+                         f"expires {format_ms(session.lease_expires_at_ms)}")
+        lines[attempt.id] = found
+    return lines

@@ -10,7 +10,7 @@ service compares it only with ``Store.now_ms()``
 too: a datagram socket that the CLI pokes on Local, ``LISTEN/NOTIFY`` on PostgreSQL.
 
 The Run/Attempt operations are described in ``docs/runs.md``. The user commands (``submit``,
-``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch``) are written once against these
+``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch``, ``schedule``) are written once against these
 ports too: the edge CLI opens the Local store for them, ``edge-runtime-cluster`` a PostgreSQL one.
 """
 
@@ -26,6 +26,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultOutcome,
 )
 from edge_runtime.contract.environment import EnvironmentStore
+from edge_runtime.contract.schedules import ScheduleAdmin
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
     ClaimRunCommand,
@@ -174,6 +175,8 @@ class Store(Protocol):
     attempt_logs: AttemptLogStore | None
     #: The shared variables (``env set``; both stores keep them), or None for a store that keeps none.
     environment: EnvironmentStore | None
+    #: The schedule commands' repository (``schedule add|edit|run|list|show|pause|resume|remove``).
+    schedules: ScheduleAdmin
 
     def now_ms(self) -> int:
         """The store's time, the only time the service compares stored ``*_at_ms`` values with."""

@@ -6,7 +6,17 @@ The service only decides *when* (idle, one small step at a time); the adapter de
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Annotated, Protocol
+
+import msgspec
+
+#: The history kept, on a device (``serve``'s ``retain_runs``/``retain_days``) and on a cluster (one
+#: ``ql3.retention_settings`` row, whose migration writes these defaults): at most so many finished
+#: Runs, none finished more than so many days ago. Unfinished Runs are never removed.
+DEFAULT_RETAIN_RUNS = 1000
+DEFAULT_RETAIN_DAYS = 7
+RetainRuns = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
+RetainDays = Annotated[int, msgspec.Meta(ge=1, le=36_500)]
 
 
 class Retention(Protocol):

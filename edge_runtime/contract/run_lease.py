@@ -95,6 +95,19 @@ REASON_WORKER_GONE = (
 )
 
 
+#: How long after a worker's session expired (by the store's time) a cancel still waits for that
+#: worker to come back and deliver it itself; then the orphan sweep ends the Attempt ``lost`` and
+#: the Run ``cancelled`` with REASON_CANCEL_MET_BY_LOSS. Long enough for a supervisor to restart a
+#: worker that crashed; short enough that a user's cancel of a Run on a host that is gone ends.
+CANCEL_LOSS_GRACE_MS = 20_000
+#: The cancel of a Run whose worker was lost: met by the loss (Cluster Profile). The process on
+#: that host cannot be proved stopped; a worker that returns finds its Run Lease closed.
+REASON_CANCEL_MET_BY_LOSS = (
+    "cancel met by the loss of its worker: no live session for the grace period after its session expired; "
+    "the process on that host cannot be proved stopped"
+)
+
+
 def dedupe_key_for(attempt_id: str, lease_generation: int, step: str) -> str:
     """The event dedupe key of one step (``claimed``, ``released``, ...) of one grant."""
     return f"run-lease:{attempt_id}:{lease_generation}:{step}"

@@ -212,11 +212,26 @@ def plan_fire(
 
 
 class ScheduleAdmin(Protocol):
-    """The port of the user's schedule commands beyond add/list/show/pause/resume/remove, one
-    adapter per store (Local: edge_runtime/local/schedules.py). Each is one transaction.
+    """The port of the user's schedule commands (``schedule add|edit|run|list|show|pause|resume|
+    remove``), one adapter per store (Local: edge_runtime/local/schedules.py; PostgreSQL:
+    cluster/cluster_postgres/schedules.py). Each change is one transaction.
 
-    Raises (both): ScheduleNotFoundError; InvalidScheduleCommandError; ScheduleRepositoryError.
+    Raises (all): ScheduleNotFoundError; InvalidScheduleCommandError; ScheduleRepositoryError.
     """
+
+    def add(self, cmd: AddScheduleCommand) -> ScheduleRecord: ...
+    def get(self, schedule_id: str) -> ScheduleRecord: ...
+    def list(self) -> list[ScheduleRecord]: ...
+    def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord: ...
+    def remove(self, schedule_id: str) -> None: ...
+
+    def device_zone(self) -> str:
+        """The zone text of a schedule added without one (and shown for one stored without)."""
+        ...
+
+    def zone_of(self, record: ScheduleRecord) -> TimeZone:
+        """The zone ``record`` fires in."""
+        ...
 
     def edit(self, cmd: EditScheduleCommand) -> ScheduleRecord:
         """Apply the given changes in place; the schedule as it is now."""

@@ -26,13 +26,12 @@ is truncated by a ``wal_checkpoint(TRUNCATE)`` that waits for readers only brief
 from __future__ import annotations
 
 import os
-import stat
-import time
 from pathlib import Path
 
 import msgspec
 
 from edge_runtime.contract.ids import is_attempt_log_name
+from edge_runtime.contract.log_files import LOG_MIN_AGE_MS, sweep_attempt_logs, unlink_regular
 from edge_runtime.contract.run_lease import LeaseStatus
 from edge_runtime.contract.runs import TERMINAL_RUN_STATUSES, RunStatus
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, OPEN_DISPATCH_SQL, sql_in, sql_literal
@@ -49,8 +48,6 @@ VACUUM_BYTES_PER_STEP = 1 << 20
 WAL_TRUNCATE_BYTES = 1 << 20
 #: How long the WAL truncation waits for readers that still use it (it blocks writers meanwhile).
 WAL_TRUNCATE_WAIT_MS = 100
-#: An empty or orphan log younger than this may still be written (lingering output, a recovery note).
-LOG_MIN_AGE_MS = 5 * 60_000
 
 _DAY_MS = 86_400_000
 _FINISHED = f"status IN {sql_in(RunStatus, TERMINAL_RUN_STATUSES)} AND finished_at_ms IS NOT NULL"
@@ -203,7 +200,7 @@ class LocalRetention:
             for log_path in log_paths:
                 if os.path.dirname(log_path) == os.fspath(self._log_dir) \
                         and is_attempt_log_name(os.path.basename(log_path)):
-                    _unlink_regular(fd, os.path.basename(log_path))
+                    unlink_regular(fd, os.path.basename(log_path))
         finally:
             os.close(fd)
 
@@ -221,28 +218,17 @@ class LocalRetention:
 
     def _sweep(self, fd: int) -> int:
         connection = self._db.connection
-        with self._db.snapshot():
-            known = {os.path.basename(p) for (p,) in connection.execute(
-                "SELECT log_path FROM run_attempts WHERE log_path IS NOT NULL")}
-            active = {os.path.basename(p) for (p,) in connection.execute(
-                f"SELECT log_path FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} AND log_path IS NOT NULL")}
-        young_after_ns = time.time_ns() - LOG_MIN_AGE_MS * 1_000_000  # file times are wall-clock times
-        logs = []
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                if not is_attempt_log_name(entry.name) or not entry.is_file(follow_symlinks=False):
-                    continue  # another program's file, a symlink or anything planted: never counted, followed or removed
-                info = entry.stat(follow_symlinks=False)
-                logs.append((info.st_mtime_ns, entry.name, info.st_size))
-        logs.sort()
-        total = sum(size for _, _, size in logs)
-        for mtime_ns, name, size in logs:
-            if name in active:
-                continue
-            if (size == 0 or name not in known) and mtime_ns < young_after_ns or total > self._policy.log_total_max_bytes:
-                if _unlink_regular(fd, name):
-                    total -= size
-        return total
+
+        def classify(names: list[str]) -> tuple[set[str], set[str]]:
+            with self._db.snapshot():
+                known = {os.path.basename(p) for (p,) in connection.execute(
+                    "SELECT log_path FROM run_attempts WHERE log_path IS NOT NULL")}
+                active = {os.path.basename(p) for (p,) in connection.execute(
+                    f"SELECT log_path FROM run_attempts WHERE status IN {ACTIVE_ATTEMPT_SQL} AND log_path IS NOT NULL")}
+            return known, active
+
+        return sweep_attempt_logs(fd, classify, max_total_bytes=self._policy.log_total_max_bytes,
+                                  min_age_ms=LOG_MIN_AGE_MS)
 
     # ------------------------------------------------------------------ space
 
@@ -290,14 +276,3 @@ def log_dir_contents(log_dir: Path) -> tuple[int, list[str]] | None:
     except FileNotFoundError:
         return None
     return total, sorted(others)
-
-
-def _unlink_regular(dir_fd: int, name: str) -> bool:
-    """Unlink ``name`` in the directory if it is a regular file; unlink never follows a symlink."""
-    try:
-        if not stat.S_ISREG(os.lstat(name, dir_fd=dir_fd).st_mode):
-            return False
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        return False
-    return True

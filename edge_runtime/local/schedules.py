@@ -7,7 +7,7 @@ value it read, and the Run it creates is unique on (schedule, slot): two service
 restarted after a crash, never fire one slot twice.
 
 Each schedule fires in its own zone (``time_zone``); one stored before zones were kept fires in
-the device's zone (:func:`edge_runtime.local.device.device_time_zone`, read once per repository).
+the device's zone (:func:`edge_runtime.contract.device.device_time_zone`, read once per repository).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from edge_runtime.contract.schedules import (
 )
 from edge_runtime.contract.time_zones import TimeZone, time_zone, time_zone_text
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.local.device import device_time_zone, read_boot_id
+from edge_runtime.contract.device import device_time_zone, read_boot_id
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.runs import LocalRunRepository, insert_run
@@ -77,7 +77,7 @@ class LocalScheduleRepository:
     """Schedules in the local SQLite database.
 
     ``device_zone`` is the zone text of schedules stored without one and of new schedules added
-    without one (default: :func:`~edge_runtime.local.device.device_time_zone`, read when first
+    without one (default: :func:`~edge_runtime.contract.device.device_time_zone`, read when first
     needed); ``boot_id`` is the current boot's (default: the kernel's), given to new ``@reboot``
     schedules so that they first fire at the next boot.
     """

@@ -23,7 +23,7 @@ from edge_runtime.local.runs import LocalRunRepository
 class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
-    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases")
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases", "_schedules")
 
     #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
     attempt_logs = None
@@ -34,6 +34,16 @@ class LocalStore:
         self.dispatches = LocalCancellationDispatchRepository(db)
         self.environment = LocalEnvironmentRepository(db)
         self._leases = None
+        self._schedules = None
+
+    @property
+    def schedules(self):
+        """The schedule commands' repository (``schedule add|edit|run|list|show|...``)."""
+        if self._schedules is None:
+            from edge_runtime.local.schedules import LocalScheduleRepository
+
+            self._schedules = LocalScheduleRepository(self.db)
+        return self._schedules
 
     @property
     def leases(self):

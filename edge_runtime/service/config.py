@@ -20,6 +20,7 @@ from typing import Annotated, Any
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.retention import DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_RUNS, RetainDays, RetainRuns
 from edge_runtime.contract.validation import IDENTIFIER_PATTERN
 
 CONFIG_ENV_VAR = "EDGE_RUNTIME_CONFIG"
@@ -76,8 +77,8 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     poll_interval_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 30_000
     #: Retention (README: storage bounds): finished Runs kept at most, and for at most so many days;
     #: older ones are deleted whole with their Attempts, events and logs. Unfinished Runs never are.
-    retain_runs: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 1000
-    retain_days: Annotated[int, msgspec.Meta(ge=1, le=36_500)] = 7
+    retain_runs: RetainRuns = DEFAULT_RETAIN_RUNS
+    retain_days: RetainDays = DEFAULT_RETAIN_DAYS
     #: All Attempt logs in log_dir together; the oldest are deleted first beyond it.
     log_total_max_bytes: Annotated[int, msgspec.Meta(ge=4096, le=1 << 40)] = 6 << 20
     #: Variables of the service's own environment an Attempt also gets, besides the documented

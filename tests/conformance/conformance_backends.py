@@ -16,6 +16,8 @@ from edge_runtime.contract.run_events import RunEvent
 
 START_MS = 1_700_000_000_000
 CREATED_AT_MS = 1_600_000_000_000
+#: The zone a schedule added without one gets (the device's on Local, the CLI host's on PostgreSQL).
+HOST_ZONE = "CST-8"
 TABLES = ("runs", "run_attempts", "run_events", "worker_sessions", "run_dispatch_leases", "run_cancellation_dispatches")
 PROJECTION = ("lease_worker_id, lease_session_id, lease_session_generation, lease_generation, lease_version, "
               "lease_token_digest, lease_offer_id, lease_expires_at_ms")
@@ -44,6 +46,8 @@ class _SetUp:
     runs: Any
     #: The shared variables (``EnvironmentStore``).
     environment: Any
+    #: The schedule store (``ScheduleAdmin`` and the service's ``ScheduleStore``).
+    schedules: Any
 
     def _exec(self, sql: str, params: tuple[Any, ...] = ()) -> None:
         raise NotImplementedError
@@ -122,6 +126,7 @@ class LocalBackend(_SetUp):
         from edge_runtime.local.database import open_database
         from edge_runtime.local.environment import LocalEnvironmentRepository
         from edge_runtime.local.runs import LocalRunRepository
+        from edge_runtime.local.schedules import LocalScheduleRepository
         from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 
         self.clock = ManualClock(START_MS)
@@ -130,6 +135,7 @@ class LocalBackend(_SetUp):
         self.leases = LocalWorkerLeaseRepository(self.db)
         self.runs = LocalRunRepository(self.db)
         self.environment = LocalEnvironmentRepository(self.db)
+        self.schedules = LocalScheduleRepository(self.db, device_zone=HOST_ZONE, boot_id="boot-conformance")
 
     def now(self) -> int:
         return self.clock.now_ms()
@@ -162,6 +168,7 @@ class PostgresBackend(_SetUp):
         from cluster_postgres.connection import connect
         from cluster_postgres.environment import PostgresEnvironment
         from cluster_postgres.runs import PostgresRunRepository
+        from cluster_postgres.schedules import PostgresScheduleRepository
         from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 
         self.database = database
@@ -173,6 +180,7 @@ class PostgresBackend(_SetUp):
         self.leases = PostgresWorkerLeaseRepository(self.conn)
         self.runs = PostgresRunRepository(self.conn)
         self.environment = PostgresEnvironment(self.conn)
+        self.schedules = PostgresScheduleRepository(self.conn, self.runs, host_zone=lambda: HOST_ZONE)
 
     def now(self) -> int:
         return self.owner.execute("SELECT ql3.now_ms()").fetchone()[0]

@@ -31,6 +31,8 @@ CREATE OR REPLACE FUNCTION ql3.now_ms() RETURNS bigint LANGUAGE sql STABLE AS $$
                     floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint) $$;
 GRANT USAGE ON SCHEMA ql3_test TO ql3_runtime;
 GRANT SELECT ON ql3_test.clock TO ql3_runtime;
+GRANT USAGE ON SCHEMA ql3_test TO ql3_retention;
+GRANT SELECT ON ql3_test.clock TO ql3_retention;
 """
 
 
@@ -60,10 +62,15 @@ class TestDatabase:
 
     @staticmethod
     def reset(owner: Any, start_ms: int | None) -> None:
-        """Empty every table and set the test clock (None: real database time)."""
-        owner.execute("TRUNCATE ql3.shared_env, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
+        """Empty every table, set the test clock (None: real database time) and the default retention."""
+        owner.execute("TRUNCATE ql3.shared_env, ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
                       "ql3.run_attempts, ql3.worker_sessions, ql3.runs")
         owner.execute("UPDATE ql3_test.clock SET now_ms = %s", (start_ms,))
+        from edge_runtime.contract.retention import DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_RUNS
+
+        # The retention policy as migration 0006 writes it: a test that changed it changes no other.
+        owner.execute("UPDATE ql3.retention_settings SET retain_runs = %s, retain_days = %s",
+                      (DEFAULT_RETAIN_RUNS, DEFAULT_RETAIN_DAYS))
 
 
 def reap_orphans(admin: Any) -> list[str]:

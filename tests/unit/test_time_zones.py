@@ -25,7 +25,7 @@ from edge_runtime.contract.time_zones import (
     time_zone,
     time_zone_text,
 )
-from edge_runtime.local.device import device_time_zone, read_boot_id
+from edge_runtime.contract.device import device_time_zone, read_boot_id
 
 RULES = [
     "UTC0",

@@ -1,4 +1,4 @@
-"""Facts of the device a Local store runs on: its time zone and the id of its current boot.
+"""Facts of the device (or the host) a store is used on: its time zone and the id of its current boot.
 
 Both the CLI (``schedule add`` stores the zone with a new schedule) and ``serve`` (a schedule stored
 before zones were kept fires in the device's zone; ``@reboot`` fires once per boot id) read them

@@ -1,4 +1,4 @@
--- 0006: the shared variables every Run's Attempts get (`edge-runtime-cluster env set`), as the
+-- 0007: the shared variables every Run's Attempts get (`edge-runtime-cluster env set`), as the
 -- Local table shared_env keeps them (Local 0011; docs/environment.md). A secret's value is kept
 -- here and never printed; the limits are those of edge_runtime/contract/environment.py.
 -- The runtime role may not DELETE (no role of the profile deletes): `env remove` clears the row

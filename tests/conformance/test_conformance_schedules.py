@@ -1,0 +1,204 @@
+"""The schedule store on both adapters: the same bodies against Local and PostgreSQL.
+
+What a user and the service see of a schedule (docs/schedules.md): add and the stored zone, due
+and fire by the store's time, one Run per slot, missed slots coalesced into one fire, the overlap
+rules (skip, queue, replace), pause and resume, edit, run now, remove. Time moves only by
+``backend.advance(ms)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+import pytest
+
+from conformance_backends import HOST_ZONE
+from edge_runtime.contract.cron import parse_schedule
+from edge_runtime.contract.schedules import (
+    AddScheduleCommand,
+    EditScheduleCommand,
+    FireOutcome,
+    Overlap,
+    ScheduleNotFoundError,
+)
+from edge_runtime.contract.time_zones import time_zone
+
+MINUTE = 60_000
+
+
+def _add(backend: Any, **fields: Any) -> Any:
+    fields = {"expression": "@every 1m", "argv": ["echo", "hi"], **fields}
+    return backend.schedules.add(AddScheduleCommand(**fields))
+
+
+def _fire_due(backend: Any) -> list[Any]:
+    return [plan for sid in backend.schedules.due_schedule_ids(64)
+            if (plan := backend.schedules.fire(sid, actor_id="w1")) is not None]
+
+
+def _schedule_runs(backend: Any, schedule_id: str) -> list[Any]:
+    return sorted(backend.runs.list_runs(schedule_id=schedule_id), key=lambda r: r.scheduled_for_ms)
+
+
+def test_add_stores_the_canonical_expression_the_zone_and_the_first_slot_after_now(backend: Any) -> None:
+    now = backend.now()
+    record = _add(backend, expression="0,15,30,45 * * * *", name="report", timeout_ms=90_000)
+    assert (record.expression, record.name, record.timeout_ms, record.overlap) == ("*/15 * * * *", "report", 90_000,
+                                                                                   Overlap.SKIP)
+    assert record.time_zone == HOST_ZONE  # no --tz: the host's zone, stored with it
+    assert record.next_fire_at_ms == parse_schedule("*/15 * * * *").next_fire_after(now, time_zone(HOST_ZONE))
+    assert (record.fired_count, record.skipped_count, record.coalesced_count, record.paused) == (0, 0, 0, False)
+    assert [r.id for r in backend.schedules.list()] == [record.id]
+    assert backend.schedules.get(record.id) == record
+    zoned = _add(backend, time_zone="UTC")
+    assert zoned.time_zone == "UTC0"
+
+
+def test_a_due_slot_fires_once_as_one_run_of_the_schedule(backend: Any) -> None:
+    record = _add(backend, name="tick", timeout_ms=5000, env={"A": "1"}, retries=2)
+    assert backend.schedules.due_schedule_ids(64) == []
+    assert backend.schedules.fire(record.id, actor_id="w1") is None  # not due yet
+    backend.advance(record.next_fire_at_ms - backend.now())
+    assert backend.schedules.due_schedule_ids(64) == [record.id]
+    plan = backend.schedules.fire(record.id, actor_id="w1")
+    assert plan is not None and plan.outcome is FireOutcome.STARTED and not plan.due.coalesced
+    assert plan.due.fire_at_ms == record.next_fire_at_ms
+    assert plan.due.next_fire_at_ms == record.next_fire_at_ms + MINUTE
+    # The same slot again, from this or any other worker: nothing.
+    assert backend.schedules.fire(record.id, actor_id="w2") is None
+    assert backend.schedules.due_schedule_ids(64) == []
+    [run] = _schedule_runs(backend, record.id)
+    assert (run.status.value, run.name, run.timeout_ms, run.scheduled_for_ms, run.env, run.retries) == (
+        "queued", "tick", 5000, record.next_fire_at_ms, {"A": "1"}, 2)
+    after = backend.schedules.get(record.id)
+    assert (after.fired_count, after.last_outcome, after.last_run_id, after.last_fire_at_ms) == (
+        1, FireOutcome.STARTED, run.id, record.next_fire_at_ms)
+
+
+def test_slots_missed_while_no_one_fired_coalesce_into_one_fire(backend: Any) -> None:
+    record = _add(backend)
+    backend.advance(record.next_fire_at_ms - backend.now() + 5 * MINUTE + 7_000)  # six slots passed
+    [plan] = _fire_due(backend)
+    assert plan.due.coalesced and plan.due.fire_at_ms == record.next_fire_at_ms
+    assert plan.due.next_fire_at_ms == record.next_fire_at_ms + 6 * MINUTE  # the first slot after now
+    assert _fire_due(backend) == []
+    assert len(_schedule_runs(backend, record.id)) == 1
+    after = backend.schedules.get(record.id)
+    assert (after.fired_count, after.coalesced_count) == (1, 1)
+
+
+def test_overlap_skip_records_the_slot_as_skipped_while_a_run_is_active(backend: Any) -> None:
+    record = _add(backend)
+    backend.advance(record.next_fire_at_ms - backend.now())
+    [first] = _fire_due(backend)
+    backend.advance(MINUTE)
+    [second] = _fire_due(backend)
+    assert (first.outcome, second.outcome) == (FireOutcome.STARTED, FireOutcome.SKIPPED)
+    assert len(_schedule_runs(backend, record.id)) == 1
+    after = backend.schedules.get(record.id)
+    assert (after.fired_count, after.skipped_count, after.last_outcome) == (1, 1, FireOutcome.SKIPPED)
+
+
+def test_overlap_queue_waits_for_the_active_run_then_starts_the_waiting_slot(backend: Any) -> None:
+    record = _add(backend, overlap=Overlap.QUEUE)
+    backend.advance(record.next_fire_at_ms - backend.now())
+    _fire_due(backend)
+    backend.advance(MINUTE)
+    [waiting] = _fire_due(backend)
+    backend.advance(MINUTE)
+    [joined] = _fire_due(backend)  # a later slot joins the one waiting
+    assert (waiting.outcome, joined.outcome) == (FireOutcome.WAITING, FireOutcome.WAITING)
+    assert backend.schedules.get(record.id).waiting_fire_at_ms == record.next_fire_at_ms + MINUTE
+    assert backend.schedules.start_waiting(actor_id="w1") == []
+    assert len(_schedule_runs(backend, record.id)) == 1  # still one: the first is active
+    backend.set_run_status(_schedule_runs(backend, record.id)[0].id, "succeeded")
+    assert backend.schedules.start_waiting(actor_id="w1") == []
+    runs = _schedule_runs(backend, record.id)
+    assert [r.scheduled_for_ms for r in runs] == [record.next_fire_at_ms, record.next_fire_at_ms + MINUTE]
+    after = backend.schedules.get(record.id)
+    assert after.waiting_fire_at_ms is msgspec.UNSET and after.fired_count == 2
+    assert backend.schedules.start_waiting(actor_id="w1") == []
+    assert len(_schedule_runs(backend, record.id)) == 2
+
+
+def test_overlap_replace_cancels_the_active_run_through_the_run_store(backend: Any) -> None:
+    record = _add(backend, overlap=Overlap.REPLACE)
+    backend.advance(record.next_fire_at_ms - backend.now())
+    _fire_due(backend)
+    [active] = _schedule_runs(backend, record.id)
+    backend.advance(MINUTE)
+    [plan] = _fire_due(backend)
+    assert plan.outcome is FireOutcome.WAITING and plan.cancel_run_ids == (active.id,)
+    backend.schedules.request_cancel(active.id, f"replaced by schedule {record.id}", actor_id="scheduler")
+    cancelled = backend.runs.get(active.id)
+    assert cancelled.cancel_reason == f"replaced by schedule {record.id}"
+    # Requested once: a waiting replace slot asks again only for Runs without a request.
+    assert backend.schedules.start_waiting(actor_id="w1") == []
+    backend.set_run_status(active.id, "cancelled")
+    backend.schedules.start_waiting(actor_id="w1")
+    assert len(_schedule_runs(backend, record.id)) == 2
+
+
+def test_pause_stops_firing_and_resume_starts_from_the_first_slot_after_now(backend: Any) -> None:
+    record = _add(backend)
+    paused = backend.schedules.set_paused(record.id, True)
+    assert paused.paused
+    backend.advance(record.next_fire_at_ms - backend.now() + 3 * MINUTE)
+    assert backend.schedules.due_schedule_ids(64) == []
+    resumed = backend.schedules.set_paused(record.id, False)
+    assert not resumed.paused
+    assert resumed.next_fire_at_ms == record.next_fire_at_ms + 4 * MINUTE  # the missed slots are not fired
+    assert _fire_due(backend) == []
+
+
+def test_edit_changes_only_what_is_given_and_a_new_expression_moves_the_next_fire(backend: Any) -> None:
+    record = _add(backend, name="old")
+    now = backend.now()
+    edited = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, expression="@every 5m",
+                                                        argv=["true"], env={"K": "v"}))
+    assert (edited.id, edited.name, edited.expression, edited.command, edited.env) == (
+        record.id, "old", "@every 5m", ["true"], {"K": "v"})
+    assert edited.next_fire_at_ms == parse_schedule("@every 5m").next_fire_after(now, time_zone(HOST_ZONE))
+    renamed = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, name="new"))
+    assert (renamed.name, renamed.next_fire_at_ms) == ("new", edited.next_fire_at_ms)
+    with pytest.raises(ScheduleNotFoundError):
+        backend.schedules.edit(EditScheduleCommand(schedule_id="missing", name="x"))
+
+
+def test_run_now_starts_a_run_and_its_overlap_applies(backend: Any) -> None:
+    record = _add(backend, overlap=Overlap.SKIP)
+    started = backend.schedules.run_now(record.id, actor_id="cli")
+    assert started.outcome is FireOutcome.STARTED
+    [run] = _schedule_runs(backend, record.id)
+    assert run.id == started.run_id and run.scheduled_for_ms == backend.now()
+    skipped = backend.schedules.run_now(record.id, actor_id="cli")
+    assert skipped.outcome is FireOutcome.SKIPPED and skipped.active_run_ids == [run.id]
+    backend.set_run_status(run.id, "succeeded")
+    again = backend.schedules.run_now(record.id, actor_id="cli")  # the same millisecond: the next slot
+    assert again.outcome is FireOutcome.STARTED
+    assert len({r.scheduled_for_ms for r in _schedule_runs(backend, record.id)}) == 2
+
+
+def test_remove_ends_the_schedule_and_keeps_its_runs(backend: Any) -> None:
+    record = _add(backend)
+    backend.advance(record.next_fire_at_ms - backend.now())
+    _fire_due(backend)
+    backend.schedules.remove(record.id)
+    with pytest.raises(ScheduleNotFoundError):
+        backend.schedules.get(record.id)
+    with pytest.raises(ScheduleNotFoundError):
+        backend.schedules.remove(record.id)
+    assert backend.schedules.list() == []
+    backend.advance(10 * MINUTE)
+    assert backend.schedules.due_schedule_ids(64) == []
+    assert len(_schedule_runs(backend, record.id)) == 1
+
+
+def test_the_next_due_time_is_the_earliest_next_fire_of_an_unpaused_schedule(backend: Any) -> None:
+    assert backend.schedules.next_due_at_ms() is None
+    soon = _add(backend, expression="@every 1m")
+    _add(backend, expression="@every 1h")
+    assert backend.schedules.next_due_at_ms() == soon.next_fire_at_ms
+    backend.schedules.set_paused(soon.id, True)
+    assert backend.schedules.next_due_at_ms() != soon.next_fire_at_ms
