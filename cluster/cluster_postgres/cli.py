@@ -66,7 +66,7 @@ def _main(argv: list[str] | None) -> int:
     CliParser.json_errors = wants_json(argv)
     args = _parser().parse_args(argv)
     if args.command in USER_COMMANDS:
-        return execute(lambda: args.run(args), json_errors=bool(getattr(args, "json", False)))
+        return execute(lambda: args.run(args), json_errors=bool(getattr(args, "json", False)) or CliParser.json_errors)
     as_json = bool(getattr(args, "json", False))
     try:
         from cluster_postgres.connection import describe_dsn

@@ -20,6 +20,7 @@ from cluster_postgres.serve import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
 from edge_runtime.cli.main import USAGE_ERROR_CODE
 from edge_runtime.contract.runs import SubmitRunCommand
+from edge_runtime.contract.schedules import AddScheduleCommand
 from pg_unfenced_attempts import take_queued_run
 
 
@@ -42,6 +43,7 @@ class World:
             self.blocked = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
             attempt = take_queued_run(store.runs, self.blocked, actor_id="t")
             store.environment.set("PLAIN", "x", secret=False)
+            self.schedule = store.schedules.add(AddScheduleCommand(expression="@daily", argv=["true"])).id
         finally:
             store.close()
         owner.execute("INSERT INTO ql3.run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
@@ -70,6 +72,16 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("env", "list"): lambda w: ["env", "list", "--json"],
     ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
     ("check",): lambda w: ["check", "--dsn", w.dsn, "--json"],
+    ("schedule", "add"): lambda w: ["schedule", "add", "@hourly", "--json", "--", "true"],
+    ("schedule", "edit"): lambda w: ["schedule", "edit", w.schedule, "--name", "n", "--json"],
+    ("schedule", "run"): lambda w: ["schedule", "run", w.schedule, "--json"],
+    ("schedule", "list"): lambda w: ["schedule", "list", "--json"],
+    ("schedule", "show"): lambda w: ["schedule", "show", w.schedule, "--json"],
+    ("schedule", "pause"): lambda w: ["schedule", "pause", w.schedule, "--json"],
+    ("schedule", "resume"): lambda w: ["schedule", "resume", w.schedule, "--json"],
+    ("schedule", "remove"): lambda w: ["schedule", "remove", w.schedule, "--json"],
+    ("retention", "show"): lambda w: ["retention", "show", "--json"],
+    ("retention", "set"): lambda w: ["retention", "set", "--runs", "500", "--json"],
 }
 ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("submit",): (lambda w: ["submit", "--json", "--name", "a\x01b", "--", "true"], "INVALID_NAME"),
@@ -87,6 +99,18 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("env", "remove"): (lambda w: ["env", "remove", "NONE_SUCH", "--json"], "VARIABLE_NOT_FOUND"),
     ("check",): (lambda w: ["check", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2", "--json"],
                  "CLUSTER_STORAGE_FAILED"),
+    ("schedule", "add"): (lambda w: ["schedule", "add", "*", "--json", "--", "true"], "INVALID_CRON_EXPRESSION"),
+    ("schedule", "edit"): (lambda w: ["schedule", "edit", "none-such", "--name", "n", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "run"): (lambda w: ["schedule", "run", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "list"): (lambda w: ["schedule", "list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
+                           "CLUSTER_STORAGE_FAILED"),
+    ("schedule", "show"): (lambda w: ["schedule", "show", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "pause"): (lambda w: ["schedule", "pause", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "resume"): (lambda w: ["schedule", "resume", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("schedule", "remove"): (lambda w: ["schedule", "remove", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
+    ("retention", "show"): (lambda w: ["retention", "show", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
+                            "CLUSTER_STORAGE_FAILED"),
+    ("retention", "set"): (lambda w: ["retention", "set", "--runs", "0", "--json"], "CONFIG_INVALID"),
 }
 
 
@@ -106,7 +130,7 @@ def _one_json_error(err: str) -> dict[str, Any]:
 
 def test_the_tables_cover_every_cluster_command_with_json() -> None:
     found = set(json_commands(cluster_cli._parser()))
-    assert len(found) >= 11
+    assert len(found) >= 21
     assert found == set(SUCCESS) == set(ERRORS)
 
 
