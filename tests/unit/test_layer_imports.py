@@ -1,5 +1,5 @@
 """The service talks to storage through the ports (edge_runtime/contract/ports.py); only a
-composition root picks an adapter (issue 11).
+composition root picks an adapter (docs/architecture.md, layers and layout).
 
 Read statically, by AST, from the source of every module: every ``import`` and ``from ... import``
 anywhere in a module (a function-level import counts: it is how the CLI defers loading), relative
