@@ -35,6 +35,7 @@ from cluster_postgres.errors import (
 )
 from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.backoff import capped_backoff, worth_logging
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 #: The listener's reconnect backoff: doubling from the first, capped (a refused connection costs
@@ -45,10 +46,6 @@ LISTEN_RETRY_MAX_S = 5.0
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
 Reporter = Callable[..., None]
-
-
-def _power_of_two(n: int) -> bool:
-    return n & (n - 1) == 0
 
 
 class PostgresWake:
@@ -117,7 +114,6 @@ class PostgresWake:
 
     def _run(self) -> None:
         failures = 0
-        delay = LISTEN_RETRY_FIRST_S
         while True:
             try:
                 if self._conn is None:
@@ -125,7 +121,7 @@ class PostgresWake:
                     self._poke()  # notifications sent while we were not listening are lost
                     if failures and self._report is not None:
                         self._report("info", "wake.listening", failures=failures, where=self.where)
-                    failures, delay = 0, LISTEN_RETRY_FIRST_S
+                    failures = 0
                 ready = select.select([self._conn.fileno(), self._stop_reader], [], [])[0]
                 if self._stop_reader in ready:
                     return
@@ -136,13 +132,13 @@ class PostgresWake:
                     raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
             except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
                 failures += 1
-                if self._report is not None and _power_of_two(failures):
+                delay = capped_backoff(LISTEN_RETRY_FIRST_S, failures, LISTEN_RETRY_MAX_S)
+                if self._report is not None and worth_logging(failures):
                     self._report("error", "wake.listen_failed", failures=failures, retry_in_s=delay,
                                  detail=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
                 self._close_connection()
                 if self._stopping(delay):
                     return
-                delay = min(delay * 2, LISTEN_RETRY_MAX_S)
 
     def _close_connection(self) -> None:
         conn, self._conn = self._conn, None
