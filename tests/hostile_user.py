@@ -1,4 +1,4 @@
-"""A second, unprivileged local user for the hardening tests (issue 10), created and removed by them.
+"""A second, unprivileged local user for the hardening tests (docs/threat-model.md), made and removed by them.
 
 The service runs as root on a shared device; these tests let a real other user act first (create a
 directory, plant a file) and check that the service refuses to trust it. Needs root and ``useradd``;

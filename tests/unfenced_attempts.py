@@ -1,6 +1,6 @@
 """Arrange an Attempt the way no current service can: created outside the fenced start.
 
-The runtime creates an Attempt only inside ``start_run`` (issue 9: taking work is fenced by the
+The runtime creates an Attempt only inside ``start_run`` (the start sequence: taking work is fenced by the
 worker session, in the same transaction). Tests of what the orphan sweep, recovery, the dispatcher
 or a power cut do with a ``claimed`` Attempt (left by the separate steps of an earlier version,
 or by another tool) seed one here, with the row ``start_run`` would write and the

@@ -23,9 +23,9 @@ LD_LIBRARY_PATH="$PREFIX/lib" "$PREFIX/bin/python3.11" "$CROSS_DIR/float_check.p
 
 # Every built-binary test of the project, as CI runs them against the host build (.ci/run):
 #   test_built_binary.py            both forms: version, help, database, C locale, serve/submit/cancel
-#   test_built_binary_supervisor.py issue 18: the one-file launcher killed with SIGKILL (serve stops
+#   test_built_binary_supervisor.py under a supervisor: the one-file launcher killed with SIGKILL (serve stops
 #                                   and a new serve re-adopts; other commands and a half-started child die)
-#   test_built_binary_hardening.py  issue 10: a task's environment, unsafe unpack/install directories
+#   test_built_binary_hardening.py  hardening: a task's environment, unsafe unpack/install directories
 # Left out, and why: the baked-RUNTIME_TMPDIR test rebuilds the one-file executable with the
 # host's PyInstaller (sys.executable), so here it would test an x86_64 glibc build, not this
 # target's; the check it reaches is the same Python entry check on sys._MEIPASS that the $TMPDIR

@@ -40,6 +40,7 @@ from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
 from cluster_postgres.retention import PostgresRetentionRepository
 from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.backoff import capped_backoff, worth_logging
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.sql_vocabulary import sql_literal
 from edge_runtime.contract.worker_session import SessionStatus
@@ -60,10 +61,6 @@ WAKE_MIN_INTERVAL_S = 0.1
 #: ``problem(event, **fields)``: where the adapter reports what it cannot raise (the listener
 #: thread's failures); the composition root passes the service's journal.
 Reporter = Callable[..., None]
-
-
-def _power_of_two(n: int) -> bool:
-    return n & (n - 1) == 0
 
 
 class WakeCoalescer:
@@ -187,7 +184,6 @@ class PostgresWake:
 
     def _run(self) -> None:
         failures = 0
-        delay = LISTEN_RETRY_FIRST_S
         while True:
             try:
                 if self._conn is None:
@@ -195,7 +191,7 @@ class PostgresWake:
                     self.coalescer.wake_now()  # notifications sent while we were not listening are lost
                     if failures and self._report is not None:
                         self._report("info", "wake.listening", failures=failures, where=self.where)
-                    failures, delay = 0, LISTEN_RETRY_FIRST_S
+                    failures = 0
                 if self.coalescer.take():
                     self._poke()
                 ready = select.select([self._conn.fileno(), self._stop_reader], [], [], self.coalescer.wait_s())[0]
@@ -210,13 +206,13 @@ class PostgresWake:
                         raise ClusterRunStorageError("the LISTEN connection was lost", retryable=True)
             except (psycopg.Error, EdgeRuntimeError, OSError) as exc:
                 failures += 1
-                if self._report is not None and _power_of_two(failures):
+                delay = capped_backoff(LISTEN_RETRY_FIRST_S, failures, LISTEN_RETRY_MAX_S)
+                if self._report is not None and worth_logging(failures):
                     self._report("error", "wake.listen_failed", failures=failures, retry_in_s=delay,
                                  detail=str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__)
                 self._close_connection()
                 if self._stopping(delay):
                     return
-                delay = min(delay * 2, LISTEN_RETRY_MAX_S)
 
     def _close_connection(self) -> None:
         conn, self._conn = self._conn, None

@@ -204,7 +204,7 @@ class PostgresWorkerLeaseRepository:
     """Fenced Worker Sessions and Run Leases in ``ql3``. One connection, not thread-safe.
 
     Mutations: ``register``, ``heartbeat``, ``drain``, ``offline``, ``claim_run``, ``renew``,
-    ``release``, ``begin_start``, ``complete``, and the composed start of issue 9: ``start_run``,
+    ``release``, ``begin_start``, ``complete``, and the composed, fenced start: ``start_run``,
     ``abandon_start``, ``sweep_orphans``; reads: ``find_session``, ``find_lease``,
     ``count_active_leases``, ``free_slots``, ``list_active_leases``.
     """
@@ -475,7 +475,7 @@ class PostgresWorkerLeaseRepository:
                                 attempt_status=attempt[1])
             return LeaseTransitionOutcome(lease=lease, event=event)
 
-    # ================================================================= the composed start (issue 9)
+    # ========================================================== the composed start (taking work is fenced)
 
     def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
         """Take a queued Run: its next Attempt, its Run Lease and the start barrier, in one

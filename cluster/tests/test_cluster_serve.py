@@ -1,4 +1,4 @@
-"""Issue 12: several ``edge-runtime-cluster serve`` workers on one PostgreSQL (cluster-profile.md §6).
+"""Scale out: several ``edge-runtime-cluster serve`` workers on one PostgreSQL (cluster-profile.md §6).
 
 - Several hosts: three workers, each in a network namespace of its own reaching a throwaway
   PostgreSQL over its veth (or, where namespaces cannot be made, as separate processes), 210 Runs

@@ -11,6 +11,7 @@ import enum
 
 import msgspec
 
+from edge_runtime.contract.backoff import capped_backoff
 from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.environment import env_problem
@@ -236,7 +237,7 @@ def retry_wait_ms(retries: int | None, retry_delay_ms: int | None, failed_attemp
     if not retries or failed_attempt > retries:
         return None
     delay = DEFAULT_RETRY_DELAY_MS if retry_delay_ms is None else retry_delay_ms
-    return min(MAX_RETRY_DELAY_MS, delay << min(failed_attempt - 1, 32))
+    return capped_backoff(delay, failed_attempt, MAX_RETRY_DELAY_MS)
 
 
 def run_options_problem(env: object, cwd: object) -> str | None:

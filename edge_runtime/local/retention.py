@@ -41,7 +41,7 @@ from edge_runtime.local.errors import LocalStorageError, StorageErrors
 #: Runs deleted per transaction: a few hundred rows, a few ms of write lock.
 BATCH_RUNS = 16
 #: Free space kept for reuse before any is returned to the file system, and the most returned per
-#: step; in bytes, so a file's page size (4 KiB before issue 13, then 1 KiB, 512 B since) does not change them.
+#: step; in bytes, so a file's page size (4 KiB at first, then 1 KiB, 512 B since) does not change them.
 FREE_BYTES_RESERVE = 1 << 20
 VACUUM_BYTES_PER_STEP = 1 << 20
 #: A WAL larger than this is truncated when the service is idle.

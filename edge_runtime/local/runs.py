@@ -4,7 +4,7 @@ Every mutation is one ``BEGIN IMMEDIATE`` transaction with the clock read after 
 appends its event through :func:`append_run_event` (Run version CAS + sequence). The Worker/Run
 lease authority (``local.worker_lease``) owns the ``claimed -> starting`` barrier, and the creation
 of an Attempt: only its fenced ``start_run`` (``local.run_start``) creates one, in the transaction
-that checks the caller's worker session (issue 9: a fenced-out service takes nothing). This module
+that checks the caller's worker session (taking work is fenced: a fenced-out service takes nothing). This module
 owns Run creation, cancel requests, ``starting -> running`` once the process identity is known, the
 end of an Attempt, and the SIGKILL deadline bookkeeping.
 """
@@ -255,7 +255,7 @@ class LocalRunRepository:
         and those end the process too: the Attempt is then ``starting`` without an identity, and
         the orphan sweep ends it ``lost`` once its grant ran out, as it would have ended it for
         the reboot. Any later synced commit (the Attempt's end, the next start, a checkpoint) makes
-        it durable, since WAL frames are replayed in order. One sync fewer per Run (issue 13).
+        it durable, since WAL frames are replayed in order. One sync fewer per Run (fewer flash writes).
 
         Raises:
             RunStateConflictError: the Attempt is not ``starting``.
@@ -317,7 +317,7 @@ class LocalRunRepository:
                 extra["exit_code"] = exit_code
             if reason is not None:
                 extra["reason"] = reason
-            # One commit for the Attempt's end and its grant's (issue 13: fewer syncs per Run), and
+            # One commit for the Attempt's end and its grant's (fewer flash writes: fewer syncs per Run), and
             # one event when the Run ends with it.
             completed = complete_with_attempt_end(connection, attempt_id, now)
             if run.status in ACTIVE_RUN_STATUSES:
@@ -558,7 +558,7 @@ def end_unstarted(
 ) -> RunStatus:
     """End an Attempt whose process was never recorded, and say what became of its Run.
 
-    The one rule for the start sequence's failures (issue 9): a Run whose Attempt certainly
+    The one rule for the start sequence's failures (docs/operating.md): a Run whose Attempt certainly
     started no process never fails for it: the Attempt ends ``lost`` with ``reason`` and the
     Run goes back to ``queued`` (event ``run.requeued``). When a process *may* have started
     (the Attempt crossed the start barrier and its owner is gone) the Run ends ``failed``, so a

@@ -1,10 +1,10 @@
 """The device service: runs Attempts as local processes, dispatches cancellations, recovers.
 
 Dependency direction: contract <- local, contract <- service, and cli (the composition root)
-builds both. This package owns processes, signals, the event loop and restart recovery; it contains
-no SQL, imports no adapter and changes durable state only through the ports of
-``edge_runtime.contract.ports``. It never holds a database transaction across a spawn,
-a signal or a wait.
+builds both; cluster_postgres -> service (it runs this service on PostgreSQL). This package
+owns processes, signals, the event loop and restart recovery; it contains no SQL, imports no
+adapter and changes durable state only through the ports of ``edge_runtime.contract.ports``. It
+never holds a database transaction across a spawn, a signal or a wait.
 
 Modules, one job each:
 

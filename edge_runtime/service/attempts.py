@@ -53,6 +53,7 @@ from pathlib import Path
 
 import msgspec
 
+from edge_runtime.contract.backoff import capped_backoff
 from edge_runtime.contract.environment import compose_environment
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import AttemptLogStore, RunStore
@@ -239,7 +240,7 @@ class AttemptSupervisor:
         if retryable:
             self._start_failures += 1
             low, high = START_BACKOFF_MS
-            self._start_paused_until = time.monotonic() + min(high, low << min(self._start_failures - 1, 16)) / 1000
+            self._start_paused_until = time.monotonic() + capped_backoff(low, self._start_failures, high) / 1000
         self._settlements.not_started(grant, reason, None if retryable else end or AttemptStatus.FAILED)
         return _STOP if retryable else False
 
@@ -659,7 +660,7 @@ class AttemptSupervisor:
         backoff that doubles while they keep failing) or the end of a pause in starting; None
         when nothing is pending."""
         if self.pending_retries:
-            return min(RETRY_INTERVAL_S * (1 << min(self._settlements.failures, 5)), 30.0)
+            return self._settlements.backoff_s()
         paused = self._start_paused_until - time.monotonic()
         return paused if paused > 0 else None
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 
+from edge_runtime.contract.backoff import capped_backoff
 from edge_runtime.contract.cancellation_dispatch import (
     MAX_RETRY_DELAY_MS,
     RETRYABLE_RESULTS,
@@ -43,9 +44,7 @@ _KILL_RETRY_MAX_MS = 30_000
 
 def retry_delay_ms(dispatch_count: int, base_ms: int, max_ms: int) -> int:
     """``base * 2**(count-1)``, capped by ``max_ms`` and the contract's maximum."""
-    exponent = max(0, dispatch_count - 1)
-    delay = base_ms << min(exponent, 40)  # the shift cap keeps the int small; max_ms caps it anyway
-    return max(1, min(delay, max_ms, MAX_RETRY_DELAY_MS))
+    return max(1, capped_backoff(base_ms, dispatch_count, min(max_ms, MAX_RETRY_DELAY_MS)))
 
 
 class CancellationDispatcher:
@@ -201,7 +200,7 @@ class CancellationDispatcher:
 
     def _schedule_kill_retry(self, attempt_id: str, now: int) -> None:
         failures = self._kill_retry.get(attempt_id, (0, 0))[0] + 1
-        delay = min(_KILL_RETRY_BASE_MS << min(failures - 1, 16), _KILL_RETRY_MAX_MS)
+        delay = capped_backoff(_KILL_RETRY_BASE_MS, failures, _KILL_RETRY_MAX_MS)
         self._kill_retry[attempt_id] = (failures, now + delay)
 
     def next_kill_retry_at_ms(self) -> int | None:

@@ -42,6 +42,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
+from edge_runtime.contract.backoff import capped_backoff, worth_logging
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import RunStore, Store
 from edge_runtime.contract.retention import Retention
@@ -93,7 +94,7 @@ class TickHook(Protocol):
 
 def failure_backoff_ms(failures: int) -> int:
     """The sleep after ``failures`` consecutive failed ticks: MIN_SLEEP_MS doubling, capped."""
-    return min(MIN_SLEEP_MS << min(max(failures - 1, 0), 16), MAX_FAILURE_BACKOFF_MS)
+    return capped_backoff(MIN_SLEEP_MS, failures, MAX_FAILURE_BACKOFF_MS)
 
 
 class SessionLostError(ServiceError):
@@ -298,7 +299,7 @@ class DeviceService:
                 raise
             # Logged at the 1st, 2nd, 4th... failure in a row, like a failing tick.
             self._recovery_failures += 1
-            if self._recovery_failures & (self._recovery_failures - 1) == 0:
+            if worth_logging(self._recovery_failures):
                 self.journal.error("service.recovery_failed", error=exc.code, detail=str(exc),
                                    failures=self._recovery_failures)
             return {}
@@ -413,7 +414,7 @@ class DeviceService:
             # A busy database or one failed step: try again after a sleep that grows while the
             # failures go on; log the 1st, 2nd, 4th, 8th... so a full disk cannot flood the log.
             self._tick_failures += 1
-            if self._tick_failures & (self._tick_failures - 1) == 0:
+            if worth_logging(self._tick_failures):
                 self.journal.error("service.tick_failed", error=exc.code, detail=str(exc), retryable=exc.retryable,
                                    failures=self._tick_failures)
             return worked

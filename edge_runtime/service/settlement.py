@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
+from edge_runtime.contract.backoff import capped_backoff, worth_logging
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.ports import RunStore
 from edge_runtime.contract.runs import AttemptStatus
@@ -22,6 +23,8 @@ from edge_runtime.service.worker import RunGrant, WorkerSession
 
 #: How soon a failed settlement (a requeue, an Attempt's end, a grant's completion) is retried.
 RETRY_INTERVAL_S = 1.0
+#: The longest wait between two retries of failed settlements.
+RETRY_MAX_S = 30.0
 #: When the service stops, the undos of failed starts still pending are retried for this long, this
 #: often, before it exits: each is the Run's way back to the queue (a passing busy database
 #: usually clears within it), and the rest of a stop must stay short for procd's/systemd's timeout.
@@ -63,14 +66,19 @@ class Settlements:
     def failed(self) -> bool:
         """Count one failed settlement; whether to log it (the 1st, 2nd, 4th, 8th...)."""
         self.failures += 1
-        return self.failures & (self.failures - 1) == 0
+        return worth_logging(self.failures)
 
     def next_retry_s(self) -> float | None:
         """Seconds until a retry is due (a backoff that doubles while they keep failing); None
         when nothing is pending."""
         if not self.pending:
             return None
-        return min(RETRY_INTERVAL_S * (1 << min(self.failures, 5)), 30.0)
+        return self.backoff_s()
+
+    def backoff_s(self) -> float:
+        """The wait before the next retry: ``RETRY_INTERVAL_S`` with no failure yet, doubling
+        with each failure in a row, at most ``RETRY_MAX_S``."""
+        return capped_backoff(RETRY_INTERVAL_S, self.failures + 1, RETRY_MAX_S)
 
     # ----------------------------------------------------------------- starts that made no process
 

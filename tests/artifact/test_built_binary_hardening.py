@@ -1,4 +1,4 @@
-"""Issue 10 points 1-2 against the built executables: what a task inherits, where the build unpacks.
+"""Hardening against the built executables: what a task inherits, where the build unpacks.
 
 1. A task gets the environment the service was started with: none of the bootloader's ``_PYI_*``
    variables, and the original ``LD_LIBRARY_PATH`` (or none), never the unpack directory.

@@ -10,7 +10,7 @@ import tomllib
 from tests.artifact.conftest import ROOT
 
 CROSS = ROOT / "build" / "cross"
-ONEFILE_LIMIT = 4_718_592  # issue 15: one-file <= 4.5 MiB for every target
+ONEFILE_LIMIT = 4_718_592  # router builds: one-file <= 4.5 MiB for every target
 
 
 def _targets() -> list[str]:

@@ -1,4 +1,4 @@
-"""CLI time against stored history (issue 13): ``show``, ``list``, ``events``, ``submit`` and
+"""CLI time independent of stored history: ``show``, ``list``, ``events``, ``submit`` and
 ``cancel`` as real processes (the installed ``.venv/bin/edge-runtime``) on a database holding 1k and
 50k finished Runs, their ratio (target <= 1.2x), and ``check`` (which reads the whole file on purpose).
 

@@ -1,4 +1,4 @@
-"""Which pages each of a Run's four commits writes to the WAL, by b-tree (issue 13: bytes per Run).
+"""Which pages each of a Run's four commits writes to the WAL, by b-tree (fewer flash writes: bytes per Run).
 
 Every commit appends each page it changed, whole, to the WAL (and a checkpoint copies it back), so
 the bytes a Run writes are its commits' page counts times the page size. This shows where they go:

@@ -1,4 +1,4 @@
-"""Flash writes of the device service (issue 13): syncs and bytes per Run, and of an idle serve.
+"""Flash writes of the device service (docs/storage.md): syncs and bytes per Run, and of an idle serve.
 
 A real ``serve`` and real ``submit`` processes run through ``footprint_child.py``, which counts
 every SQLite ``xWrite`` (bytes) and ``xSync`` (one fdatasync) per file kind (db, wal, shm) with a

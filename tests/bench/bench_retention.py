@@ -1,5 +1,6 @@
-"""Storage after a simulated week at 14,400 Runs a day (issue 13): database + WAL + logs, with the
-clock injected and the default retention settings, against the same load without retention.
+"""Storage after a simulated week at 14,400 Runs a day (docs/storage.md, storage bounds): database +
+WAL + logs, with the clock injected and the default retention settings, against the same load
+without retention.
 
 Each Run goes through the real repository sequence (submit, start, running, finish, complete) and
 writes a 1 KB log, one every 6 simulated seconds; retention runs in small steps every 10 Runs (a

@@ -1,4 +1,4 @@
-"""Benchmarks of schedules (issue 14).
+"""Benchmarks of schedules (docs/schedules.md).
 
 - idle CPU of a real ``serve`` holding 0 and 50 schedules that do not fire in the window (daily
   slots): it sleeps until the next fire time, so the schedules must add nothing measurable

@@ -10,7 +10,7 @@
   ``/proc/<pid>`` after start-up, over 60 s (10 s with ``--quick``).
 - throughput: Runs of ``true`` completed per second with 2 slots, Runs queued up front.
 - output past the log cap: CPU of ``serve`` while a Run of ``yes`` writes past ``log_max_bytes``
-  (issue 10: it used to read and drop it at full speed, about half a core).
+  (hardening, log growth while serving: it used to read and drop it at full speed, about half a core).
 
 Figures are reported, never judged pass/fail.
 """

@@ -1,4 +1,4 @@
-"""The start sequence at the lease authority (issue 9) on every adapter: ``start_run``,
+"""The start sequence at the lease authority (every queued Run runs once) on every adapter: ``start_run``,
 ``abandon_start``, ``sweep_orphans`` and ``free_slots``, with capacity counted from the session's
 own leases under the lock. Ported from tests/unit/test_run_start.py, whose commit-failure cases stay
 Local-only (they inject an apsw failure); state is arranged only through the backend's set-up API.

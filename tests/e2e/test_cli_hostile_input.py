@@ -1,4 +1,4 @@
-"""Issue 10 point 12, black-box: hostile or careless input to the real ``edge-runtime`` process
+"""Hardening against hostile input, black-box: hostile or careless input to the real ``edge-runtime`` process
 ends in one ``Error:`` line (never a traceback, a hang or unbounded memory), and a reader that
 goes away (``| head -1``) ends the command quietly."""
 

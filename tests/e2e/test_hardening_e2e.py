@@ -1,5 +1,7 @@
-"""Issue 10 (points 1, 4, 8, 10, 11) against real ``serve`` processes, as a hostile user or careless
-admin would try them. Points 1-2 against the built executables: tests/artifact/test_built_binary_hardening.py.
+"""Hardening (a task's environment, trusted directories, hostile files beside the database, log
+paths) against real ``serve`` processes, as a hostile user or careless admin would try them.
+The task environment and the unpack directory against the built executables:
+tests/artifact/test_built_binary_hardening.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 10 point 3, black-box: a second, unprivileged local user plants things where the wake-up
+"""Trusted paths for the wake-up, black-box: a second, unprivileged local user plants things where the wake-up
 looks (symlinks, sockets of its own, a directory of its own) and root's CLI and service run there.
 
 The user is created with ``useradd`` for the test and removed afterwards; the tests skip, saying

@@ -305,8 +305,8 @@ def test_a_child_ignoring_sigterm_is_killed_after_its_leader_exited(harness: Har
 
 
 def test_serve_keeps_only_retain_runs_finished_runs_and_their_logs(harness: Harness) -> None:
-    """Retention from the real loop (issue 13): beyond retain_runs, the oldest finished Runs go
-    with their logs, while the service is idle; `check` reports what is kept."""
+    """Retention from the real loop (docs/storage.md, storage bounds): beyond retain_runs, the oldest
+    finished Runs go with their logs, while the service is idle; `check` reports what is kept."""
     harness.env["EDGE_RUNTIME_RETAIN_RUNS"] = "3"  # serve and check alike
     harness.serve()
     run_ids = harness.submit_many([["sh", "-c", "echo out"]] * 8)

@@ -1,4 +1,4 @@
-"""Two real services on one database, with different worker ids and with the same one (issue 9):
+"""Two real services on one database, with different worker ids and with the same one (each Run once):
 every queued Run ends ``succeeded``, its command executed exactly once, no session ever runs more
 processes than its capacity, and the queue drains right after the takeover, not at the fallback
 poll (set to a minute here, longer than every wait below).
@@ -59,7 +59,7 @@ def test_two_workers_share_the_queue_each_run_once(harness: Harness) -> None:
 
 
 def test_a_takeover_by_the_same_worker_id_runs_each_run_once(harness: Harness) -> None:
-    """The issue's case: a second ``serve`` with the same worker id while Runs are queued and
+    """The takeover case: a second ``serve`` with the same worker id while Runs are queued and
     running. The first is fenced out at once (it takes nothing more, creates no Attempt), records
     the end of its own children, and exits; the second runs the rest."""
     log = harness.tmp / "executions"

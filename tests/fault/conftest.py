@@ -2,7 +2,9 @@
 
 Every test here is marked ``fault``. ``make test`` runs the short mode (bounded; the whole
 directory well under a minute), ``make fault`` the long one (``--fault-mode=long``). Either way
-the session ends with one table of what was tried and what was lost (it must be nothing).
+the session ends with one table of what was tried and what was lost (it must be nothing). After
+each test, the files it had the runtime write hold no raw lease token (secrets at rest), whatever
+order the tests run in.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import fault_secrets
 import fault_stats
 
 
@@ -35,6 +38,18 @@ def rng(fault_seed: int, request: pytest.FixtureRequest) -> random.Random:
     # One stream per test, derived from the fixed seed and the test's id, so a single test
     # reproduces alone with the same seed.
     return random.Random(f"{fault_seed}:{request.node.nodeid}")
+
+
+@pytest.fixture(autouse=True)
+def no_raw_lease_token_at_rest() -> Iterator[None]:
+    """Secrets at rest, checked at the end of each test: no file under the directories the test
+    registered (database, ``-wal``, ``-shm``, journals, Attempt logs) holds the raw bytes of any
+    lease token issued so far, by this test or an earlier one. A leak is an error at teardown of
+    the test that wrote it."""
+    first = len(fault_secrets.RUNTIME_DIRS)
+    yield
+    leaks = fault_secrets.leaks_at_rest(fault_secrets.RUNTIME_DIRS[first:])
+    assert leaks == {}, f"raw lease tokens found at rest: {leaks}"
 
 
 @pytest.hookimpl(hookwrapper=True)

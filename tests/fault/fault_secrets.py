@@ -36,6 +36,11 @@ def files_under(directories: Iterable[Path]) -> list[Path]:
                    if path.is_file()})
 
 
+def leaks_at_rest(directories: Iterable[Path]) -> dict[str, list[str]]:
+    """Files under ``directories`` that hold the raw bytes of a token issued so far."""
+    return leaks_in_files(files_under(directories), ISSUED_TOKENS)
+
+
 def leaks_in_files(paths: Iterable[Path], tokens: Iterable[str]) -> dict[str, list[str]]:
     tokens = list(tokens)
     leaks = {}

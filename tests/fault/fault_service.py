@@ -176,7 +176,7 @@ class ServiceCampaign:
             events = {row[0] for row in db.connection.execute("SELECT id FROM run_events")}
             cancels = {row[0] for row in db.connection.execute(
                 "SELECT id FROM runs WHERE cancel_requested_at_ms IS NOT NULL")}
-            # Issue 9: a Run fails only if a process may have started: one was recorded (pid), or
+            # Only a process that may have started fails a Run: one was recorded (pid), or
             # the service died or stopped between the start barrier and recording one. (Every
             # Attempt crosses the barrier in the start transaction, so "it has a started lease"
             # would hold for any Run that ever had an Attempt: no check at all.)
@@ -224,7 +224,7 @@ class ServiceCampaign:
         self.violations += [f"{when}: {problem}" for problem in problems]
 
     def drain(self, stall_s: float = 15.0) -> None:
-        """Let one service run every Run nobody cancelled to its end, then judge (issue 9: none
+        """Let one service run every Run nobody cancelled to its end, then judge (each Run once: none
         may be stranded ``queued``/``dispatching``, none may fail without having started).
 
         However long the queue, it must keep moving: a judgement is made once every Run ended,

@@ -67,8 +67,9 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path, rng: random.Rand
 def test_kill_9_across_takeovers_loses_nothing_and_runs_nothing_twice(
     tmp_path: Path, rng: random.Random, long_mode: bool
 ) -> None:
-    """Issue 9's takeover case: while work is in flight, a second ``serve`` starts on the same
-    database, mostly with the same worker id (it replaces the first, which must take nothing more
+    """The takeover case of "every queued Run runs once": while work is in flight, a second
+    ``serve`` starts on the same database, mostly with the same worker id (it replaces the
+    first, which must take nothing more
     and exit once its own children ended), sometimes with another one (they share the queue).
     Both are then killed at random moments. Between lives: no Attempt ran twice, no Run failed
     without crossing the start barrier, no session held more grants than its slots; at the end

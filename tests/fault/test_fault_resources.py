@@ -270,7 +270,7 @@ def _assert_refused_unmodified(path: Path, error_type: type[Exception]) -> str:
 
 
 def test_truncated_or_corrupt_files_are_refused_unmodified(tmp_path: Path, rng: random.Random) -> None:
-    """Opening costs the same at any size (issue 13): a cut-short file or a damaged header is
+    """Opening costs the same at any size (docs/storage.md): a cut-short file or a damaged header is
     refused at open; garbage inside a page is refused at open when the open reads that page
     (the schema, the migrations), and otherwise left unmodified by the open, reported by the
     first query that meets it as a clear storage error naming `check`, and by `check` itself."""

@@ -1,6 +1,6 @@
 """Power cuts in the middle of retention: cut a recorded prune at every sync boundary (and at
 torn writes), reopen, and require an intact database where every Run is whole or entirely gone,
-and the Runs deleted are exactly an oldest-first prefix (issue 13)."""
+and the Runs deleted are exactly an oldest-first prefix (docs/storage.md, storage bounds)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""kill -9 of a real ``serve`` between the steps of the start sequence (issue 9): after the start
+"""kill -9 of a real ``serve`` between the steps of the start sequence (docs/operating.md): after the start
 transaction (Attempt + Run Lease + barrier), just before the spawn, just after it (a process
 exists, its identity not recorded), and after the identity was recorded. A new service then
 finds what was left within one Run Lease; the Run ends exactly once, its command runs at most
@@ -97,7 +97,7 @@ def _wait_log(campaign: ServiceCampaign, index: int, needle: str, timeout: float
 
 @pytest.mark.parametrize("failure", ["transient", "lasting"])
 def test_a_stop_retries_the_pending_undo_of_a_failed_start(tmp_path: Path, rng: random.Random, failure: str) -> None:
-    """Issue 9, a compensation is never forgotten: the spawn fails (no process), its undo fails (the
+    """A compensation is never forgotten: the spawn fails (no process), its undo fails (the
     database busy) and is pending when ``serve`` gets SIGTERM. The stop retries it (bounded)
     before it exits: a ``transient`` failure clears during the stop and the Run is back in the
     queue when the service is gone; a ``lasting`` one is logged as left, and the next service

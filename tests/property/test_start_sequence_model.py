@@ -1,12 +1,12 @@
-"""Hypothesis stateful test of the start sequence (issue 9) with faults, against a model.
+"""Hypothesis stateful test of the start sequence (every queued Run runs once) with faults, against a model.
 
 Services of one worker id (each a ``WorkerSession``; a takeover registers a new one and fences
 the others out) start queued Runs (``start_run``), then either fail to spawn (``abandon_start``),
 spawn (``record_running``, and later the exit), or die, leaving their grants behind. Any commit
 may fail (busy, I/O error, disk full); the orphan sweep runs as the current session; time moves.
-The model, written from the issue's rules, says what each step must do. After every step the
-stored Run statuses equal the model's, no command ran twice, no session holds more grants than
-its slots, and a Run failed only where a process may have started.
+The model, written from the start sequence's rules (docs/operating.md), says what each step must
+do. After every step the stored Run statuses equal the model's, no command ran twice, no session
+holds more grants than its slots, and a Run failed only where a process may have started.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Opening checks only what costs the same at any size (issue 13): the header, the page count
+"""Opening checks only what costs the same at any size (docs/storage.md): the header, the page count
 against the file, the schema against a digest shipped with the migrations; damage inside a page
 is reported by the query that meets it, clearly, and by `check` (which reads every page)."""
 

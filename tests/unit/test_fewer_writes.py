@@ -1,4 +1,4 @@
-"""Issue 13, fewer writes: the Attempt's end and its grant's in one commit; the heartbeat cadence
+"""Fewer flash writes: the Attempt's end and its grant's in one commit; the heartbeat cadence
 of a busy and an idle session; the watermark's slack."""
 
 from __future__ import annotations
@@ -209,7 +209,7 @@ def test_a_replaced_or_offline_session_is_noticed_by_a_read(tmp_path: Path) -> N
             second.check_current()
 
 
-# 4 KiB: SQLite's default, which releases before issue 13 gave a file; 1 KiB: the releases after it
+# 4 KiB: SQLite's default, which the first releases gave a file; 1 KiB: the releases after them
 # until 512-byte pages.
 @pytest.mark.parametrize("old_page_size", [4096, 1024])
 def test_a_new_file_gets_small_pages_and_an_existing_file_keeps_its_own(tmp_path: Path, old_page_size: int) -> None:

@@ -1,5 +1,5 @@
-"""Issue 10 in-process: the task environment (point 1), trusted directories (points 2, 4) and the
-log-cap pace (point 12). The black-box forms: tests/e2e/test_hardening_e2e.py and
+"""Hardening, in-process: the task environment, trusted directories (the runtime directory, log_dir)
+and the log-cap pace. The black-box forms: tests/e2e/test_hardening_e2e.py and
 tests/artifact/test_built_binary_hardening.py.
 """
 

@@ -1,6 +1,6 @@
-"""Issue 10 points 5, 6, 7 and 9: hostile or foreign database files, read commands that never
-write, a ``-wal`` of another database, and private file modes. Through the real CLI where it
-can be (``main`` in-process, the same code path as the executable)."""
+"""Hardening (docs/storage.md, opening a database): hostile or foreign database files, read
+commands that never write, a ``-wal`` of another database, and private file modes. Through
+the real CLI where it can be (``main`` in-process, the same code path as the executable)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Nothing the CLI or the start of ``serve`` does reads the whole history (issue 13).
+"""Nothing the CLI or the start of ``serve`` does reads the whole history (CLI time independent of history).
 
 Every statement a command runs is recorded (apsw's exec trace, on every connection the command
 opens) and its plan asked of SQLite (EXPLAIN QUERY PLAN) on a database holding finished Runs. A

@@ -1,4 +1,4 @@
-"""Recording a started process's identity fails (issue 12: a database failover during that COMMIT).
+"""Recording a started process's identity fails (a database failover during that COMMIT, docs/cluster.md).
 
 A retryable failure keeps the process (our own child, watched by its pidfd) and records the
 identity later from the service loop; a retry that finds the earlier COMMIT did commit counts as

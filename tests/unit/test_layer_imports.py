@@ -1,5 +1,7 @@
 """The service talks to storage through the ports (edge_runtime/contract/ports.py); only a
-composition root picks an adapter (issue 11).
+composition root picks an adapter (docs/architecture.md, layers and layout); each layer imports
+exactly the layers its package docstring names (contract <- local, contract <- service,
+cli -> all three, cluster_postgres -> contract, service and cli).
 
 Read statically, by AST, from the source of every module: every ``import`` and ``from ... import``
 anywhere in a module (a function-level import counts: it is how the CLI defers loading), relative
@@ -87,6 +89,67 @@ def test_only_the_listed_cli_modules_import_the_local_adapter() -> None:
                  if name.startswith("edge_runtime.cli") and any(map(is_adapter, imported_modules(path, name)))}
     assert importing - CLI_LOCAL_IMPORTS.keys() == set(), "CLI modules picking the Local adapter outside a root"
     assert CLI_LOCAL_IMPORTS.keys() - importing == set(), "listed modules that no longer import it: unlist them"
+
+
+#: Which layers each layer imports (by any module, statically): the direction the package
+#: docstrings state (edge_runtime/*/__init__.py, cluster/cluster_postgres/__init__.py) and
+#: docs/architecture.md draws. Exactly these: a layer that stops using one leaves the table.
+DEPENDS_ON = {
+    "contract": set(),
+    "local": {"contract"},
+    "service": {"contract"},
+    "cli": {"contract", "local", "service"},
+    "cluster_postgres": {"contract", "service", "cli"},
+}
+_CLUSTER = _PACKAGE.parent / "cluster" / "cluster_postgres"
+
+
+def layer_of(module: str) -> str | None:
+    """The layer a module belongs to (None outside the runtime and the Cluster package)."""
+    parts = module.split(".")
+    if parts[0] == "cluster_postgres":
+        return "cluster_postgres"
+    if parts[0] == "edge_runtime" and len(parts) > 1 and parts[1] in DEPENDS_ON:
+        return parts[1]
+    return None
+
+
+def layer_imports() -> dict[str, dict[str, str]]:
+    """layer -> {layer it imports -> one module that does, with what}."""
+    sources = list(_modules().items())
+    for path in sorted(_CLUSTER.rglob("*.py")):
+        parts = path.relative_to(_CLUSTER.parent).with_suffix("").parts
+        sources.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    found: dict[str, dict[str, str]] = {layer: {} for layer in DEPENDS_ON}
+    for name, path in sources:
+        source = layer_of(name)
+        if source is None:
+            continue
+        for target in imported_modules(path, name):
+            imported = layer_of(target)
+            if imported is not None and imported != source:
+                found[source].setdefault(imported, f"{name} imports {target}")
+    return found
+
+
+def test_each_layer_imports_exactly_the_layers_its_docstring_names() -> None:
+    found = layer_imports()
+    assert len(list(_CLUSTER.glob("*.py"))) > 5
+    for layer, allowed in DEPENDS_ON.items():
+        extra = {target: by for target, by in found[layer].items() if target not in allowed}
+        assert not extra, f"{layer} imports a layer it must not: {extra}"
+        assert set(found[layer]) == allowed, f"{layer} no longer imports {allowed - set(found[layer])}: update DEPENDS_ON"
+
+
+def test_each_package_docstring_states_its_dependency_direction() -> None:
+    packages = {layer: _PACKAGE / layer / "__init__.py" for layer in DEPENDS_ON if layer != "cluster_postgres"}
+    packages["cluster_postgres"] = _CLUSTER / "__init__.py"
+    for layer, path in packages.items():
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        paragraph = next((p for p in doc.split("\n\n") if p.startswith("Dependency direction:")), "")
+        assert paragraph, f"{path}: no 'Dependency direction:' paragraph"
+        for target in DEPENDS_ON[layer]:
+            assert target in paragraph, f"{path}: the dependency on {target} is not stated"
 
 
 def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:

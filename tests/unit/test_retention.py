@@ -1,4 +1,4 @@
-"""Retention (issue 13): whole finished Runs deleted oldest first in small batches, never an
+"""Retention (docs/storage.md): whole finished Runs deleted oldest first in small batches, never an
 unfinished one; the event log append-only while its Run lives; log cap, empty and orphan logs;
 symlinks in the log directory never followed; auto_vacuum on new and existing files."""
 
@@ -71,7 +71,7 @@ def prune_all(retention: LocalRetention) -> int:
     return steps
 
 
-def test_defaults_are_the_issues() -> None:
+def test_defaults_are_the_documented_ones() -> None:
     config = ServiceConfig()
     assert (config.retain_runs, config.retain_days) == (1000, 7)
     assert config.log_total_max_bytes > 0
@@ -152,7 +152,7 @@ def test_a_live_lease_or_dispatch_keeps_a_finished_run(
     db: LocalDatabase, runs: LocalRunRepository, worker: WorkerSession
 , clock: ManualClock) -> None:
     run_id, attempt_id = start_run(runs, worker)
-    # Ended as a release before issue 13 left it: the Attempt and Run ended, the grant still held
+    # Ended as an older release left it: the Attempt and Run ended, the grant still held
     # (finish_attempt now completes it in the same commit).
     with db.write() as now:
         db.connection.execute("UPDATE run_attempts SET status = 'failed', exit_code = 1, finished_at_ms = ?1, "

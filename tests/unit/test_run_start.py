@@ -1,4 +1,4 @@
-"""The start sequence's Local-only cases (issue 9): a commit that fails (an injected apsw error)
+"""The start sequence's Local-only cases (each Run once): a commit that fails (an injected apsw error)
 rolls ``start_run`` and ``abandon_start`` back whole. Every other start-sequence rule runs on each
 adapter in tests/conformance/test_conformance_run_start.py."""
 
@@ -107,7 +107,7 @@ def _functions_containing(predicate: Any) -> set[str]:
 
 
 def test_only_the_fenced_start_creates_an_attempt() -> None:
-    """Issue 9, "taking work is fenced": no public operation of the runtime creates an Attempt
+    """The start sequence: "taking work is fenced": no public operation of the runtime creates an Attempt
     but ``start_run``, which checks the caller's session (generation and version) in the same
     transaction (a fenced-out caller writes nothing: tests/conformance/test_conformance_run_start.py)."""
     import ast

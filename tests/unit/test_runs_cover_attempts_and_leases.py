@@ -1,7 +1,7 @@
 """Migration 0009: every stored time of an Attempt or a Run Lease is covered by its Run's
 ``updated_at_ms``, so the clock floor at ``serve`` start reads them through ``runs_observed``
-(``DOMINATED_BY``) and those tables need no index of their own (issue 13: two pages fewer per
-commit)."""
+(``DOMINATED_BY``) and those tables need no index of their own (fewer flash writes: two pages fewer
+per commit)."""
 
 from __future__ import annotations
 

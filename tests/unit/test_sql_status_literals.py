@@ -1,5 +1,5 @@
 """No adapter retypes a status name in its SQL: every one comes from the contract's enums through
-:mod:`edge_runtime.contract.sql_vocabulary` (issue 11: "a status name once").
+:mod:`edge_runtime.contract.sql_vocabulary` ("a status name once").
 
 The SQL of both adapters is read as text (every string constant and every literal part of an
 f-string, by AST), so the Cluster adapter is checked without psycopg installed. A quoted value of

@@ -1,4 +1,4 @@
-"""A fault at every step of the start sequence (issue 9), in-process with real processes: busy
+"""A fault at every step of the start sequence (docs/operating.md), in-process with real processes: busy
 database, I/O error, full disk at each commit; EMFILE/ENFILE at the output files and at the spawn; an
 unreadable identity. Whatever fails, the Run ends exactly once, its command runs at most once
 (exactly once when no process was started before the fault), the slot is free again, and a fault

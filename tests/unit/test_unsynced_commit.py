@@ -1,4 +1,4 @@
-"""``LocalDatabase.write(synced=False)``: one commit without a WAL sync (issue 13), the connection's
+"""``LocalDatabase.write(synced=False)``: one commit without a WAL sync (fewer flash writes), the connection's
 durability put back afterwards, whatever happened inside the transaction."""
 
 from __future__ import annotations
