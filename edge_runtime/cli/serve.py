@@ -27,6 +27,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                       slots_help="how many Attempts may run at once (default 2)",
                       log_dir_help="per-Attempt logs (default: 'logs' beside the database)",
                       wake_word="wake-up")
+    parser.add_argument("--panel-listen", dest="panel_listen", metavar="HOST:PORT",
+                        help="serve the web panel there (e.g. 127.0.0.1:5700; default: no panel; docs/panel.md)")
     parser.set_defaults(run=run)
 
 
@@ -48,12 +50,13 @@ def add_service_flags(parser: argparse.ArgumentParser, *, worker_id_help: str, s
 
 
 #: The settings ``add_service_flags`` declares, by their ServiceConfig names.
-_FLAG_KEYS = ("worker_id", "slots", "grace_ms", "log_dir", "log_max_bytes", "poll_interval_ms", "stop_runs_on_exit")
+_FLAG_KEYS = ("worker_id", "slots", "grace_ms", "log_dir", "log_max_bytes", "poll_interval_ms", "stop_runs_on_exit",
+              "panel_listen")
 
 
 def service_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The settings given as flags (None: not given), which win over the file and the environment."""
-    return {key: getattr(args, key) for key in _FLAG_KEYS}
+    return {key: getattr(args, key, None) for key in _FLAG_KEYS}
 
 
 
