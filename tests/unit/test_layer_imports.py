@@ -23,6 +23,7 @@ CLI_LOCAL_IMPORTS = {
                                        "Local store is opened (the cluster CLI never loads them)",
     "edge_runtime.cli.check": "checks the Local database file itself (integrity, schema, retention plan)",
     "edge_runtime.cli.migrate": "migrates and scrubs the Local database file itself",
+    "edge_runtime.cli.panel": "sets the panel password in the Local database file itself",
     "edge_runtime.cli.schedule": "known gap: the Store port has no schedules yet, so the schedule "
                                  "commands build the Local schedule repository themselves",
 }
