@@ -15,7 +15,6 @@ from edge_runtime.cli.common import (
     present,
     print_json,
     printable,
-    wake_service,
 )
 from edge_runtime.cli.local_database import open_existing, open_or_create, open_read_only
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
@@ -23,21 +22,17 @@ from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.cli.submit import add_run_options, run_options
 from edge_runtime.contract.schedules import (
-    AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
     Overlap,
     RunNowOutcome,
-    ScheduleError,
     ScheduleRecord,
 )
 
 
-class ScheduleOverlapError(ScheduleError):
-    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
-
-    code = "SCHEDULE_RUN_SKIPPED"
 from edge_runtime.local.schedules import LocalScheduleRepository
+from edge_runtime import operations
+from edge_runtime.operations import ScheduleOverlapError  # noqa: F401  (its old home)
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
@@ -90,13 +85,9 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.action == "add":
         argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
-        command = AddScheduleCommand(  # validated whole before the database is touched
-            expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
-            overlap=Overlap(args.overlap),
-            timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
-            time_zone=msgspec.UNSET if args.tz is None else args.tz,
-            **run_options(args),
-        )
+        command = operations.add_schedule_command(  # validated whole before the database is touched
+            args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
+            options=run_options(args))
         with open_or_create(args) as db:
             record = LocalScheduleRepository(db).add(command)
         return _done(args, record, record.id)
@@ -118,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         return _done(args, record, f"schedule {record.id} changed")
     if args.action == "run":
         with open_existing(args) as db:
-            outcome = LocalScheduleRepository(db).run_now(args.schedule_id, actor_id="cli")
+            outcome = operations.run_schedule_now(db, args.db, args.schedule_id)
         return _ran(args, outcome)
     if args.action in ("list", "show"):
         with open_read_only(args) as db:
@@ -147,9 +138,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) -> int:
-    from edge_runtime.local.wake import poke
-
-    wake_service(lambda: poke(args.db), note_when_none=args.action == "add")  # after the commit: the service recomputes its sleep at once
+    operations.wake_schedules(args.db, note_when_none=args.action == "add")
     if args.json:
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
@@ -159,13 +148,6 @@ def _done(args: argparse.Namespace, record: ScheduleRecord | None, text: str) ->
 
 
 def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
-    if outcome.outcome is FireOutcome.SKIPPED:
-        raise ScheduleOverlapError(
-            f"schedule {outcome.schedule_id} has an active Run ({', '.join(outcome.active_run_ids)}) and its overlap "
-            f"is skip: no Run started")
-    from edge_runtime.local.wake import poke
-
-    wake_service(lambda: poke(args.db), note_when_none=True)
     if args.json:
         print_json(outcome)
     elif outcome.outcome is FireOutcome.STARTED:

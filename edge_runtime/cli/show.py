@@ -9,12 +9,12 @@ from typing import Any
 
 import msgspec
 
+from edge_runtime import operations
 from edge_runtime.cli.common import (
     resolve_run_id,
     LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
 )
 from edge_runtime.contract.durations import format_duration
-from edge_runtime.contract.environment import mask_text
 from edge_runtime.contract.runs import DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
@@ -28,19 +28,11 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
         args.run_id = resolve_run_id(store, args.run_id)
-        repository = store.runs
-        detail = repository.detail(args.run_id)
-        secrets = () if store.environment is None else store.environment.secret_values()
-        escaped = {} if args.json else {
-            e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
-        }
-    if secrets:
         # A secret's value is never shown, even where a Run's own command or variable repeats it.
-        detail = msgspec.structs.replace(
-            detail,
-            command=detail.command if detail.command is msgspec.UNSET else [mask_text(a, secrets) for a in detail.command],
-            env=detail.env if detail.env is msgspec.UNSET else {k: mask_text(v, secrets) for k, v in detail.env.items()},
-        )
+        detail = operations.masked_detail(store, args.run_id)
+        escaped = {} if args.json else {
+            e.attempt_id: e.payload for e in store.runs.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
+        }
     if args.json:
         print_json(detail)
         return 0
