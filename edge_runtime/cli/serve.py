@@ -99,11 +99,30 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
             raise
         return store
 
+    panel = None
+    listen = config.resolved_panel_listen()
+    if listen is not None:
+        def panel(journal):  # the panel's modules are imported only when it is configured
+            from edge_runtime.panel.server import PanelServer
+
+            return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
+                               config=config, journal=journal, open_store=lambda: _panel_store(db_path))
+
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
-                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,))
+                         retention=lambda store: LocalRetention(store.db, policy, log_dir), tick_hooks=(_scheduler,),
+                         panel=panel)
+
+
+def _panel_store(db_path: str):
+    """The panel's own connection: opened as a CLI write command opens the database."""
+    from edge_runtime.cli.local_database import open_guarded_with_clock
+    from edge_runtime.local.store import LocalStore
+
+    db, clock = open_guarded_with_clock(db_path, create=False)
+    return LocalStore(db, db_path, clock)
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port

@@ -127,12 +127,13 @@ def parse_listen(text: str) -> tuple[str, int]:
     no other name is resolved, so the address served is always the one written.
 
     Raises:
-        ConfigError: not HOST:PORT, a host that is not an IP literal, or a port outside 1..65535.
+        ConfigError: not HOST:PORT, a host that is not an IP literal, or a port outside 0..65535 (0: any free port, named in the
+            ``panel.started`` line).
     """
     import ipaddress
 
     host, sep, port_text = text.rpartition(":")
-    if not sep or not host or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ConfigError(f"panel_listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_PANEL_LISTEN}")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]

@@ -81,6 +81,15 @@ _SHUTDOWN_KILL_WAIT_S = 2.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class SideServer(Protocol):
+    """Something the service runs beside its loop (the web panel): ``start`` binds and starts a
+    thread of its own or raises ``EdgeRuntimeError``; ``stop`` ends it."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class TickHook(Protocol):
     """Work the composition root adds to each pass of the loop (the scheduler): ``tick`` does
     what is due and says whether anything happened; the loop sleeps no later than
@@ -116,7 +125,12 @@ class DeviceService:
         controller: LocalProcessController | None = None,
         retention: Callable[[Store], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
+        panel: Callable[[Journal], SideServer] | None = None,
     ) -> None:
+        #: The web panel, when configured (cli/serve.py): started after the session is registered,
+        #: in a thread of its own; its failures are logged and never stop the service.
+        self._make_panel = panel
+        self._panel: SideServer | None = None
         #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
         self._hook_factories = tuple(tick_hooks)
         self._hooks: list[TickHook] = []
@@ -219,6 +233,7 @@ class DeviceService:
             counts = self._recover(runs, worker, supervisor)
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
+            self._start_panel()
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
@@ -231,7 +246,27 @@ class DeviceService:
         finally:
             if supervisor is not None:
                 supervisor.close()
+            self._stop_panel()
             wake.close()
+
+    def _start_panel(self) -> None:
+        """Start the panel if configured; one that cannot start is logged and left out."""
+        self._panel = None
+        if self._make_panel is None:
+            return
+        panel = self._make_panel(self.journal)
+        try:
+            panel.start()
+        except EdgeRuntimeError as exc:
+            self.journal.error("panel.not_started", error=exc.code, detail=str(exc))
+            panel.stop()
+            return
+        self._panel = panel
+
+    def _stop_panel(self) -> None:
+        panel, self._panel = self._panel, None
+        if panel is not None:
+            panel.stop()
 
     # ----------------------------------------------------------------- the loop
 
