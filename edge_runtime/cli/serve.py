@@ -102,11 +102,12 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     panel = None
     listen = config.resolved_panel_listen()
     if listen is not None:
-        def panel(journal):  # the panel's modules are imported only when it is configured
+        def panel(journal, store):  # the panel's modules are imported only when it is configured
             from edge_runtime.panel.server import PanelServer
 
+            floor = store.now_ms()  # read here, in the service's thread
             return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
-                               config=config, journal=journal, open_store=lambda: _panel_store(db_path))
+                               config=config, journal=journal, open_store=lambda: _panel_store(store.db, store.where, floor))
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
@@ -116,13 +117,18 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
                          panel=panel)
 
 
-def _panel_store(db_path: str):
-    """The panel's own connection: opened as a CLI write command opens the database."""
-    from edge_runtime.cli.local_database import open_guarded_with_clock
+def _panel_store(db, where: str, floor_ms: int):
+    """The panel's own connection, beside the service's in this process (``open_peer``: never
+    the checks by descriptor, which would drop the service connection's locks), with a clock of
+    its own floored at the service's time, as a CLI command's clock is floored at the watermark."""
+    from edge_runtime.local.clock import SystemClock
+    from edge_runtime.local.database import open_peer
+    from edge_runtime.local.guarded_clock import GuardedClock
     from edge_runtime.local.store import LocalStore
 
-    db, clock = open_guarded_with_clock(db_path, create=False)
-    return LocalStore(db, db_path, clock)
+    clock = GuardedClock(SystemClock())
+    clock.raise_floor(floor_ms)
+    return LocalStore(open_peer(db, clock=clock), where, clock)
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port

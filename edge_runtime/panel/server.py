@@ -375,7 +375,7 @@ class PanelServer:
     def _respond(self, connection: _Connection, status: int, body: bytes, *, api: bool,
                  kind: bytes = b"application/json", extra: list | None = None, close: bool = False) -> None:
         http = connection.http
-        if http.our_state is not h11.SEND_RESPONSE:
+        if http.our_state not in (h11.IDLE, h11.SEND_RESPONSE):  # IDLE: a request h11 refused before its end
             connection.close_after = True
             return
         headers = [*_COMMON, (b"content-type", kind), (b"content-length", str(len(body)).encode()),

@@ -125,7 +125,7 @@ class DeviceService:
         controller: LocalProcessController | None = None,
         retention: Callable[[Store], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
-        panel: Callable[[Journal], SideServer] | None = None,
+        panel: Callable[[Journal, Store], SideServer] | None = None,
     ) -> None:
         #: The web panel, when configured (cli/serve.py): started after the session is registered,
         #: in a thread of its own; its failures are logged and never stop the service.
@@ -254,14 +254,19 @@ class DeviceService:
         self._panel = None
         if self._make_panel is None:
             return
-        panel = self._make_panel(self.journal)
+        panel = None
         try:
+            panel = self._make_panel(self.journal, self._store)
             panel.start()
         except EdgeRuntimeError as exc:
             self.journal.error("panel.not_started", error=exc.code, detail=str(exc))
-            panel.stop()
+        except Exception as exc:  # noqa: BLE001  (the panel's boundary: a bug in it never stops the service)
+            self.journal.error("panel.not_started", error=type(exc).__name__, detail=str(exc))
+        else:
+            self._panel = panel
             return
-        self._panel = panel
+        if panel is not None:
+            panel.stop()
 
     def _stop_panel(self) -> None:
         panel, self._panel = self._panel, None
