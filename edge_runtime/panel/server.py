@@ -349,16 +349,18 @@ class PanelServer:
             return
         headers = [(k, v) for k, v in request.headers]
         refusal = gate(found, headers, device_names=self._device_names, session_valid=self._session_valid)
+        retry_after = None
         if refusal is None and found.route.handler == "login":
             wait = self._throttle.wait_s(connection.address)
             if wait > 0:
-                refusal = Refusal(429, "LOGIN_THROTTLED", f"too many failed logins; try again in {int(wait) + 1} s")
+                retry_after = int(wait) + 1
+                refusal = Refusal(429, "LOGIN_THROTTLED", f"too many failed logins; try again in {retry_after} s")
         if refusal is None:
             lengths = [v for k, v in headers if k == b"content-length"]
             if lengths and lengths[0].isdigit() and int(lengths[0]) > panel_api.MAX_BODY_BYTES:
                 refusal = Refusal(413, "BODY_TOO_LARGE", f"a request body is at most {panel_api.MAX_BODY_BYTES} bytes")
         if refusal is not None:
-            self._refuse(connection, refusal)
+            self._refuse(connection, refusal, retry_after=retry_after)
             return
         connection.matched = found
 
@@ -367,8 +369,8 @@ class PanelServer:
 
     # ------------------------------------------------------------------ responses
 
-    def _refuse(self, connection: _Connection, refusal: Refusal) -> None:
-        extra = [(b"retry-after", b"60")] if refusal.status == 429 else []
+    def _refuse(self, connection: _Connection, refusal: Refusal, *, retry_after: int | None = None) -> None:
+        extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
         self._respond(connection, refusal.status, _error_body(refusal.code, refusal.message), api=True,
                       extra=extra, close=True)
 
