@@ -47,6 +47,7 @@ ROUTES: tuple[Route, ...] = (
     _route("GET", "/", "page", public=True),
     _route("GET", "/panel.css", "static", public=True),
     _route("GET", "/panel.js", "static", public=True),
+    _route("GET", "/favicon.svg", "static", public=True),
     _route("POST", "/api/login", "login", public=True),
     _route("POST", "/api/logout", "logout"),
     _route("GET", "/api/runs", "list_runs", query=("status", "limit", "before")),
