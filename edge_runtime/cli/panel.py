@@ -37,15 +37,34 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
 
 def _read_password(force_stdin: bool) -> str:
     if not force_stdin and sys.stdin.isatty():
-        import getpass
-
-        first = getpass.getpass("New panel password: ")
-        if getpass.getpass("Again: ") != first:
+        first = _ask("New panel password: ")
+        if _ask("Again: ") != first:
             raise PasswordEntryError("the two passwords differ; nothing changed")
         return first
     line = sys.stdin.readline(_MAX_LINE + 1)
     if len(line) > _MAX_LINE:
         raise PasswordEntryError(f"the line on stdin is longer than {_MAX_LINE} characters; nothing changed")
+    return line[:-1] if line.endswith("\n") else line
+
+
+def _ask(prompt: str) -> str:
+    """One line from the terminal without echo. Through ``stty`` (busybox has it on a router),
+    not getpass: that needs termios, an extension module more in the artifact for this one prompt."""
+    import subprocess
+
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    try:
+        subprocess.run(["stty", "-echo"], stdin=sys.stdin, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise PasswordEntryError(f"cannot turn the terminal's echo off ({exc}); pipe the password in with --stdin") from None
+    try:
+        line = sys.stdin.readline(_MAX_LINE + 1)
+    finally:
+        subprocess.run(["stty", "echo"], stdin=sys.stdin, check=False)
+        sys.stderr.write("\n")
+    if len(line) > _MAX_LINE:
+        raise PasswordEntryError(f"the line is longer than {_MAX_LINE} characters; nothing changed")
     return line[:-1] if line.endswith("\n") else line
 
 

@@ -16,8 +16,8 @@ cannot send one without a CORS preflight, which is never answered) and, when the
 
 from __future__ import annotations
 
-import ipaddress
 import re
+import socket
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -130,18 +130,17 @@ def host_is_this_device(host: bytes, device_names: frozenset[str]) -> bool:
         name, sep, rest = text[1:].partition("]")
         if not sep or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
             return False
-        try:
-            return ipaddress.ip_address(name).version == 6
-        except ValueError:
-            return False
+        return _is_address(socket.AF_INET6, name)
     name, sep, port = text.partition(":")
     if sep and not (port.isdigit() and 0 < int(port) < 65536):
         return False
-    if name == "localhost" or name in device_names:
-        return True
+    return name == "localhost" or name in device_names or _is_address(socket.AF_INET, name)
+
+
+def _is_address(family: int, text: str) -> bool:
     try:
-        ipaddress.IPv4Address(name)
-    except ValueError:
+        socket.inet_pton(family, text)
+    except (OSError, ValueError):
         return False
     return True
 

@@ -461,13 +461,16 @@ class PanelLoginError(EdgeRuntimeError):
     code = "LOGIN_FAILED"
 
 
-def _reason(status: int) -> bytes:
-    from http import HTTPStatus
+#: The reason phrases of the statuses the panel sends (not ``http.HTTPStatus``: a module more in
+#: the artifact for a few words).
+_REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+            404: b"Not Found", 408: b"Request Timeout", 409: b"Conflict", 413: b"Content Too Large",
+            421: b"Misdirected Request", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+            500: b"Internal Server Error", 503: b"Service Unavailable"}
 
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
+
+def _reason(status: int) -> bytes:
+    return _REASONS.get(status, b"")
 
 
 def route_path(route: Any) -> bytes:

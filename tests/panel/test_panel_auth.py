@@ -4,6 +4,7 @@ idle expiry, and a new password ending every session."""
 from __future__ import annotations
 
 import hashlib
+import os
 import subprocess
 import sys
 
@@ -95,3 +96,40 @@ def test_the_cli_reads_one_line_from_stdin(tmp_path) -> None:
     assert refused.returncode == 1 and "PANEL_PASSWORD_INVALID" in refused.stderr
     with open_database(path) as db:
         assert LocalPanelAuth(db).check_password("a long enough one")
+
+
+def test_from_a_terminal_the_password_is_asked_twice_without_echo(tmp_path) -> None:
+    import pty
+    import select
+    import time
+
+    path = str(tmp_path / "edge.db")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the CLI on a terminal; never back into pytest
+        try:
+            os.execv(sys.executable, [sys.executable, "-m", "edge_runtime", "--db", path, "panel", "password"])
+        finally:
+            os._exit(127)
+    seen = b""
+
+    def read_until(needle: bytes) -> None:
+        nonlocal seen
+        deadline = time.monotonic() + 30
+        while needle not in seen and time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(fd, 1024)
+                except OSError:
+                    return
+
+    read_until(b"New panel password: ")
+    os.write(fd, b"typed on a tty\n")
+    read_until(b"Again: ")
+    os.write(fd, b"typed on a tty\n")
+    read_until(b"session ended")
+    _, code = os.waitpid(pid, 0)
+    os.close(fd)
+    assert os.waitstatus_to_exitcode(code) == 0, seen
+    assert b"typed on a tty" not in seen  # never echoed
+    with open_database(path) as db:
+        assert LocalPanelAuth(db).check_password("typed on a tty")
