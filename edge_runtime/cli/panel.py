@@ -52,12 +52,12 @@ def _ask(prompt: str) -> str:
     not getpass: that needs termios, an extension module more in the artifact for this one prompt."""
     import subprocess
 
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
-    try:
+    try:  # echo off before the prompt shows: what is typed after it is never shown
         subprocess.run(["stty", "-echo"], stdin=sys.stdin, check=True)
     except (OSError, subprocess.CalledProcessError) as exc:
         raise PasswordEntryError(f"cannot turn the terminal's echo off ({exc}); pipe the password in with --stdin") from None
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
     try:
         line = sys.stdin.readline(_MAX_LINE + 1)
     finally:

@@ -75,11 +75,11 @@ def pbkdf2_sha256(password: bytes, salt: bytes, iterations: int) -> bytes:
     """PBKDF2-HMAC-SHA256 (RFC 8018), one 32-byte block: OpenSSL's when present, else the same
     computed with the built-in SHA-256 (HMAC's inner and outer states prepared once)."""
     try:
-        from _hashlib import pbkdf2_hmac  # OpenSSL: releases the GIL while it runs
+        import _hashlib  # OpenSSL: releases the GIL while it runs
     except ImportError:
         pass
     else:
-        return pbkdf2_hmac("sha256", password, salt, iterations)
+        return _hashlib.pbkdf2_hmac("sha256", password, salt, iterations)
     key = hashlib.sha256(password).digest() if len(password) > 64 else password
     key = key.ljust(64, b"\0")
     inner, outer = hashlib.sha256(key.translate(_IPAD)), hashlib.sha256(key.translate(_OPAD))

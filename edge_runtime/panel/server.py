@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import h11
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.panel import api as panel_api
+from edge_runtime.panel.h11_loader import load_h11
 from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
 
 MAX_HEADER_BYTES = 8 * 1024
@@ -56,6 +56,8 @@ _CSP = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self
         b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 _COMMON = [(b"content-security-policy", _CSP), (b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
            (b"referrer-policy", b"no-referrer"), (b"server", b"edge-runtime")]
+
+h11 = load_h11()
 
 _STATIC_DIR = Path(__file__).resolve().parent / "static"
 #: The page's files: path -> (file, content type).
