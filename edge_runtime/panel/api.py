@@ -56,17 +56,10 @@ class CancelBody(_Body):
     reason: str | None = None
 
 
-class ScheduleBody(_Body):
+class ScheduleBody(RunBody, kw_only=True):
     cron: str
-    command: list[str]
-    name: str | None = None
-    timeout: str | None = None
     overlap: str = "skip"
     tz: str | None = None
-    env: dict[str, str] | None = None
-    cwd: str | None = None
-    retries: int | None = None
-    retryDelay: str | None = None  # noqa: N815
 
 
 class Health(msgspec.Struct, rename="camel", kw_only=True):

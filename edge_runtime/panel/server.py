@@ -405,12 +405,8 @@ class PanelServer:
         connection.matched = None
         route = matched.route
         body = bytes(connection.body)
-        if route.handler == "static":
-            content, kind = self._static[route_path(route)]
-            self._respond(connection, 200, content, api=False, kind=kind)
-            return
-        if route.handler == "page":
-            content, kind = self._static[b"/"]
+        if route.handler in ("page", "static"):
+            content, kind = self._static[connection.request.target]
             self._respond(connection, 200, content, api=False, kind=kind)
             return
         extra: list = []
@@ -473,10 +469,6 @@ _REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorize
 
 def _reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
-
-
-def route_path(route: Any) -> bytes:
-    return b"/" + b"/".join(route.segments)
 
 
 def _error_body(code: str, message: str) -> bytes:

@@ -5,11 +5,8 @@
 
 (function () {
   var TEXT = {
+    // English: what index.html says, and these for what the script writes.
     en: {
-      title: "Edge Runtime", logout: "Log out", password: "Password", login: "Log in", health: "Device",
-      newRun: "New run", command: "Command", name: "Name", timeout: "Timeout", run: "Run", runs: "Runs",
-      status: "Status", exit: "Exit", took: "Took", reason: "Reason", log: "Log", close: "Close",
-      newSchedule: "New schedule", cron: "Cron", addSchedule: "Add schedule", schedules: "Schedules", next: "Next",
       cancel: "Cancel", details: "Details", pause: "Pause", resume: "Resume", runNow: "Run now", remove: "Remove",
       paused: "paused", wrongPassword: "Wrong password.", worker: "Worker", session: "Session", slots: "Slots in use",
       clock: "Clock", database: "Database", logs: "Logs", retention: "Retention", live: "live", gone: "not live",
@@ -43,7 +40,8 @@
   var refreshTimer = null;
 
   function translate() {
-    document.documentElement.lang = lang === "zh" ? "zh-CN" : "en";
+    if (lang !== "zh") { return; }  // the page is written in English
+    document.documentElement.lang = "zh-CN";
     document.title = T.title;
     var nodes = document.querySelectorAll("[data-i18n]");
     for (var i = 0; i < nodes.length; i++) { nodes[i].textContent = T[nodes[i].getAttribute("data-i18n")]; }
