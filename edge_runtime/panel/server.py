@@ -74,7 +74,7 @@ class LoginThrottle:
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
-        self._addresses: collections.OrderedDict[str, tuple[int, float]] = collections.OrderedDict()
+        self._addresses: dict[str, tuple[int, float]] = {}  # oldest first
         self._recent: collections.deque[float] = collections.deque()
 
     def wait_s(self, address: str) -> float:
@@ -94,7 +94,7 @@ class LoginThrottle:
         failures = self._addresses.pop(address, (0, 0.0))[0] + 1
         self._addresses[address] = (failures, now + min(LOGIN_DELAY_S * 2 ** (failures - 1), LOGIN_MAX_DELAY_S))
         while len(self._addresses) > _LOGIN_TRACKED:
-            self._addresses.popitem(last=False)
+            del self._addresses[next(iter(self._addresses))]
         self._recent.append(now)
         return failures
 
