@@ -26,7 +26,8 @@ from edge_runtime.local.errors import StorageErrors
 #: re-hashes at the next ``panel password`` without breaking the old one. Chosen for the slowest
 #: acceptable login on the router CPU class with no OpenSSL (the pure SHA-256 form): ~45 ms on a
 #: 2020s x86_64 host, 0.75 us per iteration there; a Cortex-A53 router runs CPython about 6-10x
-#: slower, a MIPS 24Kc/1004Kc one 20-40x slower, so at least ~0.3 s and ~1-2 s there (docs/panel.md).
+#: slower, a MIPS 24Kc/1004Kc one 20-40x slower, so at least ~0.3 s and ~1-2 s there; ~0.3 s under
+#: qemu-mipsel on that host (docs/panel.md).
 PBKDF2_ITERATIONS = 60_000
 ALGORITHM = "pbkdf2-sha256"
 SALT_BYTES = 16
