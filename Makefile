@@ -13,7 +13,7 @@ CSTAMP := $(CLUSTER_VENV)/.installed
 # The shared PostgreSQL the cluster suite and bench use; each session works in a private database.
 EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
 
-.PHONY: venv monitor run test bench build fault audit clean test-cluster bench-cluster cross cross-test
+.PHONY: venv monitor run test test-browser bench build fault audit clean test-cluster bench-cluster cross cross-test
 
 # The per-Attempt monitor (docs/monitor.md), built for this host with the system C compiler and
 # linked against the host's C library, as the host build's Python is: a static glibc binary is
@@ -45,6 +45,15 @@ run: $(STAMP) $(MONITOR)
 
 test: $(STAMP) $(MONITOR)
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The web panel in a real browser (tests/e2e/test_panel_browser_e2e.py): Debian's chromium (installed
+# with apt-get when missing) driven by playwright-core from npm (tests/browser/package-lock.json),
+# which never downloads a browser of its own. Screenshots: .test-output/browser/.
+CHROMIUM ?= /usr/bin/chromium
+test-browser: $(STAMP) $(MONITOR)
+	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
+	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -p no:cacheprovider tests/e2e/test_panel_browser_e2e.py $(PYTEST_ARGS)
 
 bench: $(STAMP) $(MONITOR)
 	$(PY) tests/bench/run.py

@@ -19,6 +19,8 @@ module, and (for one-folder builds) every file under the folder. It then applies
 - ``monitor``: the per-Attempt monitor program (docs/monitor.md) is inside, exactly once, at
   ``edge_runtime/service/native/edge-runtime-monitor`` under the bundle directory (where the service
   looks for it), and is an ELF executable; without it the service refuses to start.
+- ``panel``: the web panel is whole (``edge_runtime.panel`` modules, ``h11``, the page's files under
+  ``edge_runtime/panel/static/``); its bytes are reported.
 - ``budget``: the artifact's bytes are within the budget in build/budget.toml (one-file
   executable; one-folder ``.tar.xz``). A bare directory has no budget: its tarball does.
 
@@ -59,7 +61,7 @@ except ImportError:  # the one dependency beyond the stdlib: say so instead of a
 DEFAULT_BUDGET_FILE = Path(__file__).resolve().parent / "build" / "budget.toml"
 
 POSTGRES_NAMES = frozenset({"psycopg", "psycopg2", "psycopg_binary", "psycopg_c", "asyncpg", "pg8000"})
-ALLOWED_THIRD_PARTY = frozenset({"apsw", "msgspec", "edge_runtime"})
+ALLOWED_THIRD_PARTY = frozenset({"apsw", "msgspec", "h11", "edge_runtime"})
 BOOTSTRAP_PREFIXES = ("pyimod", "pyiboot", "pyi_rth", "_pyi")
 # The PyInstaller entry script (build/edge-runtime.py): a script, not an importable module.
 ENTRY_SCRIPTS = frozenset({"edge-runtime"})
@@ -67,6 +69,11 @@ SQLITE_NAMES = frozenset({"sqlite3", "_sqlite3"})
 # Where the service looks for the per-Attempt monitor under the bundle directory
 # (edge_runtime/service/monitor.py, MONITOR_RELATIVE_PATH).
 MONITOR_PATH = "edge_runtime/service/native/edge-runtime-monitor"
+# The web panel (docs/panel.md): its modules, the HTTP parser it uses, and the page's files.
+PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "edge_runtime.panel.api",
+                           "edge_runtime.panel.server", "h11"})
+PANEL_STATIC_DIR = "edge_runtime/panel/static/"
+PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "favicon.svg"})
 
 # CArchive typecodes (PyInstaller.archive.readers), as words for the report.
 _CARCHIVE_KINDS = {
@@ -444,7 +451,28 @@ def rule_monitor(report: ArtifactReport) -> RuleResult:
     return RuleResult("monitor", False, detail, [e.path for e in found])
 
 
-RULES = (rule_postgres_driver, rule_cluster_module, rule_third_party, rule_stdlib_sqlite3, rule_monitor, rule_budget)
+def _panel_entry(entry: Entry) -> bool:
+    module = entry.module or ""
+    return (module == "h11" or module.startswith(("h11.", "edge_runtime.panel.")) or module == "edge_runtime.panel"
+            or PANEL_STATIC_DIR in entry.path)
+
+
+def rule_panel(report: ArtifactReport) -> RuleResult:
+    """The web panel is whole: its modules, h11 and the page's files; its bytes are reported."""
+    found = [e for e in report.entries if _panel_entry(e)]
+    modules = {e.module for e in found if e.module}
+    files = {e.path.rpartition(PANEL_STATIC_DIR)[2] for e in found if PANEL_STATIC_DIR in e.path}
+    missing = sorted(PANEL_MODULES - modules) + sorted(PANEL_STATIC_DIR + f for f in PANEL_STATIC_FILES - files)
+    size = sum(e.size for e in found)
+    stored = sum(e.size if e.stored is None else e.stored for e in found)
+    if missing:
+        return RuleResult("panel", False, f"the web panel is incomplete: {len(missing)} missing", missing)
+    return RuleResult("panel", True, f"the web panel: {len(found)} entries, {size:,} bytes unpacked, {stored:,} stored "
+                                     f"(modules, h11, {len(files)} page files)")
+
+
+RULES = (rule_postgres_driver, rule_cluster_module, rule_third_party, rule_stdlib_sqlite3, rule_monitor, rule_panel,
+         rule_budget)
 
 
 _PYTHON_VERSION_IN_PATH = re.compile(r"(?:libpython|python)(\d+\.\d+)(?:\.so|/lib-dynload)")

@@ -61,6 +61,9 @@ if ! stage_done pyinstaller; then
     done
     mark_done pyinstaller
 fi
+# h11, the web panel's HTTP parser (docs/panel.md): pure Python, the same wheel on every target;
+# installed every time (a cache built before the panel lacks it).
+rm -rf "$SITE/h11" && "$BUILD_PYTHON" -m zipfile -e "$DL/$(lock_field h11 4)" "$SITE"
 # The per-Attempt monitor (docs/monitor.md): static musl, a few KiB; rebuilt every time (it is tiny).
 mkdir -p "$TARGET_DIR/monitor"
 "$CC" -static -Os -Wall -Wextra -s -o "$TARGET_DIR/monitor/edge-runtime-monitor" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Download every input of the cross build from the package registries into $CROSS_CACHE/dl and check
 # each against build/cross/inputs.lock (name, version, sha256, file). Nothing else is downloaded:
-#   PyPI: ziglang (the cross C compiler), apsw, msgspec, pyinstaller sdists;
+#   PyPI: ziglang (the cross C compiler), apsw, msgspec, pyinstaller sdists, the h11 wheel (pure Python);
 #   npm: better-sqlite3 (its tarball carries the SQLite amalgamation apsw is compiled with);
 #   Debian 12 (apt-get source / apt-get download with a private state dir, so the host's apt
 #   configuration is left alone): CPython 3.11, zlib, libffi, musl sources; musl and
@@ -154,6 +154,7 @@ need_debian() { # need_debian NAME src|bin
 need ziglang pypi
 need apsw pypi
 need msgspec pypi
+need h11 pypi
 need pyinstaller pypi
 need altgraph pypi
 need packaging pypi

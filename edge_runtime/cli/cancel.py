@@ -8,9 +8,8 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import (
-    LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, secret_values, wake_service, resolve_run_id,
-)
+from edge_runtime import operations
+from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, secret_values
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 
 
@@ -28,12 +27,9 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 
 def run(args: argparse.Namespace) -> int:
-    reason = msgspec.UNSET if args.reason is None else args.reason
-    CancelRunCommand(run_id=args.run_id, reason=reason)  # validated before the store is touched
+    CancelRunCommand(run_id=args.run_id, reason=msgspec.UNSET if args.reason is None else args.reason)  # before the store
     with args.stores.open(args, WRITE) as store:
-        command = CancelRunCommand(run_id=resolve_run_id(store, args.run_id), reason=reason)
-        record = store.runs.request_cancel(command)
-        wake_service(store.wake_workers)
+        record = operations.cancel(store, args.run_id, reason=args.reason)
         secrets = secret_values(store) if args.json else ()
     if args.json:
         print_json(record, secrets)

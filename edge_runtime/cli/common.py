@@ -16,13 +16,16 @@ import argparse
 import contextlib
 import datetime as dt
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from edge_runtime.contract.errors import EdgeRuntimeError
+# Shared with the web panel, so kept with the operations; imported here under their old names.
+from edge_runtime.operations import (  # noqa: F401
+    NO_SERVICE_NOTE, masked, printable, resolve_run_id, secret_values, wake_service,
+)
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -64,26 +67,6 @@ def add_run_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", help="the Run id, or a unique prefix or suffix of it (12 characters at most)")
 
 
-def resolve_run_id(store: Any, form: str) -> str:
-    """The full id of the Run that ``form`` names: a full id as it is, else a unique prefix or
-    suffix of at most ``MAX_SHORT_ID_LENGTH`` characters (as ``list`` shows it).
-
-    Raises:
-        RunNotFoundError: no Run matches. AmbiguousRunIdError: several do (named).
-    """
-    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH, AmbiguousRunIdError, RunNotFoundError
-
-    if not isinstance(form, str) or len(form) > MAX_SHORT_ID_LENGTH or not form:
-        return form
-    found = store.runs.find_run_ids(form, 6)
-    if not found:
-        raise RunNotFoundError(f"no run with id {form!r} (nor one whose id begins or ends with it)")
-    if len(found) > 1:
-        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise AmbiguousRunIdError(f"{form!r} names several runs: {shown}; give more characters")
-    return found[0]
-
-
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 
@@ -93,35 +76,6 @@ def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
     if secrets:
         value = _masked(msgspec.to_builtins(value), secrets)
     sys.stdout.write(_json_encoder.encode(value).decode() + "\n")
-
-
-def secret_values(store: Any) -> tuple[str, ...]:
-    """The values printed output must mask: the store's secrets (none where it keeps no variables)."""
-    environment = getattr(store, "environment", None)
-    return () if environment is None else tuple(environment.secret_values())
-
-
-def masked(record: Any, secrets: Sequence[str]) -> Any:
-    """A contract record with every secret's value masked in its strings, as the same type (what
-    the text output of one record prints)."""
-    if not secrets:
-        return record
-    return msgspec.convert(_masked(msgspec.to_builtins(record), secrets), type=type(record))
-
-
-def _masked(value: Any, secrets: Sequence[str]) -> Any:
-    """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
-    own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
-    variable's name), never masked: the shape of the output stays what a script expects."""
-    from edge_runtime.contract.environment import mask_text
-
-    if isinstance(value, str):
-        return mask_text(value, secrets)
-    if isinstance(value, list):
-        return [_masked(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {k: _masked(v, secrets) for k, v in value.items()}
-    return value
 
 
 def format_ms(value: Any) -> str:
@@ -143,37 +97,7 @@ def _with_offset(local: dt.datetime) -> str:
     return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
 
 
-#: C0 controls, DEL and C1 controls: a stored name or reason could otherwise move the cursor,
-#: rewrite the terminal's title or hide text when printed. Escaped as JSON escapes them.
-_CONTROL_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
-    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"
-}
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\u001b``), for plain-text output."""
-    return text.translate(_CONTROL_ESCAPES)
-
-
 def present(value: Any, default: str = "-") -> str:
     return default if value is msgspec.UNSET or value is None else printable(str(value))
 
 
-#: What ``submit`` and ``schedule add`` say on stderr when no service took the wake-up (exit 0).
-NO_SERVICE_NOTE = "Note: no service is running for this database; the Run will wait until one starts\n"
-
-
-def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False) -> None:
-    """Tell a running service that new work was committed, so it acts now instead of at its next poll.
-
-    Best effort by design: when no service runs, the committed work simply waits for one (with
-    ``note_when_none``, the user is told so when ``wake`` says 0 services took it). It runs
-    after the commit, so a failure is at most a warning: the command has succeeded either way.
-    """
-    try:
-        woken = wake()
-    except (OSError, EdgeRuntimeError) as exc:
-        sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")
-        return
-    if note_when_none and woken == 0:
-        sys.stderr.write(NO_SERVICE_NOTE)

@@ -15,8 +15,6 @@ relative to the opened log directory and with ``O_NOFOLLOW``; a row naming any o
 from __future__ import annotations
 
 import argparse
-import os
-import stat
 import sys
 import time
 from pathlib import Path
@@ -24,24 +22,12 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, printable, resolve_run_id
+from edge_runtime import operations
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, resolve_run_id
 from edge_runtime.contract.environment import SecretMasker
-from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
-from edge_runtime.service.log_capture import file_stem, open_checked_in
-
-
-class LogUnreadableError(EdgeRuntimeError):
-    """The Attempt's log path is not a readable regular file (a symlink, FIFO or directory)."""
-
-    code = "LOG_UNREADABLE"
-
-
-class HostileLogPathError(EdgeRuntimeError):
-    """The database names, as an Attempt's log, a file that is not that Attempt's log in the log
-    directory: the row is hostile (or the log directory given is not the service's) and is refused."""
-
-    code = "LOG_PATH_REFUSED"
+# Kept importable from here under their old names (tests, the cluster CLI).
+from edge_runtime.operations import HostileLogPathError, LogUnreadableError  # noqa: F401
 
 
 class LogElsewhereError(RunStateConflictError):
@@ -75,12 +61,7 @@ def run(args: argparse.Namespace) -> int:
         masker = SecretMasker(() if store.environment is None else store.environment.secret_values())
         if attempt.log_path is msgspec.UNSET and args.follow and attempt.status in ACTIVE_ATTEMPT_STATUSES:
             attempt = _wait_for_log(store, args)
-        if attempt.log_path is msgspec.UNSET:
-            if attempt.status not in ACTIVE_ATTEMPT_STATUSES:
-                reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(attempt.end_reason)}"
-                raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} ended "
-                                            f"{attempt.status.value} before its command started{reason}; no log")
-            raise RunStateConflictError(f"attempt {attempt.attempt} of run {args.run_id} has not started; no log yet")
+        operations.require_log(attempt, args.run_id)
         copies = store.attempt_logs
         log_dir = Path(args.log_dir) if args.log_dir else args.stores.log_dir(args)
         if copies is None:
@@ -101,12 +82,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _attempt(store: Any, args: argparse.Namespace) -> AttemptRecord:
-    attempts = store.runs.attempts(args.run_id)
-    if args.attempt is not None:
-        attempts = [a for a in attempts if a.attempt == args.attempt]
-    if not attempts:
-        raise RunStateConflictError(f"run {args.run_id} has no attempt{'' if args.attempt is None else f' {args.attempt}'} yet")
-    return attempts[-1]
+    return operations.attempt_of(store, args.run_id, args.attempt)
 
 
 def _wait_for_log(store: Any, args: argparse.Namespace) -> AttemptRecord:
@@ -126,21 +102,7 @@ def _copy(log: Any, masker: SecretMasker) -> None:
 
 
 def _open_log(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int:
-    name = f"{file_stem(attempt.id)}.log"
-    expected = log_dir / name
-    if os.path.normpath(str(attempt.log_path)) != os.path.normpath(str(expected)):
-        raise HostileLogPathError(f"attempt {attempt.attempt} of run {run_id} names {attempt.log_path!r} as its log, "
-                                  f"but its log can only be {expected}: refused, nothing read (a database naming "
-                                  f"other files is hostile; give --log-dir if the service used another directory)")
-    try:
-        # Relative to the opened log directory; never follows a symlink, never blocks on a FIFO,
-        # refuses anything but a regular file.
-        return open_checked_in(log_dir, name, os.O_RDONLY, stat.S_IFREG)
-    except FileNotFoundError:
-        raise RunStateConflictError(f"log file {attempt.log_path} of run {run_id} no longer exists (an empty log is not kept, "
-                                    f"and log_total_max_bytes removes the oldest logs first)") from None
-    except OSError as exc:
-        raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
+    return operations.open_log(attempt, run_id, log_dir)
 
 
 def _open_log_here(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int | None:

@@ -41,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
+    "panel": ("panel", "set the web panel's password"),
 }
 _GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--db"})
 

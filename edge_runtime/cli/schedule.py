@@ -22,27 +22,20 @@ from edge_runtime.cli.common import (
     print_json,
     printable,
     secret_values,
-    wake_service,
 )
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.cli.submit import add_run_options, run_options
 from edge_runtime.contract.schedules import (
-    AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
     Overlap,
     RunNowOutcome,
-    ScheduleError,
     ScheduleRecord,
 )
-
-
-class ScheduleOverlapError(ScheduleError):
-    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
-
-    code = "SCHEDULE_RUN_SKIPPED"
+from edge_runtime import operations
+from edge_runtime.operations import ScheduleOverlapError  # noqa: F401  (raised by operations.run_schedule_now)
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -106,13 +99,9 @@ def run(args: argparse.Namespace) -> int:
             split = argv.index("--")
             args.add_parser.parse_args([*argv[:split], args.expression], namespace=args)
             argv = argv[split + 1:]
-        command = AddScheduleCommand(  # validated whole before the database is touched
-            expression=args.expression, argv=argv, name=msgspec.UNSET if args.name is None else args.name,
-            overlap=Overlap(args.overlap),
-            timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
-            time_zone=msgspec.UNSET if args.tz is None else args.tz,
-            **run_options(args),
-        )
+        command = operations.add_schedule_command(  # validated whole before the database is touched
+            args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
+            options=run_options(args))
         with args.stores.open(args, CREATE) as store:
             record = store.schedules.add(command)
             return _done(args, store, record, record.id)
@@ -134,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
             return _done(args, store, record, f"schedule {record.id} changed")
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
-            outcome = store.schedules.run_now(args.schedule_id, actor_id="cli")
-            return _ran(args, store, outcome)
+            outcome = operations.run_schedule_now(store, args.schedule_id)
+            return _ran(args, outcome)
     if args.action in ("list", "show"):
         with args.stores.open(args, READ) as store:  # open while printing: zones are the repository's
             repository = store.schedules
@@ -167,8 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, text: str) -> int:
-    # After the commit: the service recomputes its sleep at once.
-    wake_service(store.wake_workers, note_when_none=args.action == "add")
+    operations.wake_schedules(store, note_when_none=args.action == "add")  # after the commit
     if args.json:
         if record is not None:
             record = masked(record, secret_values(store))
@@ -179,12 +167,7 @@ def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, t
     return 0
 
 
-def _ran(args: argparse.Namespace, store: Any, outcome: RunNowOutcome) -> int:
-    if outcome.outcome is FireOutcome.SKIPPED:
-        raise ScheduleOverlapError(
-            f"schedule {outcome.schedule_id} has an active Run ({', '.join(outcome.active_run_ids)}) and its overlap "
-            f"is skip: no Run started")
-    wake_service(store.wake_workers, note_when_none=True)
+def _ran(args: argparse.Namespace, outcome: RunNowOutcome) -> int:
     if args.json:
         print_json(outcome)
     elif outcome.outcome is FireOutcome.STARTED:

@@ -25,6 +25,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str) -> None:
                       slots_help="how many Attempts may run at once (default 2)",
                       log_dir_help="per-Attempt logs (default: 'logs' beside the database)",
                       wake_word="wake-up")
+    parser.add_argument("--panel-listen", dest="panel_listen", metavar="HOST:PORT",
+                        help="serve the web panel there (e.g. 127.0.0.1:5700; default: no panel; docs/panel.md)")
     parser.set_defaults(run=run)
 
 
@@ -46,12 +48,13 @@ def add_service_flags(parser: argparse.ArgumentParser, *, worker_id_help: str, s
 
 
 #: The settings ``add_service_flags`` declares, by their ServiceConfig names.
-_FLAG_KEYS = ("worker_id", "slots", "grace_ms", "log_dir", "log_max_bytes", "poll_interval_ms", "stop_runs_on_exit")
+_FLAG_KEYS = ("worker_id", "slots", "grace_ms", "log_dir", "log_max_bytes", "poll_interval_ms", "stop_runs_on_exit",
+              "panel_listen")
 
 
 def service_overrides(args: argparse.Namespace) -> dict[str, object]:
     """The settings given as flags (None: not given), which win over the file and the environment."""
-    return {key: getattr(args, key) for key in _FLAG_KEYS}
+    return {key: getattr(args, key, None) for key in _FLAG_KEYS}
 
 
 
@@ -87,12 +90,37 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         # what apsw then opens by name must be what is in the directory that was checked.
         return open_verified(db_path, open_local, lambda store: store.close())
 
+    panel = None
+    listen = config.resolved_panel_listen()
+    if listen is not None:
+        def panel(journal, store):  # the panel's modules are imported only when it is configured
+            from edge_runtime.panel.server import PanelServer
+
+            floor = store.now_ms()  # read here, in the service's thread
+            return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
+                               config=config, journal=journal, open_store=lambda: _panel_store(store.db, store.where, floor))
+
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
-                         tick_hooks=(_scheduler,))
+                         tick_hooks=(_scheduler,),
+                         panel=panel)
+
+
+def _panel_store(db, where: str, floor_ms: int):
+    """The panel's own connection, beside the service's in this process (``open_peer``: never
+    the checks by descriptor, which would drop the service connection's locks), with a clock of
+    its own floored at the service's time, as a CLI command's clock is floored at the watermark."""
+    from edge_runtime.local.clock import SystemClock
+    from edge_runtime.local.database import open_peer
+    from edge_runtime.local.guarded_clock import GuardedClock
+    from edge_runtime.local.store import LocalStore
+
+    clock = GuardedClock(SystemClock())
+    clock.raise_floor(floor_ms)
+    return LocalStore(open_peer(db, clock=clock), where, clock)
 
 
 def _scheduler(store, journal):  # the Local adapter behind the scheduler's port

@@ -28,14 +28,12 @@ def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
         args.run_id = resolve_run_id(store, args.run_id)
         repository = store.runs
-        detail = repository.detail(args.run_id)
-        secrets = secret_values(store)
+        # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
+        detail = masked(repository.detail(args.run_id), secret_values(store))
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
         authority = {} if args.json else _authority(store, detail)
-    # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
-    detail = masked(detail, secrets)
     if args.json:
         print_json(detail)
         return 0

@@ -3,16 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
-import msgspec
-
-from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values, wake_service
-from edge_runtime.contract.durations import parse_duration_ms
-from edge_runtime.contract.environment import InvalidVariableError, parse_assignments
-from edge_runtime.contract.runs import MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
+from edge_runtime import operations
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values
+from edge_runtime.contract.runs import MAX_RETRIES
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -42,30 +38,13 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The given ``--env``/``--cwd`` as command fields. A missing directory is refused here, at
-    submit, not when an Attempt fails to start in it later.
+    """The given ``--env``/``--cwd``/``--retries``/``--retry-delay`` as command fields
+    (``edge_runtime.operations.run_options``: the panel validates the same way).
 
     Raises:
         InvalidRunCommandError: a malformed ``K=V``, or ``--cwd`` is not a directory.
     """
-    options: dict[str, Any] = {}
-    if args.env:
-        try:
-            options["env"] = parse_assignments(args.env)
-        except InvalidVariableError as exc:
-            raise InvalidRunCommandError(str(exc)) from None
-    if args.cwd is not None:
-        cwd = os.path.abspath(os.path.expanduser(args.cwd))
-        if not os.path.isdir(cwd):
-            raise InvalidRunCommandError(f"--cwd {args.cwd!r}: no such directory")
-        options["cwd"] = cwd
-    if args.retries is not None:
-        options["retries"] = args.retries
-    if args.retry_delay is not None:
-        if args.retries is None:
-            raise InvalidRunCommandError("--retry-delay needs --retries N")
-        options["retry_delay_ms"] = parse_duration_ms(args.retry_delay)
-    return options
+    return operations.run_options(env=args.env, cwd=args.cwd, retries=args.retries, retry_delay=args.retry_delay)
 
 
 def _retries(text: str) -> int:
@@ -83,14 +62,9 @@ def run(args: argparse.Namespace) -> int:
     if argv and argv[0] == "--":
         argv = argv[1:]
     # Validate before touching the store: a bad request must not even create the database file.
-    command = SubmitRunCommand(
-        argv=argv, name=msgspec.UNSET if args.name is None else args.name,
-        timeout_ms=msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
-        **run_options(args),
-    )
+    command = operations.submit_command(argv, name=args.name, timeout=args.timeout, options=run_options(args))
     with args.stores.open(args, CREATE) as store:
-        record = store.runs.submit(command)
-        wake_service(store.wake_workers, note_when_none=True)
+        record = operations.submit(store, command, note_when_none=True)
         secrets = secret_values(store) if args.json else ()
     if args.json:
         print_json(record, secrets)

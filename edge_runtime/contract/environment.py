@@ -185,6 +185,11 @@ class SecretMasker:
         self._pending = buffer[cut:]
         return b"".join(out)
 
+    @property
+    def held(self) -> int:
+        """How many bytes fed so far are held back (they could begin a secret's value)."""
+        return len(self._pending)
+
     def flush(self) -> bytes:
         rest, self._pending = self._pending, b""
         return rest if self._pattern is None else self._pattern.sub(MASK.encode(), rest)

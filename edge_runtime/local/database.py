@@ -520,3 +520,32 @@ def open_database(
             raise type(exc)(f"{exc} (SQLite first rolled back the interrupted transaction left in {journal})") from exc
         raise
     return LocalDatabase(connection, path, clock, pending=tuple(m.id for m in pending))
+
+
+def open_peer(db: LocalDatabase, *, clock: Clock, busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS) -> LocalDatabase:
+    """A second connection, in this same process, to ``db`` (already opened, checked and migrated
+    by :func:`open_database`), for a thread of its own (the web panel beside the service).
+
+    Never through :func:`open_database`: its checks open the database, ``-wal`` and ``-shm`` by
+    descriptor, and closing any descriptor of a file drops every POSIX lock this process holds on
+    it, the first connection's included. Another process then takes that connection's WAL for
+    unused and deletes it when it closes, and every later commit goes to a deleted file (found by
+    the panel's end-to-end tests). SQLite's own opens share one lock state per file in a process.
+
+    Raises:
+        DatabaseUnusableError: SQLite cannot open it.
+    """
+    try:
+        connection = apsw.Connection(db.path, flags=apsw.SQLITE_OPEN_READWRITE)
+    except apsw.Error as exc:
+        raise DatabaseUnusableError(f"cannot open database {db.path}: {exc}") from exc
+    try:
+        _set_busy_timeout(connection, busy_timeout_ms)
+        _forbid_double_quoted_strings(connection)
+        _distrust_the_schema(connection)
+        _use_wal_with_full_sync(connection, busy_timeout_ms)
+        _enable_foreign_keys(connection)
+    except apsw.Error as exc:
+        connection.close()
+        raise DatabaseUnusableError(f"cannot use database {db.path}: {exc}") from exc
+    return LocalDatabase(connection, db.path, clock, pending=())

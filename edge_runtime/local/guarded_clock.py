@@ -95,6 +95,8 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     # A waiting fire time is a slot that already came (overlap kept it for later): observed.
     ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
     ("schedules", "updated_at_ms"), ("shared_env", "updated_at_ms"),
+    # Small tables (one password, a few panel sessions): read whole by the floor.
+    ("panel_password", "set_at_ms"), ("panel_sessions", "created_at_ms"), ("panel_sessions", "last_seen_at_ms"),
 )
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's

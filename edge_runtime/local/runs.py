@@ -137,10 +137,18 @@ class LocalRunRepository:
                          dispatch=msgspec.UNSET if dispatch is None else dispatch)
 
     def list_runs(self, *, limit: int = 50, status: RunStatus | None = None, name: str | None = None,
-                  schedule_id: str | None = None) -> list[RunRecord]:
-        """Newest first; ``name`` and ``schedule_id`` filter exactly."""
+                  schedule_id: str | None = None, before_ms: int | None = None) -> list[RunRecord]:
+        """Newest first; ``name`` and ``schedule_id`` filter exactly; ``before_ms`` (the panel's
+        next page): only Runs created before then."""
         with run_repository_errors():
-            if name is not None or schedule_id is not None:
+            if before_ms is not None:
+                rows = self._db.connection.execute(
+                    f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR name = ?2) "
+                    "AND (?3 IS NULL OR schedule_id = ?3) AND created_at_ms < ?5 "
+                    "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?4",
+                    (None if status is None else RunStatus(status).value, name, schedule_id, limit, before_ms),
+                ).fetchall()
+            elif name is not None or schedule_id is not None:
                 rows = self._db.connection.execute(
                     f"SELECT {RUN_COLUMNS} FROM runs WHERE (?1 IS NULL OR status = ?1) AND (?2 IS NULL OR name = ?2) "
                     "AND (?3 IS NULL OR schedule_id = ?3) ORDER BY created_at_ms DESC, rowid DESC LIMIT ?4",

@@ -90,10 +90,20 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     work_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
     #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
     stop_runs_on_exit: bool = False
+    #: Serve the web panel (docs/panel.md) on ``HOST:PORT``; unset: no panel, none of it imported.
+    #: The host is an IP literal (``127.0.0.1``, ``[::1]``, ``192.168.1.1``) or ``localhost``: a
+    #: non-loopback address is served only when it is written here, never derived from a name.
+    panel_listen: Annotated[str, msgspec.Meta(min_length=1, max_length=64)] | msgspec.UnsetType = msgspec.UNSET
 
     def __post_init__(self) -> None:
         if self.retry_max_ms < self.retry_base_ms:
             raise ConfigError(f"retry_max_ms ({self.retry_max_ms}) must be >= retry_base_ms ({self.retry_base_ms})")
+        if self.panel_listen is not msgspec.UNSET:
+            parse_listen(self.panel_listen)
+
+    def resolved_panel_listen(self) -> tuple[str, int] | None:
+        """The panel's (host, port), None when no panel is served."""
+        return None if self.panel_listen is msgspec.UNSET else parse_listen(self.panel_listen)
 
     def resolved_idle_session_lease_ms(self, default: int) -> int:
         return default if self.idle_session_lease_ms is msgspec.UNSET else self.idle_session_lease_ms
@@ -107,6 +117,34 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
         if self.log_dir is not msgspec.UNSET:
             return Path(self.log_dir).expanduser()
         return Path(db_path).expanduser().resolve().parent / "logs"
+
+
+#: The documented panel address: loopback only (docs/panel.md).
+DEFAULT_PANEL_LISTEN = "127.0.0.1:5700"
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[V6]:PORT`` for IPv6) as (IP literal, port). ``localhost`` is 127.0.0.1;
+    no other name is resolved, so the address served is always the one written.
+
+    Raises:
+        ConfigError: not HOST:PORT, a host that is not an IP literal, or a port outside 0..65535 (0: any free port, named in the
+            ``panel.started`` line).
+    """
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host or not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise ConfigError(f"panel_listen {text!r}: expected HOST:PORT, e.g. {DEFAULT_PANEL_LISTEN}")
+    family = socket.AF_INET
+    if host.startswith("[") and host.endswith("]"):
+        host, family = host[1:-1], socket.AF_INET6
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:  # not ipaddress (64 KB of the artifact for one check): the C library's own parser
+        address = socket.inet_ntop(family, socket.inet_pton(family, host))
+    except (OSError, ValueError):
+        raise ConfigError(f"panel_listen {text!r}: the host must be an IP address (127.0.0.1, [::1], 192.168.1.1) "
+                          f"or localhost; an IPv6 address in brackets, [::1]:5700") from None
+    return address, int(port_text)
 
 
 def _read_regular_file(path: Path) -> bytes:
@@ -143,7 +181,7 @@ def _decode_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir"})
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "panel_listen"})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

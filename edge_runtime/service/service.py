@@ -82,6 +82,15 @@ _SHUTDOWN_KILL_WAIT_S = 2.0
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+class SideServer(Protocol):
+    """Something the service runs beside its loop (the web panel): ``start`` binds and starts a
+    thread of its own or raises ``EdgeRuntimeError``; ``stop`` ends it."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
 class TickHook(Protocol):
     """Work the composition root adds to each pass of the loop (the scheduler): ``tick`` does
     what is due and says whether anything happened; the loop sleeps no later than
@@ -117,7 +126,12 @@ class DeviceService:
         controller: LocalProcessController | None = None,
         retention: Callable[[Store, int], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
+        panel: Callable[[Journal, Store], SideServer] | None = None,
     ) -> None:
+        #: The web panel, when configured (cli/serve.py): started after the session is registered,
+        #: in a thread of its own; its failures are logged and never stop the service.
+        self._make_panel = panel
+        self._panel: SideServer | None = None
         #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
         self._hook_factories = tuple(tick_hooks)
         self._hooks: list[TickHook] = []
@@ -231,6 +245,7 @@ class DeviceService:
             counts = self._recover(runs, worker, supervisor)
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
+            self._start_panel()
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
@@ -243,7 +258,32 @@ class DeviceService:
         finally:
             if supervisor is not None:
                 supervisor.close()
+            self._stop_panel()
             wake.close()
+
+    def _start_panel(self) -> None:
+        """Start the panel if configured; one that cannot start is logged and left out."""
+        self._panel = None
+        if self._make_panel is None:
+            return
+        panel = None
+        try:
+            panel = self._make_panel(self.journal, self._store)
+            panel.start()
+        except EdgeRuntimeError as exc:
+            self.journal.error("panel.not_started", error=exc.code, detail=str(exc))
+        except Exception as exc:  # noqa: BLE001  (the panel's boundary: a bug in it never stops the service)
+            self.journal.error("panel.not_started", error=type(exc).__name__, detail=str(exc))
+        else:
+            self._panel = panel
+            return
+        if panel is not None:
+            panel.stop()
+
+    def _stop_panel(self) -> None:
+        panel, self._panel = self._panel, None
+        if panel is not None:
+            panel.stop()
 
     # ----------------------------------------------------------------- the loop
 

@@ -35,6 +35,11 @@ BASE_PYZ = {
     "json.decoder": "module",
     "typing": "module",
     "_pyi_rth_utils": "package",
+    "edge_runtime.panel": "package",
+    "edge_runtime.panel.routes": "module",
+    "edge_runtime.panel.api": "module",
+    "edge_runtime.panel.server": "module",
+    "h11": "package",
 }
 BASE_LIBRARY = ["os.pyc", "encodings/__init__.pyc", "encodings/utf_8.pyc", "re/__init__.pyc"]
 #: The per-Attempt monitor, where the service looks for it (an ``extra_files`` value None drops a file).
@@ -47,6 +52,10 @@ BASE_FILES = {
     "msgspec/_core.cpython-311-x86_64-linux-gnu.so": b"msgspec" * 100,
     "edge_runtime/_migrations/0001_legacy_layout.sql": b"CREATE TABLE t (x);\n",
     MONITOR: b"\x7fELF" + b"monitor" * 100,
+    "edge_runtime/panel/static/index.html": b"<!doctype html>",
+    "edge_runtime/panel/static/panel.css": b"body{}",
+    "edge_runtime/panel/static/panel.js": b"'use strict';",
+    "edge_runtime/panel/static/favicon.svg": b"<svg/>",
 }
 
 
@@ -78,6 +87,11 @@ def _files(extra_files: dict[str, bytes | None] | None) -> dict[str, bytes]:
     return {name: data for name, data in {**BASE_FILES, **(extra_files or {})}.items() if data is not None}
 
 
+def _modules(extra_pyz: dict[str, str | None] | None) -> dict[str, str]:
+    """The baseline's modules with ``extra_pyz`` over them (a value None drops a module)."""
+    return {name: kind for name, kind in {**BASE_PYZ, **(extra_pyz or {})}.items() if kind is not None}
+
+
 def _is_binary(name: str) -> bool:
     return ".so" in Path(name).suffixes or name.endswith(".so")
 
@@ -88,7 +102,7 @@ def make_onefile(
     work = directory / "work"
     work.mkdir(parents=True)
     pyz = work / "PYZ.pyz"
-    _write_pyz(pyz, {**BASE_PYZ, **(extra_pyz or {})})
+    _write_pyz(pyz, _modules(extra_pyz))
     base_library = work / "base_library.zip"
     base_library.write_bytes(_base_library_bytes(BASE_LIBRARY))
     entries = [("PYZ.pyz", str(pyz), False, "z"), ("base_library.zip", str(base_library), True, "x")]
@@ -112,7 +126,7 @@ def make_onefolder(
     contents = folder / "_internal"
     contents.mkdir(parents=True)
     pyz = work / "PYZ.pyz"
-    _write_pyz(pyz, {**BASE_PYZ, **(extra_pyz or {})})
+    _write_pyz(pyz, _modules(extra_pyz))
     _write_executable(
         folder / "edge-runtime",
         work,

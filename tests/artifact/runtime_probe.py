@@ -95,7 +95,29 @@ def exercise_fallbacks() -> dict[str, object]:
         "shutil_which_sh": shutil.which("sh") is not None,
         "toml": msgspec.toml.decode(b'slots = 2\nname = "x"\n'),
         "decimal": msgspec.json.decode(b'"1.10"', type=__import__("decimal").Decimal).as_tuple()[1],
+        "h11": _h11_exchange(),
     }
+
+
+def _h11_exchange() -> list[str]:
+    """A request and its response through h11 as the panel loads it (with dataclasses blocked:
+    h11_loader's stand-in), as the events' reprs and a few of their methods' results."""
+    from edge_runtime.panel.h11_loader import load_h11
+
+    h11 = load_h11()
+    server = h11.Connection(h11.SERVER)
+    server.receive_data(b"POST /api/runs?x=1 HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n{}")
+    events = [server.next_event() for _ in range(3)]
+    out = server.send(h11.Response(status_code=201, headers=[(b"content-length", b"0")], reason=b"Created"))
+    out += server.send(h11.EndOfMessage())
+    shown = [repr(e) for e in events] + [out.decode()]
+    shown.append(str(events[2] == h11.EndOfMessage()) + str(hash(h11.ConnectionClosed()) == hash(h11.ConnectionClosed())))
+    try:
+        events[0].method = b"GET"
+    except AttributeError as exc:
+        shown.append(type(exc).__name__)
+    shown.append(repr(h11.ConnectionClosed()) + str(h11.ConnectionClosed() == h11.ConnectionClosed()))
+    return shown
 
 
 def main() -> int:

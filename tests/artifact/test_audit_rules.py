@@ -131,6 +131,18 @@ def test_an_artifact_without_its_elf_monitor_fails_the_monitor_rule(form, monito
     assert failing_rules(report) == {"monitor"}
 
 
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize("dropped", ["edge_runtime/panel/static/panel.js", "edge_runtime/panel/static/index.html"])
+def test_an_artifact_without_the_panel_s_page_fails_the_panel_rule(form, dropped, tmp_path, audit_module, budgets) -> None:
+    report = audit_module.audit(MAKERS[form](tmp_path, extra_files={dropped: None}), budgets)
+    assert failing_rules(report) == {"panel"} and offenders(report, "panel") == [dropped]
+
+
+def test_an_artifact_without_h11_fails_the_panel_rule(tmp_path, audit_module, budgets) -> None:
+    report = audit_module.audit(make_onefile(tmp_path, extra_pyz={"h11": None}), budgets)
+    assert failing_rules(report) == {"panel"} and offenders(report, "panel") == ["h11"]
+
+
 def test_an_over_budget_one_file_fails_the_budget_rule(tmp_path, audit_module, budgets) -> None:
     artifact = make_onefile(tmp_path, extra_files={"edge_runtime/padding.bin": random_bytes(budgets["onefile_bytes"])})
     report = audit_module.audit(artifact, budgets)
@@ -176,6 +188,7 @@ def test_json_report_names_the_failing_rule(tmp_path, audit_module, capsys) -> N
         "third-party": True,
         "stdlib-sqlite3": True,
         "monitor": True,
+        "panel": True,
         "budget": True,
     }
     assert any(e["module"] == "edge_runtime.cluster" for e in result["entries"])

@@ -226,3 +226,52 @@ def _is_zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"
     except FileNotFoundError:
         return True
+
+
+@pytest.mark.e2e
+def test_serves_the_panel_page_and_health_with_a_session(executable, env, tmp_path) -> None:
+    """The built executable carries the panel (its modules, h11 and the page's files): the page
+    and, after a login, /api/health (make cross-test runs this under qemu for each router target)."""
+    import re
+    import socket
+
+    db = tmp_path / "svc" / "edge.db"
+    set_password = run(executable, ["--db", str(db), "panel", "password"], env, tmp_path, input="a panel password\n")
+    assert set_password.returncode == 0, set_password.stderr
+    log_path = tmp_path / "serve-panel.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen([str(executable), "--db", str(db), "serve", "--panel-listen", "127.0.0.1:0"],
+                                   env=env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        found = wait_for(lambda: re.search(r"panel\.started listen=127\.0\.0\.1:(\d+)", log_path.read_text()),
+                         "the panel to start")
+        port = int(found.group(1))
+
+        def exchange(text: str) -> bytes:
+            with socket.create_connection(("127.0.0.1", port), timeout=LIVENESS_TIMEOUT_S) as sock:
+                sock.sendall(text.encode())
+                data = b""
+                while chunk := sock.recv(65536):
+                    data += chunk
+            return data
+
+        host = f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n"
+        page = exchange(f"GET / HTTP/1.1\r\n{host}\r\n")
+        assert page.startswith(b"HTTP/1.1 200") and b'aria-label="Log in"' in page
+        assert exchange(f"GET /panel.js HTTP/1.1\r\n{host}\r\n").startswith(b"HTTP/1.1 200")
+        assert exchange(f"GET /api/health HTTP/1.1\r\n{host}\r\n").startswith(b"HTTP/1.1 401")
+        body = b'{"password": "a panel password"}'
+        login = exchange(f"POST /api/login HTTP/1.1\r\n{host}X-Edge-Panel: 1\r\nContent-Length: {len(body)}\r\n\r\n"
+                         + body.decode())
+        assert login.startswith(b"HTTP/1.1 200"), login
+        token = re.search(rb"edge_panel=([^;]+)", login).group(1).decode()
+        health = exchange(f"GET /api/health HTTP/1.1\r\n{host}Cookie: edge_panel={token}\r\n\r\n")
+        assert health.startswith(b"HTTP/1.1 200"), health
+        assert json.loads(health.partition(b"\r\n\r\n")[2])["sessionLive"] is True
+    finally:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=LIVENESS_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -28,7 +28,19 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     (source / "edge_runtime").mkdir()
     (source / "edge_runtime" / "__init__.py").write_text("")
     (source / "edge_runtime" / "cluster.py").write_text("NODES = 3\n")
-    (source / "edge-runtime.py").write_text("import psycopg\nimport edge_runtime.cluster\nprint(psycopg.PQ)\n")
+    # And a whole stand-in panel (modules, h11, the page's files), so that its rule passes.
+    (source / "edge_runtime" / "panel").mkdir()
+    for name in ("__init__", "routes", "api", "server"):
+        (source / "edge_runtime" / "panel" / f"{name}.py").write_text("")
+    (source / "h11").mkdir()
+    (source / "h11" / "__init__.py").write_text("")
+    static = tmp_path / "static"
+    static.mkdir()
+    for name in ("index.html", "panel.css", "panel.js", "favicon.svg"):
+        (static / name).write_text("x")
+    (source / "edge-runtime.py").write_text("import psycopg\nimport edge_runtime.cluster\nimport edge_runtime.panel.routes\n"
+                                            "import edge_runtime.panel.api\nimport edge_runtime.panel.server\nimport h11\n"
+                                            "print(psycopg.PQ)\n")
     budgets = audit_module.load_budgets(audit_module.DEFAULT_BUDGET_FILE)
     padding = tmp_path / "padding.bin"
     padding.write_bytes(os.urandom(budgets["onefile_bytes"]))  # random: stays this big compressed
@@ -39,6 +51,7 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
             "--name", "edge-runtime",
             "--paths", str(source),
             "--add-data", f"{padding}:edge_runtime",
+            "--add-data", f"{static}:edge_runtime/panel/static",
             # The per-Attempt monitor at the path the spec gives it, so the monitor rule passes.
             "--add-binary", f"{MONITOR}:edge_runtime/service/native",
             "--workpath", str(tmp_path / "work"), "--distpath", str(tmp_path / "dist"),

@@ -111,6 +111,8 @@ def test_the_configuration_table_lists_every_key_with_its_default() -> None:
         elif name == "work_dir":
             assert value is msgspec.UNSET and doc.startswith("`work/` beside the database")
             assert config.resolved_work_dir("/srv/x/edge.db") == Path("/srv/x/work")
+        elif name == "panel_listen":
+            assert value is msgspec.UNSET and doc.startswith("none (no panel)")
         elif name == "idle_session_lease_ms":
             assert value is msgspec.UNSET and doc.split()[0] == str(IDLE_SESSION_LEASE_MS)
         elif isinstance(value, bool):

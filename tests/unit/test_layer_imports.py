@@ -25,6 +25,7 @@ CLI_LOCAL_IMPORTS = {
                                        "Local store is opened (the cluster CLI never loads them)",
     "edge_runtime.cli.check": "checks the Local database file itself (integrity, schema, retention plan)",
     "edge_runtime.cli.migrate": "migrates and scrubs the Local database file itself",
+    "edge_runtime.cli.panel": "sets the panel password in the Local database file itself",
 }
 
 

@@ -1,0 +1,333 @@
+"""The user operations, one implementation for the CLI commands and the web panel.
+
+Each takes an open store (the ``Store`` port) and the values a user gave, validates them with the contract's commands
+and the same checks as the CLI (so a refusal has the same error code either way), does the work
+in the store's own short transactions and wakes the service after the commit. Printing, argument
+parsing and HTTP stay with their callers (``edge_runtime.cli.*``, ``edge_runtime.panel``).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from edge_runtime.contract.durations import parse_duration_ms
+from edge_runtime.contract.environment import InvalidVariableError, SecretMasker, mask_text, parse_assignments
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import (
+    ACTIVE_ATTEMPT_STATUSES, AttemptRecord, CancelRunCommand, InvalidRunCommandError, RunStateConflictError,
+    SubmitRunCommand,
+)
+
+
+def _unset(value: Any) -> Any:
+    return msgspec.UNSET if value is None else value
+
+
+# ------------------------------------------------------------------------------------ shared
+
+
+#: C0 controls, DEL and C1 controls: a stored name or reason could otherwise move the cursor,
+#: rewrite the terminal's title or hide text when printed. Escaped as JSON escapes them.
+_CONTROL_ESCAPES = {c: f"\\u{c:04x}" for c in (*range(0x20), *range(0x7F, 0xA0))} | {
+    0x08: "\\b", 0x09: "\\t", 0x0A: "\\n", 0x0C: "\\f", 0x0D: "\\r"
+}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\u001b``), for plain-text output."""
+    return text.translate(_CONTROL_ESCAPES)
+
+
+
+
+def resolve_run_id(store: Any, form: str) -> str:
+    """The full id of the Run that ``form`` names: a full id as it is, else a unique prefix or
+    suffix of at most ``MAX_SHORT_ID_LENGTH`` characters (as ``list`` shows it).
+
+    Raises:
+        RunNotFoundError: no Run matches. AmbiguousRunIdError: several do (named).
+    """
+    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH, AmbiguousRunIdError, RunNotFoundError
+
+    if not isinstance(form, str) or len(form) > MAX_SHORT_ID_LENGTH or not form:
+        return form
+    found = store.runs.find_run_ids(form, 6)
+    if not found:
+        raise RunNotFoundError(f"no run with id {form!r} (nor one whose id begins or ends with it)")
+    if len(found) > 1:
+        shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
+        raise AmbiguousRunIdError(f"{form!r} names several runs: {shown}; give more characters")
+    return found[0]
+
+
+#: What ``submit`` and ``schedule add`` say on stderr when no service took the wake-up (exit 0).
+NO_SERVICE_NOTE = "Note: no service is running for this database; the Run will wait until one starts\n"
+
+
+def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False) -> None:
+    """Tell a running service that new work was committed, so it acts now instead of at its next poll.
+
+    Best effort by design: when no service runs, the committed work simply waits for one (with
+    ``note_when_none``, the user is told so when ``wake`` says 0 services took it). It runs
+    after the commit, so a failure is at most a warning: the command has succeeded either way.
+    """
+    try:
+        woken = wake()
+    except (OSError, EdgeRuntimeError) as exc:
+        sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")
+        return
+    if note_when_none and woken == 0:
+        sys.stderr.write(NO_SERVICE_NOTE)
+
+
+# ------------------------------------------------------------------------------------ Runs
+
+
+def run_options(*, env: Iterable[str] | None = None, cwd: str | None = None, retries: int | None = None,
+                retry_delay: str | None = None, cwd_name: str = "--cwd") -> dict[str, Any]:
+    """A Run's (or schedule's) own options as command fields: ``env`` as ``K=V`` texts, ``cwd``
+    (must be a directory now: refused at submit, not when an Attempt fails to start in it),
+    ``retries`` and ``retry_delay`` (a duration, only with ``retries``).
+
+    Raises:
+        InvalidRunCommandError: a malformed ``K=V``, a missing directory, a delay without retries.
+    """
+    options: dict[str, Any] = {}
+    if env:
+        try:
+            options["env"] = parse_assignments(list(env))
+        except InvalidVariableError as exc:
+            raise InvalidRunCommandError(str(exc)) from None
+    if cwd is not None:
+        resolved = os.path.abspath(os.path.expanduser(cwd))
+        if not os.path.isdir(resolved):
+            raise InvalidRunCommandError(f"{cwd_name} {cwd!r}: no such directory")
+        options["cwd"] = resolved
+    if retries is not None:
+        options["retries"] = retries
+    if retry_delay is not None:
+        if retries is None:
+            raise InvalidRunCommandError("--retry-delay needs --retries N")
+        options["retry_delay_ms"] = parse_duration_ms(retry_delay)
+    return options
+
+
+def submit_command(argv: list[str], *, name: str | None = None, timeout: str | None = None,
+                   options: dict[str, Any] | None = None) -> SubmitRunCommand:
+    """The validated command of a new Run (before any store is touched)."""
+    return SubmitRunCommand(argv=argv, name=_unset(name),
+                            timeout_ms=msgspec.UNSET if timeout is None else parse_duration_ms(timeout),
+                            **(options or {}))
+
+
+def submit(store: Any, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False):
+    """Queue ``command`` as a new Run and wake the service; the new Run's record."""
+    record = store.runs.submit(command, actor_id=actor_id)
+    wake_service(store.wake_workers, note_when_none=note_when_none)
+    return record
+
+
+def cancel(store: Any, run_id: str, *, reason: str | None = None, actor_id: str = "cli"):
+    """Durably request the Run's cancellation (``run_id``: a full id or a unique short form)."""
+    CancelRunCommand(run_id=run_id, reason=_unset(reason))  # validated before the store is read
+    command = CancelRunCommand(run_id=resolve_run_id(store, run_id), reason=_unset(reason))
+    record = store.runs.request_cancel(command, actor_id=actor_id)
+    wake_service(store.wake_workers)
+    return record
+
+
+def secret_values(store: Any) -> tuple[str, ...]:
+    """The values printed output must mask: the store's secrets (none where it keeps no variables)."""
+    environment = getattr(store, "environment", None)
+    return () if environment is None else tuple(environment.secret_values())
+
+
+def masked(record: Any, secrets: Sequence[str]) -> Any:
+    """A contract record with every secret's value masked in its strings, as the same type (what
+    the text output of one record prints)."""
+    if not secrets:
+        return record
+    return msgspec.convert(_masked(msgspec.to_builtins(record), secrets), type=type(record))
+
+
+def _masked(value: Any, secrets: Sequence[str]) -> Any:
+    """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
+    own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
+    variable's name), never masked: the shape of the output stays what a script expects."""
+
+    if isinstance(value, str):
+        return mask_text(value, secrets)
+    if isinstance(value, list):
+        return [_masked(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {k: _masked(v, secrets) for k, v in value.items()}
+    return value
+
+
+def masked_detail(store: Any, run_id: str):
+    """The Run with its Attempts and dispatch; a secret's value never shown, even where the Run's
+    own command, variables or reason repeat it."""
+    return masked(store.runs.detail(run_id), secret_values(store))
+
+
+def masked_runs(store: Any, runs: list) -> list:
+    secrets = secret_values(store)
+    return [masked(r, secrets) for r in runs]
+
+
+# ------------------------------------------------------------------------------------ logs
+
+
+class LogUnreadableError(EdgeRuntimeError):
+    """The Attempt's log path is not a readable regular file (a symlink, FIFO or directory)."""
+
+    code = "LOG_UNREADABLE"
+
+
+class HostileLogPathError(EdgeRuntimeError):
+    """The database names, as an Attempt's log, a file that is not that Attempt's log in the log
+    directory: the row is hostile (or the log directory given is not the service's) and is refused."""
+
+    code = "LOG_PATH_REFUSED"
+
+
+def attempt_of(store: Any, run_id: str, number: int | None) -> AttemptRecord:
+    """The Run's latest Attempt, or its Attempt ``number``."""
+    attempts = store.runs.attempts(run_id)
+    if number is not None:
+        attempts = [a for a in attempts if a.attempt == number]
+    if not attempts:
+        raise RunStateConflictError(f"run {run_id} has no attempt{'' if number is None else f' {number}'} yet")
+    return attempts[-1]
+
+
+def require_log(attempt: AttemptRecord, run_id: str) -> None:
+    """Refuse an Attempt that has no log (yet), saying why."""
+    if attempt.log_path is not msgspec.UNSET:
+        return
+    if attempt.status not in ACTIVE_ATTEMPT_STATUSES:
+        reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(attempt.end_reason)}"
+        raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} ended "
+                                    f"{attempt.status.value} before its command started{reason}; no log")
+    raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} has not started; no log yet")
+
+
+def open_log(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int:
+    """The Attempt's log file on this device, opened read-only. A log path comes from the
+    database, which is hostile input: only ``<log dir>/<attempt file stem>.log`` is ever opened,
+    relative to the opened directory, without following a symlink, and only a regular file."""
+    from edge_runtime.service.log_capture import file_stem, open_checked_in
+
+    name = f"{file_stem(attempt.id)}.log"
+    expected = log_dir / name
+    if os.path.normpath(str(attempt.log_path)) != os.path.normpath(str(expected)):
+        raise HostileLogPathError(f"attempt {attempt.attempt} of run {run_id} names {attempt.log_path!r} as its log, "
+                                  f"but its log can only be {expected}: refused, nothing read (a database naming "
+                                  f"other files is hostile; give --log-dir if the service used another directory)")
+    try:
+        return open_checked_in(log_dir, name, os.O_RDONLY, stat.S_IFREG)
+    except FileNotFoundError:
+        raise RunStateConflictError(f"log file {attempt.log_path} of run {run_id} no longer exists (an empty log is not kept, "
+                                    f"and log_total_max_bytes removes the oldest logs first)") from None
+    except OSError as exc:
+        raise LogUnreadableError(f"cannot read the log file {attempt.log_path}: {exc.strerror or exc}") from None
+
+
+class LogChunk(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
+    """Bytes of an Attempt's log from ``offset`` (secrets masked), for a live tail: ask again
+    from ``next_offset``; ``done`` once the Attempt ended and everything was read."""
+
+    run_id: str
+    attempt: int
+    status: str
+    offset: int
+    next_offset: int
+    text: str
+    done: bool
+
+
+def read_log_chunk(store: Any, run_id: str, log_dir: Path, *, attempt: int | None, offset: int,
+                   max_bytes: int) -> LogChunk:
+    """At most ``max_bytes`` of the Attempt's log from byte ``offset``. The end of a piece that
+    could begin a secret's value is held back (``next_offset`` stops before it) until the next
+    read, so a value split across two reads is still masked."""
+    if offset < 0:
+        raise InvalidRunCommandError("offset must be 0 or more")
+    store.runs.get(run_id)
+    record = attempt_of(store, run_id, attempt)
+    if record.log_path is msgspec.UNSET and record.status in ACTIVE_ATTEMPT_STATUSES:
+        return LogChunk(run_id=run_id, attempt=record.attempt, status=record.status.value, offset=offset,
+                        next_offset=offset, text="", done=False)
+    require_log(record, run_id)
+    active = record.status in ACTIVE_ATTEMPT_STATUSES
+    fd = open_log(record, run_id, log_dir)
+    try:
+        data = os.pread(fd, max_bytes, offset)
+        at_end = len(data) < max_bytes and os.fstat(fd).st_size <= offset + len(data)
+    finally:
+        os.close(fd)
+    masker = SecretMasker(secret_values(store))
+    shown = masker.feed(data)
+    held = masker.held
+    if not active and at_end:
+        shown += masker.flush()
+        held = 0
+    return LogChunk(run_id=run_id, attempt=record.attempt, status=record.status.value, offset=offset,
+                    next_offset=offset + len(data) - held, text=shown.decode("utf-8", "replace"),
+                    done=not active and at_end)
+
+
+# ------------------------------------------------------------------------------------ schedules
+
+
+from edge_runtime.contract.schedules import ScheduleError  # noqa: E402  (the schedule operations' errors)
+
+
+class ScheduleOverlapError(ScheduleError):
+    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
+
+    code = "SCHEDULE_RUN_SKIPPED"
+
+
+def add_schedule_command(expression: str, argv: list[str], *, name: str | None = None, overlap: str = "skip",
+                         timeout: str | None = None, time_zone: str | None = None,
+                         options: dict[str, Any] | None = None):
+    """The validated command of a new schedule (before any store is touched)."""
+    from edge_runtime.contract.schedules import AddScheduleCommand, InvalidScheduleCommandError, Overlap
+
+    try:
+        chosen = Overlap(overlap)
+    except ValueError:
+        raise InvalidScheduleCommandError(f"overlap must be one of {', '.join(o.value for o in Overlap)}") from None
+    return AddScheduleCommand(expression=expression, argv=argv, name=_unset(name), overlap=chosen,
+                              timeout_ms=msgspec.UNSET if timeout is None else parse_duration_ms(timeout),
+                              time_zone=_unset(time_zone), **(options or {}))
+
+
+def wake_schedules(store: Any, *, note_when_none: bool = False) -> None:
+    """After a schedule changed: the service recomputes its sleep at once."""
+    wake_service(store.wake_workers, note_when_none=note_when_none)
+
+
+def run_schedule_now(store: Any, schedule_id: str, *, actor_id: str = "cli"):
+    """Start a Run of the schedule now (overlap applies).
+
+    Raises:
+        ScheduleOverlapError: a Run of it is active and its overlap is skip: nothing started.
+    """
+    from edge_runtime.contract.schedules import FireOutcome
+
+    outcome = store.schedules.run_now(schedule_id, actor_id=actor_id)
+    if outcome.outcome is FireOutcome.SKIPPED:
+        raise ScheduleOverlapError(
+            f"schedule {outcome.schedule_id} has an active Run ({', '.join(outcome.active_run_ids)}) and its overlap "
+            f"is skip: no Run started")
+    wake_schedules(store, note_when_none=True)
+    return outcome

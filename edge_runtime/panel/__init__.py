@@ -1,0 +1,8 @@
+"""The web panel (docs/panel.md): served by ``serve`` inside the service process when
+``panel_listen`` is set, and imported only then (``edge_runtime.cli.serve``).
+
+- ``routes``: the one route table and the one gate (host, CSRF, session) before any handler;
+- ``api``: the handlers, calling ``edge_runtime.operations`` as the CLI commands do;
+- ``server``: the HTTP/1.1 server (``h11``) in a thread of its own, with its limits;
+- ``static/``: the page (HTML, CSS, plain JS; no build step, nothing fetched from elsewhere).
+"""

@@ -1,0 +1,209 @@
+"""The panel's handlers: JSON in, the CLI's ``--json`` structs out, through ``edge_runtime.operations``.
+
+Each handler gets the panel's open Local store, the matched route's ``{id}`` and query, and the
+request body; it returns ``(status, value)``, ``value`` encoded as JSON (camelCase contract
+structs, absent fields left out). A refusal is the operation's own error, with its own code:
+``{"error": {"code": ..., "message": ...}}`` (:func:`error_status` picks the HTTP status).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from edge_runtime import operations
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.runs import InvalidRunCommandError, RunStatus
+
+#: The body of a request (the page's JSON; the login's password).
+MAX_BODY_BYTES = 64 * 1024
+#: The most bytes of a log one request returns; a tail asks again from ``nextOffset``.
+MAX_LOG_CHUNK = 64 * 1024
+#: ``GET /api/runs`` returns at most this many (the CLI's ``list --limit`` bound).
+MAX_LIST_LIMIT = 10_000
+#: The actor recorded on the Runs, cancels and schedule fires the panel makes.
+ACTOR = "panel"
+
+
+class PanelRequestError(EdgeRuntimeError):
+    """The request's body or query is not what the API takes."""
+
+    code = "INVALID_REQUEST"
+
+
+class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    pass
+
+
+class LoginBody(_Body):
+    password: str
+
+
+class RunBody(_Body):
+    command: list[str]
+    name: str | None = None
+    timeout: str | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    retries: int | None = None
+    retryDelay: str | None = None  # noqa: N815  (the JSON field's name)
+
+
+class CancelBody(_Body):
+    reason: str | None = None
+
+
+class ScheduleBody(RunBody, kw_only=True):
+    cron: str
+    overlap: str = "skip"
+    tz: str | None = None
+
+
+class Health(msgspec.Struct, rename="camel", kw_only=True):
+    """``GET /api/health``: the worker session, slots, clock, sizes and retention of the device."""
+
+    worker_id: str
+    session: Any
+    session_live: bool
+    slots: int
+    slots_in_use: int
+    now_ms: int
+    clock_watermark_ms: int
+    clock_jumps: int
+    database_bytes: int
+    wal_bytes: int
+    log_bytes: int
+    log_total_max_bytes: int
+    retain_runs: int
+    retain_days: int
+
+
+def decode(body: bytes, kind: type) -> Any:
+    try:
+        return msgspec.json.decode(body or b"{}", type=kind)
+    except msgspec.DecodeError as exc:
+        raise PanelRequestError(f"the request body: {exc}") from None
+
+
+def error_status(exc: EdgeRuntimeError) -> int:
+    code = exc.code
+    if code == "LOGIN_FAILED":
+        return 401
+    if code.endswith("NOT_FOUND"):
+        return 404
+    if "INVALID" in code or code.endswith("AMBIGUOUS"):
+        return 400
+    if code.endswith(("REPOSITORY_FAILED", "STORAGE_FAILED")):
+        return 503 if exc.retryable else 500
+    if exc.retryable:
+        return 503
+    return 409
+
+
+def _int(query: dict[str, str], name: str, default: int | None, low: int, high: int) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise PanelRequestError(f"{name} must be a whole number {low}..{high}")
+    return int(text)
+
+
+def _options(body: RunBody | ScheduleBody) -> dict[str, Any]:
+    if body.retries is not None and not 0 <= body.retries <= 100:
+        raise InvalidRunCommandError("retries must be 0..100")
+    env = None if body.env is None else [f"{k}={v}" for k, v in body.env.items()]
+    return operations.run_options(env=env, cwd=body.cwd, retries=body.retries, retry_delay=body.retryDelay,
+                                  cwd_name="cwd")
+
+
+class Api:
+    """The handlers over one open Local store (the panel thread's own connection)."""
+
+    def __init__(self, store: Any, *, db_path: str, log_dir: Path, config: Any) -> None:
+        self.store, self.db_path, self.log_dir, self.config = store, db_path, log_dir, config
+
+    def list_runs(self, _id: str | None, query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        status = query.get("status") or None
+        if status is not None and status not in {s.value for s in RunStatus}:
+            raise PanelRequestError(f"status must be one of {', '.join(s.value for s in RunStatus)}")
+        limit = _int(query, "limit", 50, 1, MAX_LIST_LIMIT)
+        before = _int(query, "before", None, 0, 1 << 53)
+        runs = self.store.runs.list_runs(limit=limit, status=None if status is None else RunStatus(status),
+                                         before_ms=before)
+        return 200, operations.masked_runs(self.store, runs)
+
+    def run_detail(self, run_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, operations.masked_detail(self.store, run_id)
+
+    def run_log(self, run_id: str, query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, operations.read_log_chunk(
+            self.store, run_id, self.log_dir, attempt=_int(query, "attempt", None, 1, 1 << 31),
+            offset=_int(query, "offset", 0, 0, 1 << 53), max_bytes=MAX_LOG_CHUNK)
+
+    def submit(self, _id: str | None, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        request = decode(body, RunBody)
+        command = operations.submit_command(request.command, name=request.name, timeout=request.timeout,
+                                            options=_options(request))
+        return 201, operations.submit(self.store, command, actor_id=ACTOR)
+
+    def cancel(self, run_id: str, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        request = decode(body, CancelBody)
+        return 200, operations.cancel(self.store, run_id, reason=request.reason, actor_id=ACTOR)
+
+    def list_schedules(self, _id: str | None, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, self.store.schedules.list()
+
+    def add_schedule(self, _id: str | None, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        request = decode(body, ScheduleBody)
+        command = operations.add_schedule_command(request.cron, request.command, name=request.name,
+                                                  overlap=request.overlap, timeout=request.timeout,
+                                                  time_zone=request.tz, options=_options(request))
+        record = self.store.schedules.add(command)
+        operations.wake_schedules(self.store)
+        return 201, record
+
+    def _paused(self, schedule_id: str, paused: bool) -> tuple[int, Any]:
+        record = self.store.schedules.set_paused(schedule_id, paused)
+        operations.wake_schedules(self.store)
+        return 200, record
+
+    def pause_schedule(self, schedule_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return self._paused(schedule_id, True)
+
+    def resume_schedule(self, schedule_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return self._paused(schedule_id, False)
+
+    def run_schedule(self, schedule_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, operations.run_schedule_now(self.store, schedule_id, actor_id=ACTOR)
+
+    def remove_schedule(self, schedule_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        self.store.schedules.remove(schedule_id)
+        operations.wake_schedules(self.store)
+        return 200, {"removed": schedule_id}
+
+    def health(self, _id: str | None, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        from edge_runtime.local.guarded_clock import CLOCK_JUMP_EVENT, watermark_ms
+        from edge_runtime.local.retention import log_dir_contents
+
+        store, config = self.store, self.config
+        connection = store.db.connection
+        now = store.now_ms()
+        session = store.leases.find_session(config.worker_id)
+        page, pages = (connection.execute(f"PRAGMA {p}").fetchone()[0] for p in ("page_size", "page_count"))
+        try:
+            wal = os.stat(f"{self.db_path}-wal").st_size
+        except FileNotFoundError:
+            wal = 0
+        contents = log_dir_contents(self.log_dir)
+        jumps = connection.execute("SELECT count(*) FROM device_events WHERE type = ?", (CLOCK_JUMP_EVENT,)).fetchone()[0]
+        return 200, Health(
+            worker_id=config.worker_id, session=session, session_live=session is not None and session.is_live(now),
+            slots=config.slots, slots_in_use=store.leases.count_active_leases(config.worker_id), now_ms=now,
+            clock_watermark_ms=watermark_ms(store.db), clock_jumps=jumps, database_bytes=page * pages, wal_bytes=wal,
+            log_bytes=0 if contents is None else contents[0], log_total_max_bytes=config.log_total_max_bytes,
+            retain_runs=config.retain_runs, retain_days=config.retain_days,
+        )

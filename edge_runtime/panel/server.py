@@ -1,0 +1,477 @@
+"""The panel's HTTP/1.1 server: one thread of the service process, one ``selectors`` loop, ``h11``.
+
+It runs beside the service loop, never in it: the service loop never waits for a browser, and the
+panel's own database connection writes in the same short transactions as the CLI (another
+process would). A request is parsed by ``h11`` (sans-IO: it never touches a socket); this loop
+feeds it bytes and enforces the limits: the header block (:data:`MAX_HEADER_BYTES`), the body
+(``api.MAX_BODY_BYTES``), the time a request may take to arrive (:data:`REQUEST_TIMEOUT_S`: a
+slow client is cut off with 408), an idle keep-alive (:data:`IDLE_TIMEOUT_S`) and the number of
+connections (:data:`MAX_CONNECTIONS`; more are closed at once).
+
+Order of a request, all before its body is read: parse the request line and headers (h11) ->
+match the route table (``routes.match``: 404 for anything not in it) -> the gate (``routes.gate``:
+host, CSRF, session) -> the login throttle for ``POST /api/login`` -> read the body (64 KiB at
+most) -> the handler. A refusal closes the connection. An error a handler did not expect is a
+500 with a journal line; it never ends the panel, and nothing the panel does can stop the service.
+"""
+
+from __future__ import annotations
+
+import collections
+import selectors
+import socket
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.panel import api as panel_api
+from edge_runtime.panel.h11_loader import load_h11
+from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
+
+MAX_HEADER_BYTES = 8 * 1024
+REQUEST_TIMEOUT_S = 10.0
+IDLE_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 16
+#: After a refusal, how long the rest of what the client sends is read and dropped before the
+#: connection closes (closing at once could reset it before the client read the refusal).
+LINGER_S = 2.0
+_TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n"
+                     b"cache-control: no-store\r\n\r\n")
+_RECV = 16 * 1024
+
+#: Failed logins: each address waits LOGIN_DELAY_S, doubling per failure in a row up to
+#: LOGIN_MAX_DELAY_S; beyond LOGIN_GLOBAL_PER_MINUTE failures a minute from all addresses
+#: together, every address waits for the minute to pass. Each failure is a device event.
+LOGIN_DELAY_S = 1.0
+LOGIN_MAX_DELAY_S = 60.0
+LOGIN_GLOBAL_PER_MINUTE = 10
+_LOGIN_TRACKED = 256
+
+_CSP = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+        b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+_COMMON = [(b"content-security-policy", _CSP), (b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+           (b"referrer-policy", b"no-referrer"), (b"server", b"edge-runtime")]
+
+h11 = load_h11()
+
+_STATIC_DIR = Path(__file__).resolve().parent / "static"
+#: The page's files: path -> (file, content type).
+STATIC_FILES = {
+    b"/": ("index.html", b"text/html; charset=utf-8"),
+    b"/panel.css": ("panel.css", b"text/css; charset=utf-8"),
+    b"/panel.js": ("panel.js", b"text/javascript; charset=utf-8"),
+    b"/favicon.svg": ("favicon.svg", b"image/svg+xml"),
+}
+
+
+class LoginThrottle:
+    """Slows failed logins per client address and overall (monotonic time)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._addresses: dict[str, tuple[int, float]] = {}  # oldest first
+        self._recent: collections.deque[float] = collections.deque()
+
+    def wait_s(self, address: str) -> float:
+        """Seconds ``address`` must still wait before its next try (0: it may try now)."""
+        now = self._clock()
+        while self._recent and self._recent[0] <= now - 60.0:
+            self._recent.popleft()
+        waits = [0.0]
+        if len(self._recent) >= LOGIN_GLOBAL_PER_MINUTE:
+            waits.append(self._recent[0] + 60.0 - now)
+        if address in self._addresses:
+            waits.append(self._addresses[address][1] - now)
+        return max(waits)
+
+    def failed(self, address: str) -> int:
+        now = self._clock()
+        failures = self._addresses.pop(address, (0, 0.0))[0] + 1
+        self._addresses[address] = (failures, now + min(LOGIN_DELAY_S * 2 ** (failures - 1), LOGIN_MAX_DELAY_S))
+        while len(self._addresses) > _LOGIN_TRACKED:
+            del self._addresses[next(iter(self._addresses))]
+        self._recent.append(now)
+        return failures
+
+    def succeeded(self, address: str) -> None:
+        self._addresses.pop(address, None)
+
+
+class _Connection:
+    __slots__ = ("sock", "address", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
+                 "draining", "finished", "received")
+
+    def __init__(self, sock: socket.socket, address: str) -> None:
+        self.sock, self.address = sock, address
+        self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
+        self.out = bytearray()
+        self.deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        self.request: h11.Request | None = None
+        self.matched: Match | None = None
+        self.body = bytearray()
+        self.close_after = False
+        self.head = False
+        #: A refusal was sent and the write side shut: what arrives is dropped until LINGER_S.
+        self.draining = False
+        #: Close now (the peer is gone).
+        self.finished = False
+        #: Bytes of a request that is not complete yet have arrived.
+        self.received = False
+
+
+class PanelServer:
+    """The panel: bound by :meth:`start` (in the service's thread), served in a thread of its own."""
+
+    def __init__(self, *, host: str, port: int, db_path: str, log_dir: Path, config: Any, journal: Any,
+                 open_store: Callable[[], Any]) -> None:
+        self.host, self.port, self.db_path, self.log_dir = host, port, db_path, log_dir
+        self.config, self.journal, self._open_store = config, journal, open_store
+        self._listener: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stop_reader, self._stop_writer = socket.socketpair()
+        self._throttle = LoginThrottle()
+        self._static: dict[bytes, tuple[bytes, bytes]] = {}
+        hostname = socket.gethostname().lower()
+        self._device_names = frozenset(n for n in (hostname, f"{hostname}.lan", self.host) if n)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Check the password, load the page, bind and start serving.
+
+        Raises:
+            EdgeRuntimeError: no password is set (``PANEL_PASSWORD_UNSET``), the address cannot be
+                bound (``PANEL_LISTEN_FAILED``), the page's files are missing.
+        """
+        from edge_runtime.local.panel_auth import LocalPanelAuth
+
+        store = self._open_store()
+        try:
+            LocalPanelAuth(store.db).require_password()
+        finally:
+            store.close()
+        for path, (name, kind) in STATIC_FILES.items():
+            try:
+                self._static[path] = ((_STATIC_DIR / name).read_bytes(), kind)
+            except OSError as exc:
+                raise PanelStartError(f"the panel's file {name} is missing from this build: {exc}") from None
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        listener = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind((self.host, self.port))
+            listener.listen(MAX_CONNECTIONS)
+            listener.setblocking(False)
+        except OSError as exc:
+            listener.close()
+            raise PanelStartError(f"cannot listen on {self.host}:{self.port} (panel_listen): {exc.strerror or exc}") from None
+        self._listener = listener
+        self.port = listener.getsockname()[1]
+        self._thread = threading.Thread(target=self._run, name="panel", daemon=True)
+        self._thread.start()
+        self.journal.info("panel.started", listen=f"{self.host}:{self.port}")
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop_writer.send(b"x")
+            self._thread.join(5.0)
+            self._thread = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self._stop_reader.close()
+        self._stop_writer.close()
+
+    def _run(self) -> None:
+        try:
+            store = self._open_store()
+        except EdgeRuntimeError as exc:
+            self.journal.error("panel.failed", error=exc.code, detail=str(exc))
+            return
+        try:
+            self._serve(store)
+        except Exception as exc:  # noqa: BLE001  (the panel's boundary: it ends, logged; the service goes on)
+            self.journal.error("panel.failed", error=type(exc).__name__, detail=str(exc))
+        finally:
+            store.close()
+
+    # ------------------------------------------------------------------ the loop
+
+    def _serve(self, store: Any) -> None:
+        from edge_runtime.local.panel_auth import LocalPanelAuth
+
+        self._api = panel_api.Api(store, db_path=self.db_path, log_dir=self.log_dir, config=self.config)
+        self._auth = LocalPanelAuth(store.db)
+        self._store = store
+        selector = selectors.DefaultSelector()
+        selector.register(self._listener, selectors.EVENT_READ, None)
+        selector.register(self._stop_reader, selectors.EVENT_READ, None)
+        connections: dict[socket.socket, _Connection] = {}
+        try:
+            while True:
+                now = time.monotonic()
+                timeout = min((c.deadline for c in connections.values()), default=now + 60.0) - now
+                for key, mask in selector.select(max(0.0, timeout)):
+                    if key.fileobj is self._stop_reader:
+                        return
+                    if key.fileobj is self._listener:
+                        self._accept(selector, connections)
+                        continue
+                    connection = connections.get(key.fileobj)
+                    if connection is None:
+                        continue
+                    if mask & selectors.EVENT_READ:
+                        self._readable(connection)
+                    if not self._flush(connection) or connection.finished:
+                        self._close(selector, connections, connection)
+                        continue
+                    if connection.close_after and not connection.out and not connection.draining:
+                        connection.draining = True
+                        connection.deadline = time.monotonic() + LINGER_S
+                        try:
+                            connection.sock.shutdown(socket.SHUT_WR)
+                        except OSError:
+                            self._close(selector, connections, connection)
+                            continue
+                    selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
+                now = time.monotonic()
+                for connection in [c for c in connections.values() if c.deadline <= now]:
+                    if not connection.draining and not connection.close_after:
+                        # A slow client: what it sent so far is not a whole request.
+                        if connection.http.our_state is h11.SEND_RESPONSE:
+                            self._refuse(connection, Refusal(408, "REQUEST_TIMEOUT", "the request took too long to arrive"))
+                        elif connection.received:
+                            connection.out += _TIMEOUT_RESPONSE
+                        self._flush(connection)
+                    self._close(selector, connections, connection)
+        finally:
+            for connection in list(connections.values()):
+                self._close(selector, connections, connection)
+            selector.close()
+
+    def _accept(self, selector: selectors.BaseSelector, connections: dict) -> None:
+        while True:
+            try:
+                sock, peer = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # out of descriptors: logged, the next accept may work
+                self.journal.warning("panel.accept_failed", detail=str(exc))
+                return
+            if len(connections) >= MAX_CONNECTIONS:
+                sock.close()  # over the limit: refused at once, nothing read
+                continue
+            sock.setblocking(False)
+            connection = _Connection(sock, str(peer[0]))
+            connections[sock] = connection
+            selector.register(sock, selectors.EVENT_READ, None)
+
+    def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection) -> None:
+        connections.pop(connection.sock, None)
+        try:
+            selector.unregister(connection.sock)
+        except (KeyError, ValueError):
+            pass  # never registered or already gone
+        connection.sock.close()
+
+    def _flush(self, connection: _Connection) -> bool:
+        """Send what is queued; False when the peer is gone."""
+        while connection.out:
+            try:
+                sent = connection.sock.send(connection.out)
+            except (BlockingIOError, InterruptedError):
+                return True
+            except OSError:
+                return False
+            del connection.out[:sent]
+        return True
+
+    def _readable(self, connection: _Connection) -> None:
+        try:
+            data = connection.sock.recv(_RECV)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if connection.close_after:
+            connection.finished = not data  # a refusal is on its way out; what comes is dropped
+            return
+        if not data and connection.http.their_state is h11.IDLE and not connection.received:
+            connection.finished = True
+            return
+        if not connection.received:  # the first bytes of a request: it must be whole within the timeout
+            connection.received = True
+            connection.deadline = min(connection.deadline, time.monotonic() + REQUEST_TIMEOUT_S)
+        connection.http.receive_data(data)
+        self._process(connection)
+
+    def _process(self, connection: _Connection) -> None:
+        http = connection.http
+        while not connection.close_after:
+            try:
+                event = http.next_event()
+            except h11.RemoteProtocolError as exc:
+                status = exc.error_status_hint if 400 <= exc.error_status_hint < 500 else 400
+                self._refuse(connection, Refusal(status, "BAD_REQUEST", "malformed HTTP request"))
+                return
+            if event is h11.NEED_DATA:
+                return
+            if event is h11.PAUSED:
+                if http.our_state is h11.DONE and http.their_state is h11.DONE:
+                    http.start_next_cycle()
+                    connection.deadline = time.monotonic() + IDLE_TIMEOUT_S
+                    connection.received = bool(http.trailing_data[0])
+                    continue
+                return
+            if isinstance(event, h11.Request):
+                self._request(connection, event)
+            elif isinstance(event, h11.Data):
+                connection.body += event.data
+                if len(connection.body) > panel_api.MAX_BODY_BYTES:
+                    self._refuse(connection, Refusal(413, "BODY_TOO_LARGE",
+                                                     f"a request body is at most {panel_api.MAX_BODY_BYTES} bytes"))
+                    return
+            elif isinstance(event, h11.EndOfMessage):
+                self._dispatch(connection)
+            elif isinstance(event, h11.ConnectionClosed):
+                connection.close_after = True
+                return
+
+    def _request(self, connection: _Connection, request: h11.Request) -> None:
+        connection.request, connection.body = request, bytearray()
+        connection.deadline = min(connection.deadline, time.monotonic() + REQUEST_TIMEOUT_S)
+        connection.head = request.method == b"HEAD"
+        found = match(request.method, request.target)
+        if isinstance(found, Refusal):
+            self._refuse(connection, found)
+            return
+        headers = [(k, v) for k, v in request.headers]
+        refusal = gate(found, headers, device_names=self._device_names, session_valid=self._session_valid)
+        retry_after = None
+        if refusal is None and found.route.handler == "login":
+            wait = self._throttle.wait_s(connection.address)
+            if wait > 0:
+                retry_after = int(wait) + 1
+                refusal = Refusal(429, "LOGIN_THROTTLED", f"too many failed logins; try again in {retry_after} s")
+        if refusal is None:
+            lengths = [v for k, v in headers if k == b"content-length"]
+            if lengths and lengths[0].isdigit() and int(lengths[0]) > panel_api.MAX_BODY_BYTES:
+                refusal = Refusal(413, "BODY_TOO_LARGE", f"a request body is at most {panel_api.MAX_BODY_BYTES} bytes")
+        if refusal is not None:
+            self._refuse(connection, refusal, retry_after=retry_after)
+            return
+        connection.matched = found
+
+    def _session_valid(self, token: str) -> bool:
+        return len(token) <= 128 and self._auth.session_valid(token, self._store.now_ms())
+
+    # ------------------------------------------------------------------ responses
+
+    def _refuse(self, connection: _Connection, refusal: Refusal, *, retry_after: int | None = None) -> None:
+        extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
+        self._respond(connection, refusal.status, _error_body(refusal.code, refusal.message), api=True,
+                      extra=extra, close=True)
+
+    def _respond(self, connection: _Connection, status: int, body: bytes, *, api: bool,
+                 kind: bytes = b"application/json", extra: list | None = None, close: bool = False) -> None:
+        http = connection.http
+        if http.our_state not in (h11.IDLE, h11.SEND_RESPONSE):  # IDLE: a request h11 refused before its end
+            connection.close_after = True
+            return
+        headers = [*_COMMON, (b"content-type", kind), (b"content-length", str(len(body)).encode()),
+                   (b"cache-control", b"no-store" if api else b"no-cache"), *(extra or [])]
+        if close or http.their_state is not h11.DONE:
+            headers.append((b"connection", b"close"))
+            connection.close_after = True
+        try:
+            connection.out += http.send(h11.Response(status_code=status, headers=headers, reason=_reason(status)))
+            if body and not connection.head:
+                connection.out += http.send(h11.Data(data=body))
+            connection.out += http.send(h11.EndOfMessage())
+        except h11.LocalProtocolError:
+            connection.close_after = True
+        connection.received = False
+        connection.deadline = time.monotonic() + (REQUEST_TIMEOUT_S if connection.close_after else IDLE_TIMEOUT_S)
+
+    def _dispatch(self, connection: _Connection) -> None:
+        matched = connection.matched
+        if matched is None:
+            return
+        connection.matched = None
+        route = matched.route
+        body = bytes(connection.body)
+        if route.handler in ("page", "static"):
+            content, kind = self._static[connection.request.target]
+            self._respond(connection, 200, content, api=False, kind=kind)
+            return
+        extra: list = []
+        try:
+            if route.handler == "login":
+                status, value, extra = self._login(connection, body)
+            elif route.handler == "logout":
+                status, value, extra = self._logout(connection)
+            else:
+                status, value = getattr(self._api, route.handler)(matched.id, matched.query, body)
+            payload = msgspec.json.encode(value)
+        except EdgeRuntimeError as exc:
+            status, payload = panel_api.error_status(exc), _error_body(exc.code, str(exc))
+        except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
+            self.journal.error("panel.request_failed", handler=route.handler, error=type(exc).__name__, detail=str(exc))
+            status, payload = 500, _error_body("INTERNAL", "the panel failed to answer this request; see the service's log")
+        self._respond(connection, status, payload, api=True, extra=extra)
+
+    def _login(self, connection: _Connection, body: bytes) -> tuple[int, Any, list]:
+        request = panel_api.decode(body, panel_api.LoginBody)
+        if not self._auth.check_password(request.password):
+            failures = self._throttle.failed(connection.address)
+            self._auth.record_failed_login(connection.address, failures)
+            self.journal.warning("panel.login_failed", client=connection.address, failures=failures)
+            raise PanelLoginError("wrong password")
+        self._throttle.succeeded(connection.address)
+        token = self._auth.open_session(connection.address)
+        cookie = f"{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
+        return 200, {"loggedIn": True}, [(b"set-cookie", cookie)]
+
+    def _logout(self, connection: _Connection) -> tuple[int, Any, list]:
+        from edge_runtime.panel.routes import cookie_value
+
+        token = cookie_value(list(connection.request.headers), SESSION_COOKIE)
+        if token is not None:
+            self._auth.close_session(token)
+        expired = f"{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0".encode()
+        return 200, {"loggedOut": True}, [(b"set-cookie", expired)]
+
+
+class PanelStartError(EdgeRuntimeError):
+    """The panel could not start (its address, its files)."""
+
+    code = "PANEL_LISTEN_FAILED"
+
+
+class PanelLoginError(EdgeRuntimeError):
+    """``POST /api/login`` with a wrong password."""
+
+    code = "LOGIN_FAILED"
+
+
+#: The reason phrases of the statuses the panel sends (not ``http.HTTPStatus``: a module more in
+#: the artifact for a few words).
+_REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorized", 403: b"Forbidden",
+            404: b"Not Found", 408: b"Request Timeout", 409: b"Conflict", 413: b"Content Too Large",
+            421: b"Misdirected Request", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large",
+            500: b"Internal Server Error", 503: b"Service Unavailable"}
+
+
+def _reason(status: int) -> bytes:
+    return _REASONS.get(status, b"")
+
+
+def _error_body(code: str, message: str) -> bytes:
+    return msgspec.json.encode({"error": {"code": code, "message": message}})
+
+

@@ -1,0 +1,139 @@
+"""The panel's API against a running ``serve``: the same structs as the CLI's ``--json``, the same
+validation and error codes (one code path: ``edge_runtime.operations``), a live log tail by
+offset, cancel, the schedule actions, health, and sessions ended by a new password."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import msgspec
+import pytest
+from panel_client import PASSWORD, body_json, login, request, start_panel, status
+from service_harness import decode_json, wait_for
+
+
+@pytest.fixture
+def panel(harness):
+    service, port = start_panel(harness)
+    yield harness, port, login(port)
+    assert service.process.poll() is None, service.log()
+
+
+def _api(port, token, method, target, body=None):
+    response = request(port, method, target, cookie=token,
+                       body=None if body is None else msgspec.json.encode(body))
+    return status(response), body_json(response)
+
+
+@pytest.mark.e2e
+def test_a_run_through_the_panel_is_the_cli_s_run(panel) -> None:
+    harness, port, token = panel
+    code, created = _api(port, token, "POST", "/api/runs", {"command": ["sh", "-c", "echo hello; echo err >&2"],
+                                                             "name": "from-panel", "timeout": "5m"})
+    assert code == 201 and created["status"] == "queued" and created["name"] == "from-panel"
+    harness.wait_status(created["id"], "succeeded")
+    code, detail = _api(port, token, "GET", f"/api/runs/{created['id']}")
+    assert code == 200 and detail == decode_json(harness.cli("show", created["id"], "--json").stdout)
+    assert detail["attempts"][0]["exitCode"] == 0
+    code, listed = _api(port, token, "GET", "/api/runs?limit=50")
+    assert listed == decode_json(harness.cli("list", "--json", "--limit", "50").stdout)
+    code, only = _api(port, token, "GET", "/api/runs?status=failed")
+    assert only == []
+    before = _api(port, token, "GET", f"/api/runs?before={created['createdAtMs']}")[1]
+    assert all(r["id"] != created["id"] for r in before)
+    code, log = _api(port, token, "GET", f"/api/runs/{created['id']}/log?offset=0")
+    assert code == 200 and log["text"] == "hello\nerr\n" and log["done"] and log["nextOffset"] == 10
+    code, tail = _api(port, token, "GET", f"/api/runs/{created['id']}/log?offset=6&attempt=1")
+    assert tail["text"] == "err\n" and tail["offset"] == 6
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("body", "cli"), [
+    ({"command": ["true"], "timeout": "5x"}, ["submit", "--timeout", "5x", "--", "true"]),
+    ({"command": []}, ["submit", "--"]),
+    ({"command": ["true"], "cwd": "/no/such/dir"}, ["submit", "--cwd", "/no/such/dir", "--", "true"]),
+    ({"command": ["true"], "env": {"1BAD": "x"}}, ["submit", "--env", "1BAD=x", "--", "true"]),
+])
+def test_refusals_have_the_cli_s_codes(panel, body, cli) -> None:
+    harness, port, token = panel
+    code, error = _api(port, token, "POST", "/api/runs", body)
+    cli_error = decode_json(harness.cli(*cli[:1], "--json", *cli[1:], check=False).stderr)
+    assert code == 400 and error["error"]["code"] == cli_error["error"]["code"], (error, cli_error)
+    assert _api(port, token, "GET", "/api/runs")[1] == []
+
+
+@pytest.mark.e2e
+def test_malformed_bodies_and_unknown_ids(panel) -> None:
+    _harness, port, token = panel
+    for body in (b"", b"{", b"[]", b'{"command": "sh"}', b'{"command": ["x"], "extra": 1}'):
+        response = request(port, "POST", "/api/runs", cookie=token, body=body)
+        assert status(response) == 400, body
+    code, error = _api(port, token, "GET", "/api/runs/01a2383d-742d-744c-b1fd-ffc97f53c2cb")
+    assert code == 404 and error["error"]["code"] == "RUN_NOT_FOUND"
+    code, error = _api(port, token, "POST", "/api/schedules/nope/pause", {})
+    assert code == 404 and error["error"]["code"] == "SCHEDULE_NOT_FOUND"
+
+
+@pytest.mark.e2e
+def test_cancel_a_running_run(panel) -> None:
+    harness, port, token = panel
+    run_id = _api(port, token, "POST", "/api/runs", {"command": ["sh", "-c", "echo started; sleep 60"]})[1]["id"]
+    harness.wait_running(run_id)
+    wait_for(lambda: _api(port, token, "GET", f"/api/runs/{run_id}/log")[1]["text"] == "started\n", "the log tail")
+    code, record = _api(port, token, "POST", f"/api/runs/{run_id}/cancel", {"reason": "from the panel"})
+    assert code == 200 and record["cancelReason"] == "from the panel"
+    harness.wait_status(run_id, "cancelled")
+    code, error = _api(port, token, "POST", f"/api/runs/{run_id}/cancel", {})
+    assert code == 409 and error["error"]["code"] == "RUN_STATE_CONFLICT"
+
+
+@pytest.mark.e2e
+def test_schedules_add_pause_resume_run_now_remove(panel) -> None:
+    harness, port, token = panel
+    code, added = _api(port, token, "POST", "/api/schedules", {"cron": "0 3 * * *", "command": ["true"], "name": "n"})
+    assert code == 201 and added["expression"] == "0 3 * * *"
+    assert _api(port, token, "GET", "/api/schedules")[1] == decode_json(harness.cli("schedule", "list", "--json").stdout)
+    assert _api(port, token, "POST", f"/api/schedules/{added['id']}/pause", {})[1]["paused"] is True
+    assert _api(port, token, "POST", f"/api/schedules/{added['id']}/resume", {})[1]["paused"] is False
+    code, ran = _api(port, token, "POST", f"/api/schedules/{added['id']}/run", {})
+    assert code == 200 and ran["outcome"] == "started"
+    harness.wait_status(ran["runId"], "succeeded")
+    code, bad = _api(port, token, "POST", "/api/schedules", {"cron": "61 * * * *", "command": ["true"]})
+    cli = decode_json(harness.cli("schedule", "add", "--json", "61 * * * *", "--", "true", check=False).stderr)
+    assert code == 400 and bad["error"]["code"] == cli["error"]["code"]
+    code, removed = _api(port, token, "DELETE", f"/api/schedules/{added['id']}")
+    assert code == 200 and removed == {"removed": added["id"]}
+    assert _api(port, token, "GET", "/api/schedules")[1] == []
+
+
+@pytest.mark.e2e
+def test_health(panel) -> None:
+    _harness, port, token = panel
+    code, health = _api(port, token, "GET", "/api/health")
+    assert code == 200 and health["workerId"] == "e2e-worker" and health["sessionLive"] is True
+    assert health["session"]["status"] == "online" and health["slots"] == 2 and health["slotsInUse"] == 0
+    assert health["databaseBytes"] > 0 and health["retainRuns"] == 1000 and health["clockJumps"] == 0
+
+
+@pytest.mark.e2e
+def test_secrets_are_masked_in_the_panel_too(panel) -> None:
+    harness, port, token = panel
+    harness.cli("env", "set", "TOKEN", "s3cr3t-value-xyz", "--secret")
+    run_id = _api(port, token, "POST", "/api/runs", {"command": ["sh", "-c", "echo s3cr3t-value-xyz"]})[1]["id"]
+    harness.wait_status(run_id, "succeeded")
+    shown = request(port, "GET", f"/api/runs/{run_id}/log", cookie=token) + request(port, "GET", f"/api/runs/{run_id}", cookie=token)
+    shown += request(port, "GET", "/api/runs", cookie=token)
+    assert b"s3cr3t-value-xyz" not in shown
+
+
+@pytest.mark.e2e
+def test_a_new_password_ends_every_session(panel) -> None:
+    harness, port, token = panel
+    assert _api(port, token, "GET", "/api/runs")[0] == 200
+    subprocess.run([sys.executable, "-m", "edge_runtime", "--db", str(harness.db_path), "panel", "password"],
+                   input="another password\n", text=True, env=harness.env, check=True, capture_output=True, timeout=60)
+    assert _api(port, token, "GET", "/api/runs")[0] == 401
+    assert status(request(port, "POST", "/api/login", body=msgspec.json.encode({"password": PASSWORD}))) == 401
+    new = msgspec.json.encode({"password": "another password"})
+    wait_for(lambda: status(request(port, "POST", "/api/login", body=new)) == 200, "a login once the wait is over")
