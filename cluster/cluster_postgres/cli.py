@@ -20,7 +20,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from edge_runtime.cli.main import CliParser
+    from edge_runtime.cli.parser import CliParser
 
     # The edge CLI's parser class: a usage error is one line and exit code 2, as in edge-runtime.
     parser = CliParser(prog="edge-runtime-cluster", description=__doc__.splitlines()[0])
