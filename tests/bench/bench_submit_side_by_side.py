@@ -182,19 +182,26 @@ def _runtime_submits(workdir: Path, label: str, count: int, *, batch: bool, trac
 
 
 def _tsp_daemon(tsp: str, socket: str) -> int:
-    """The pid of the task-spooler server listening on ``socket`` (a client starts it, detached)."""
+    """The pid of the task-spooler server listening on ``socket``: a client starts it, detached,
+    and is the one other ``tsp`` process with that socket until it has exited."""
     real = os.path.realpath(tsp)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            if os.path.realpath(f"/proc/{entry}/exe") != real:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
                 continue
-            environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"TS_SOCKET={socket}".encode() in environ:
-            return int(entry)
+            try:
+                if os.path.realpath(f"/proc/{entry}/exe") != real:
+                    continue
+                environ = Path(f"/proc/{entry}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"TS_SOCKET={socket}".encode() in environ:
+                found.append(int(entry))
+        if len(found) == 1:
+            return found[0]
+        time.sleep(0.01)
     raise RuntimeError("task-spooler server not found")
 
 
