@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
         "submit",
         help=help_text,
         description="Queue CMD ARGS... as a new Run. The command is executed directly (no shell); "
-        "use `-- sh -c '...'` for shell syntax.",
+        "use `-- sh -c '...'` for shell syntax. With --batch FILE, queue one Run per line of FILE "
+        "instead, all or none, with the options applying to every Run.",
     )
     parser.add_argument("--name", help="a short label shown by list and show")
     parser.add_argument("--timeout", metavar="D", help="cancel the Run (reason timeout) once it ran D (90s, 5m, 1h30m)")
