@@ -65,14 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     for position, token in enumerate(argv, 1):
         require_utf8(f"argument {position}", token)
-    if argv == ["--version"]:  # the common spelling, answered without building the parser
-        sys.stdout.write(VERSION_TEXT + "\n")
-        return 0
     command = _command_in(argv)
     if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
         from edge_runtime.cli.launcher import bind_to_launcher
 
         bind_to_launcher(command)
+    if argv == ["--version"]:  # the common spelling, answered without building the parser
+        sys.stdout.write(VERSION_TEXT + "\n")
+        return 0
     from edge_runtime.cli.parser import build_parser
 
     parser = build_parser(load=() if command is None else (command,))
