@@ -8,6 +8,7 @@ time: the start-up figures themselves are in the bench (``cli_start``, docs/benc
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 #: ``--version`` is answered before the parser exists: not even argparse or typing.
-NEVER_FOR_VERSION = ("argparse", "typing", "collections", "pathlib", "re", "msgspec", "apsw",
+NEVER_FOR_VERSION = ("argparse", "typing", "collections", "pathlib", "re", "enum", "signal", "msgspec", "apsw",
                      "edge_runtime.cli.parser", "edge_runtime.local", "edge_runtime.service")
 
 #: ``submit`` (and ``submit --batch``) writes one transaction to the Local store: none of the
@@ -33,7 +34,9 @@ NEVER_FOR_SUBMIT = (
 )
 
 _PROBE = """
-import sys
+import os, sys
+if os.environ.get("PROBE_ONE_FOLDER"):  # as the one-folder build runs: frozen, its home "_internal"
+    sys.frozen, sys._MEIPASS = True, os.path.join(os.getcwd(), "_internal")
 from edge_runtime.cli.main import main
 code = main(sys.argv[1:])
 sys.stdout.flush()
@@ -42,9 +45,10 @@ print(repr((code, sorted(sys.modules))))
 """
 
 
-def _closure(argv: list[str], stdin: str = "") -> dict:
+def _closure(argv: list[str], stdin: str = "", *, one_folder: bool = False) -> dict:
+    env = {**os.environ, "PROBE_ONE_FOLDER": "1" if one_folder else ""}
     result = subprocess.run([sys.executable, "-c", _PROBE, *argv], input=stdin, capture_output=True,
-                            text=True, timeout=120, check=True)
+                            text=True, timeout=120, check=True, env=env)
     code, modules = ast.literal_eval(result.stdout.strip().splitlines()[-1])
     return {"code": code, "modules": modules}
 
@@ -53,11 +57,16 @@ def _loaded(modules: list[str], names: tuple[str, ...]) -> list[str]:
     return [m for m in modules if any(m == name or m.startswith(name + ".") for name in names)]
 
 
-def test_version_loads_only_the_entry_point() -> None:
-    run = _closure(["--version"])
+@pytest.mark.parametrize("one_folder", [False, True], ids=["source", "one-folder"])
+def test_version_loads_only_the_entry_point(one_folder: bool) -> None:
+    run = _closure(["--version"], one_folder=one_folder)
     assert run["code"] == 0
-    assert _loaded(run["modules"], NEVER_FOR_VERSION) == []
+    # A frozen build first asks whether it is a one-file child to bind to its launcher (the
+    # one-folder build is not): the launcher module and the pidfd helper, never signal.
+    allowed = {"edge_runtime.service", "edge_runtime.service.watch"} if one_folder else set()
+    assert [m for m in _loaded(run["modules"], NEVER_FOR_VERSION) if m not in allowed] == []
     assert "edge_runtime.cli.main" in run["modules"]
+    assert ("edge_runtime.cli.launcher" in run["modules"]) is one_folder  # the probe did run frozen
 
 
 @pytest.mark.parametrize("batch", [False, True], ids=["one", "batch"])
