@@ -287,15 +287,6 @@ def read_log_chunk(store: Any, run_id: str, log_dir: Path, *, attempt: int | Non
 # ------------------------------------------------------------------------------------ schedules
 
 
-from edge_runtime.contract.schedules import ScheduleError  # noqa: E402  (the schedule operations' errors)
-
-
-class ScheduleOverlapError(ScheduleError):
-    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
-
-    code = "SCHEDULE_RUN_SKIPPED"
-
-
 def add_schedule_command(expression: str, argv: list[str], *, name: str | None = None, overlap: str = "skip",
                          timeout: str | None = None, time_zone: str | None = None,
                          options: dict[str, Any] | None = None):
@@ -322,7 +313,7 @@ def run_schedule_now(store: Any, schedule_id: str, *, actor_id: str = "cli"):
     Raises:
         ScheduleOverlapError: a Run of it is active and its overlap is skip: nothing started.
     """
-    from edge_runtime.contract.schedules import FireOutcome
+    from edge_runtime.contract.schedules import FireOutcome, ScheduleOverlapError
 
     outcome = store.schedules.run_now(schedule_id, actor_id=actor_id)
     if outcome.outcome is FireOutcome.SKIPPED:

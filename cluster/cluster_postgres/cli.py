@@ -20,7 +20,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 
 
 def _parser() -> argparse.ArgumentParser:
-    from edge_runtime.cli.main import CliParser
+    from edge_runtime.cli.parser import CliParser
 
     # The edge CLI's parser class: a usage error is one line and exit code 2, as in edge-runtime.
     parser = CliParser(prog="edge-runtime-cluster", description=__doc__.splitlines()[0])
@@ -58,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str] | None) -> int:
     from cluster_postgres.commands import USER_COMMANDS
-    from edge_runtime.cli.main import CliParser, execute, require_utf8, wants_json
+    from edge_runtime.cli.main import execute, require_utf8, wants_json
+    from edge_runtime.cli.parser import CliParser
 
     argv = sys.argv[1:] if argv is None else list(argv)
     for position, token in enumerate(argv, 1):

@@ -58,7 +58,7 @@ def command_dsn(args: argparse.Namespace, env: dict[str, str] | os._Environ[str]
 def register(commands: argparse._SubParsersAction) -> None:
     """Add the user commands, each with ``--dsn``, to ``edge-runtime-cluster``'s parser."""
     from cluster_postgres.serve import DSN_ENV_VAR
-    from edge_runtime.cli.main import COMMANDS
+    from edge_runtime.cli.parser import COMMANDS
 
     for name in USER_COMMANDS:
         module_name, help_text = COMMANDS[name]

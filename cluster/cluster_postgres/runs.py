@@ -48,6 +48,7 @@ from edge_runtime.contract.runs import (
     RunStatus,
     SubmitRunCommand,
     attempt_event_key,
+    require_submit_batch,
     retry_wait_ms,
     run_ended_event,
 )
@@ -250,17 +251,20 @@ class PostgresRunRepository:
         """Create a queued, runtime-owned Run and its ``run.created`` event."""
         if not isinstance(cmd, SubmitRunCommand):
             raise InvalidRunCommandError(f"submit expects a SubmitRunCommand, got {type(cmd).__name__}")
-        name = None if cmd.name is _UNSET else cmd.name
-        timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with self._tx():
-            now = database_now(self._cur)
-            run_id = insert_run(self._cur, cmd.argv, name=name, now=now, actor_type="user", actor_id=actor_id,
-                                timeout_ms=timeout_ms, env=None if cmd.env is _UNSET else cmd.env,
-                                cwd=None if cmd.cwd is _UNSET else cmd.cwd,
-                                retries=None if cmd.retries is _UNSET else cmd.retries,
-                                retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
+            run_id = _insert_submitted(self._cur, cmd, database_now(self._cur), actor_id)
             self._cur.execute(NOTIFY_WAKE)
             return self._run_row(run_id)
+
+    def submit_batch(self, cmds: list[SubmitRunCommand], *, actor_id: str = "cli") -> list[str]:
+        """Create a queued Run for each command in one transaction (all or none), one wake-up for
+        the batch; their ids, in order."""
+        require_submit_batch(cmds)
+        with self._tx():
+            now = database_now(self._cur)
+            run_ids = [_insert_submitted(self._cur, cmd, now, actor_id) for cmd in cmds]
+            self._cur.execute(NOTIFY_WAKE)
+            return run_ids
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
         """Record a durable cancel request (idempotent while one is pending); see the Local repository.
@@ -701,6 +705,15 @@ def insert_attempt(cur: psycopg.Cursor[Any], run_id: str, attempt_id: str, *, no
         (attempt_id, run_id, number, AttemptStatus.CLAIMED.value, EXECUTOR_LOCAL_PROCESS, now, now),
     )
     return number
+
+
+def _insert_submitted(cur: psycopg.Cursor[Any], cmd: SubmitRunCommand, now: int, actor_id: str) -> str:
+    """Insert the Run a user submitted with ``cmd`` (inside the caller's transaction); its id."""
+    return insert_run(cur, cmd.argv, name=None if cmd.name is _UNSET else cmd.name, now=now, actor_type="user",
+                      actor_id=actor_id, timeout_ms=None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
+                      env=None if cmd.env is _UNSET else cmd.env, cwd=None if cmd.cwd is _UNSET else cmd.cwd,
+                      retries=None if cmd.retries is _UNSET else cmd.retries,
+                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
 
 
 def insert_run(cur: psycopg.Cursor[Any], argv: list[str], *, name: str | None, now: int, actor_type: str,

@@ -218,6 +218,24 @@ def test_the_schedule_commands_print_what_the_edge_cli_prints(dsn: str, db_path:
     assert cluster[14][1] == "[]\n"
 
 
+def test_submit_batch_stores_every_line_in_one_go_and_refuses_a_bad_line_as_the_edge_cli_does(
+        dsn: str, db_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
+    good.write_text('["true"]\n\n["echo", "a b"]\n["sh", "-c", "exit 3"]\n')
+    bad.write_text('["true"]\n{"argv": 1}\n')
+    assert run_edge(capsys, db_path, "migrate")[0] == 0
+    for run in (lambda *a: run_edge(capsys, db_path, *a), lambda *a: run_cluster(capsys, *a)):
+        code, out, err = run("submit", "--batch", str(bad), "--json")
+        assert code == 1 and out == "" and json.loads(err)["error"]["message"].startswith(f"--batch {bad}, line 2: ")
+        assert json.loads(run("list", "--json")[1]) == []
+        code, out, _ = run("submit", "--batch", str(good), "--name", "b", "--timeout", "90s")
+        assert code == 0 and len(out.splitlines()) == 3
+        listed = json.loads(run("list", "--json")[1])
+        assert sorted(r["id"] for r in listed) == sorted(out.splitlines())
+        assert sorted(tuple(r["command"]) for r in listed) == [("echo", "a b"), ("sh", "-c", "exit 3"), ("true",)]
+        assert {(r["name"], r["timeoutMs"], r["status"]) for r in listed} == {("b", 90_000, "queued")}
+
+
 def test_the_dsn_option_overrides_the_environment(dsn: str, capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(DSN_ENV_VAR, "host=127.0.0.1 port=1 dbname=nothing")

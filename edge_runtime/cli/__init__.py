@@ -10,7 +10,9 @@ one ``Error: ...`` line with a non-zero exit code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (``--version`` pays for no more)
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 #: Like a tool ended by SIGINT (128 + 2): what Ctrl-C leaves.
 EXIT_INTERRUPTED = 130
@@ -29,7 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     quietly as one while it runs: no traceback, exit code 130. A Ctrl-C after the command
     returned (while the interpreter exits) ends the process by the signal, also without a word
     (as the console script only: called with ``argv``, the caller's SIGINT handler is left alone)."""
-    import signal
+    # The interpreter's own C module (already loaded at start-up): ``signal`` would import enum.
+    import _signal as signal
 
     try:
         return _run(argv)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 
@@ -20,34 +19,34 @@ class DatabasePathError(EdgeRuntimeError):
     code = "DB_PATH_UNKNOWN"
 
 
-def default_db_path(env: Mapping[str, str] | None = None) -> Path:
+def default_db_path(env: Mapping[str, str] | None = None) -> str:
     """``$EDGE_RUNTIME_DB``, else ``$XDG_STATE_HOME/edge-runtime/edge-runtime.db``,
     else ``~/.local/state/edge-runtime/edge-runtime.db``."""
     env = os.environ if env is None else env
     explicit = env.get(DB_ENV_VAR)
     if explicit:
-        return Path(explicit)
+        return explicit
     state_home = env.get("XDG_STATE_HOME") or ""
     if not os.path.isabs(state_home):  # the XDG spec: a relative path is invalid and is ignored
         state_home = DEFAULT_STATE_HOME
-    return _expanded(state_home) / "edge-runtime" / DB_FILE_NAME
+    return os.path.join(_expanded(state_home), "edge-runtime", DB_FILE_NAME)
 
 
-def _expanded(path: str) -> Path:
+def _expanded(path: str) -> str:
     # A service started by procd or cron may have no $HOME and a uid with no passwd entry:
-    # pathlib then raises RuntimeError, which must become a clear error, not a traceback.
-    try:
-        return Path(path).expanduser()
-    except RuntimeError:
+    # ``~`` then stays as it is, which must become a clear error, not a directory named ``~``.
+    expanded = os.path.expanduser(path)
+    if expanded.startswith("~"):
         raise DatabasePathError(
             f"cannot expand {path!r}: $HOME is not set and the user has no home directory; "
             f"give --db PATH or set ${DB_ENV_VAR}"
-        ) from None
+        )
+    return expanded
 
 
 def ensure_parent(path: str) -> None:
     """Create the database's directory (private to the user) if it is missing."""
-    _expanded(path).parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.makedirs(os.path.dirname(os.path.abspath(_expanded(path))), mode=0o700, exist_ok=True)
 
 
 def require_trusted_database_directory(path: str) -> None:
@@ -62,7 +61,7 @@ def require_trusted_database_directory(path: str) -> None:
     """
     from edge_runtime.service.trusted_paths import require_trusted_directory
 
-    directory = _expanded(path).absolute().parent
-    while not directory.exists() and directory != directory.parent:
-        directory = directory.parent
+    directory = os.path.dirname(os.path.abspath(_expanded(path)))
+    while not os.path.exists(directory) and directory != os.path.dirname(directory):
+        directory = os.path.dirname(directory)
     require_trusted_directory(directory, "database's directory")

@@ -25,13 +25,14 @@ The launcher's pid comes from the unpack directory's name (the bootloader embeds
 verifies it itself), not from ``getppid()`` at start, which is already init's when the launcher
 died first. That race is closed by checking, after the pidfd is opened, that the parent is still
 the launcher: a re-parented process never gets its parent back. The one-folder build runs Python
-in the launcher's own process, so none of this applies there, nor to runs from source.
+in the launcher's own process, so none of this applies there, nor to runs from source: there
+``bind_to_launcher`` returns at once, and ``signal`` (an enum module, a few ms to import) is
+imported only by the functions that act for a one-file child.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import sys
 import time
 
@@ -69,6 +70,8 @@ def bind_to_launcher(command: str | None) -> None:
             _say("edge-runtime: warning: this one-file build's unpack directory does not name its launcher "
                  "(built with a PyInstaller older than 6.22?); this process will outlive a SIGKILL of it\n")
         return
+    import signal
+
     signum = signal.SIGTERM if command == "serve" else signal.SIGKILL
     pidfd = open_pidfd(launcher)
     if os.getppid() != launcher:
@@ -101,6 +104,8 @@ def _exited(pid: int, pidfd: int | None) -> bool:
 
 
 def _watch(launcher: int, pidfd: int | None, signum: int) -> None:
+    import signal
+
     if pidfd is not None:
         import select
 
@@ -118,6 +123,8 @@ def _watch(launcher: int, pidfd: int | None, signum: int) -> None:
 
 def _end(launcher: int, signum: int) -> None:
     """Leave the unpack directory to a reaper (the dead launcher no longer removes it), then take ``signum``."""
+    import signal
+
     try:
         _start_reaper(sys._MEIPASS)
         if signal.getsignal(signum) not in (signal.SIG_DFL, None):
@@ -131,6 +138,7 @@ def _start_reaper(home: str) -> None:
     # Loaded before the fork: the reaper must not load a module from the directory it removes.
     import select
     import shutil  # noqa: F401  (used by _remove)
+    import signal
 
     me = os.getpid()
     pidfd = open_pidfd(me)  # opened before the fork: it cannot name a later holder of our pid

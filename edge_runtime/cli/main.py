@@ -1,66 +1,35 @@
-"""Parser assembly and the one place that turns errors into exit codes.
+"""The CLI's entry point and the one place that turns errors into exit codes.
 
-Only the module of the command being run is imported: ``--version`` and ``--help`` on a router
-must not pay for apsw, msgspec and the service stack (the one-file artifact starts ~90 ms faster).
-The other commands get placeholder parsers carrying the same help text, so ``--help`` still lists
-them all and an unknown command is still refused by argparse.
+What a command imports is what it uses, and each command pays only for its own imports: this
+module imports nothing beyond the interpreter's own start-up set and the error hierarchy, so
+``--version`` is answered before the parser (argparse) is built, and the parser
+(``edge_runtime.cli.parser``) imports only the module of the command being run. A command's
+module imports the layers below it inside the functions that use them (docs/architecture.md:
+imports), so ``submit`` never loads the service stack, cron or the lease authority.
 """
 
 from __future__ import annotations
 
-import argparse
-import importlib
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
 
 from edge_runtime import __version__
-from edge_runtime.cli.db_path import (
-    DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME, default_db_path, require_trusted_database_directory,
-)
 from edge_runtime.contract.errors import EdgeRuntimeError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (``--version`` pays for no more)
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
 
 #: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 #: Like a tool killed by SIGPIPE (128 + 13), without the traceback: ``list | head -1``.
 EXIT_BROKEN_PIPE = 141
-
-#: Command name -> (module under edge_runtime.cli, one-line help). The single source of each
-#: command's help text: the module's ``register(subparsers, help_text)`` receives it.
-COMMANDS: dict[str, tuple[str, str]] = {
-    "serve": ("serve", "run the device service (executes Runs, delivers cancels, recovers after restarts)"),
-    "submit": ("submit", "queue a command as a new Run and print its id"),
-    "cancel": ("cancel", "request cancellation of a Run"),
-    "show": ("show", "show a Run, its Attempts and its cancellation dispatch"),
-    "list": ("list_runs", "list the newest Runs"),
-    "events": ("events", "show a Run's event log"),
-    "logs": ("logs", "print the captured output of a Run's Attempt"),
-    "dispatch": ("dispatch", "inspect or re-arm a Run's cancellation dispatch"),
-    "env": ("env", "set, list or remove the shared variables every Run gets (secrets never shown)"),
-    "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
-    "migrate": ("migrate", "create the database and apply pending migrations"),
-    "check": ("check", "check the database's integrity, migrations and readiness"),
-    "panel": ("panel", "set the web panel's password"),
-}
+#: What ``--version`` prints (argparse's version action prints the same for its other spellings).
+VERSION_TEXT = f"edge-runtime {__version__}"
 _GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--db"})
-
-
 #: The error code of bad usage, as ``--json`` reports it (exit code 2).
 USAGE_ERROR_CODE = "USAGE"
-
-
-class CliParser(argparse.ArgumentParser):
-    #: Whether the command line asks for ``--json`` (set by ``main`` before parsing): then a usage
-    #: error is the same one JSON object as any other error, with exit code 2.
-    json_errors = False
-
-    def error(self, message: str) -> None:
-        # argparse prints the whole usage block; one line that says what to fix reads better in a
-        # router's shell and in scripts that capture stderr.
-        _report(CliParser.json_errors, USAGE_ERROR_CODE, f"{message} (try: {self.prog} --help)",
-                plain=f"Error: {message} (try: {self.prog} --help)\n")
-        raise SystemExit(EXIT_USAGE)
 
 
 def wants_json(argv: Sequence[str]) -> bool:
@@ -82,42 +51,6 @@ def _command_in(argv: Sequence[str]) -> str | None:
         elif not token.startswith("-"):
             return token
     return None
-
-
-def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
-    """The full parser; ``load`` names the commands whose modules are imported (default: all)."""
-    load = set(COMMANDS) if load is None else set(load)
-    parser = CliParser(
-        prog="edge-runtime",
-        description="QingLong edge runtime: run commands as durable Runs and cancel them reliably.",
-    )
-    parser.add_argument("--version", action="version", version=f"edge-runtime {__version__}")
-    parser.add_argument(
-        "--db",
-        metavar="PATH",
-        default=None,
-        help=f"database file (default: ${DB_ENV_VAR}, else {DEFAULT_STATE_HOME}/edge-runtime/{DB_FILE_NAME})",
-    )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
-    for name, (module_name, help_text) in COMMANDS.items():
-        if name in load:
-            importlib.import_module(f"edge_runtime.cli.{module_name}").register(subparsers, help_text)
-        else:
-            subparsers.add_parser(name, help=help_text, add_help=False)
-    for sub in subparsers.choices.values():
-        _accept_db(sub)
-    return parser
-
-
-def _accept_db(parser: argparse.ArgumentParser) -> None:
-    """``--db PATH`` after the command word too (``edge-runtime list --db x.db``), at every level;
-    SUPPRESS keeps the global one's value when it is not given there."""
-    if not any("--db" in action.option_strings for action in parser._actions):
-        parser.add_argument("--db", metavar="PATH", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for sub in action.choices.values():
-                _accept_db(sub)
 
 
 def require_utf8(what: str, text: str) -> None:
@@ -145,11 +78,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     for position, token in enumerate(argv, 1):
         require_utf8(f"argument {position}", token)
     command = _command_in(argv)
-    CliParser.json_errors = wants_json(argv)
     if getattr(sys, "frozen", False):  # first: a one-file child must not outlive its launcher
         from edge_runtime.cli.launcher import bind_to_launcher
 
         bind_to_launcher(command)
+    if argv == ["--version"]:  # the common spelling, answered without building the parser
+        sys.stdout.write(VERSION_TEXT + "\n")
+        return 0
+    from edge_runtime.cli.parser import CliParser, build_parser
+
+    CliParser.json_errors = wants_json(argv)
     parser = build_parser(load=() if command is None else (command,))
     args = parser.parse_args(argv)
     if args.command is None:
@@ -158,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         if args.db is None:
+            from edge_runtime.cli.db_path import default_db_path, require_trusted_database_directory
+
             args.db = str(default_db_path())
             require_utf8("the database path", args.db)
             require_trusted_database_directory(args.db)  # a path from the environment, maybe another user's
@@ -178,17 +118,17 @@ def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except EdgeRuntimeError as exc:
-        _report(json_errors, exc.code, str(exc))
+        report_error(json_errors, exc.code, str(exc))
         return EXIT_ERROR
     except KeyboardInterrupt:
         # Ctrl-C in `logs | slow-reader`: the reader is interrupted too, so the interpreter's final
         # flush of stdout would raise BrokenPipeError: drop what is left, as for a closed pipe.
         _quiet_broken_pipe()
-        _report(json_errors, "INTERRUPTED", "interrupted")
+        report_error(json_errors, "INTERRUPTED", "interrupted")
         return 130
 
 
-def _report(as_json: bool, code: str, message: str, *, plain: str | None = None) -> None:
+def report_error(as_json: bool, code: str, message: str, *, plain: str | None = None) -> None:
     if as_json:
         import msgspec
 

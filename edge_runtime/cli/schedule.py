@@ -35,7 +35,6 @@ from edge_runtime.contract.schedules import (
     ScheduleRecord,
 )
 from edge_runtime import operations
-from edge_runtime.operations import ScheduleOverlapError  # noqa: F401  (raised by operations.run_schedule_now)
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:

@@ -1,14 +1,28 @@
-"""``edge-runtime submit [--name N] [--env K=V] [--cwd DIR] -- CMD ARGS...``: queue a command as a new Run; print its id."""
+"""``edge-runtime submit [--name N] [--env K=V] [--cwd DIR] -- CMD ARGS...``: queue a command as a new Run; print its id.
+
+``submit --batch FILE|-`` queues many: one command a line (a JSON array of strings, or with
+``--shell`` a line for ``sh -c``), every line checked before anything is stored, all stored in one
+transaction (``RunStore.submit_batch``), one id a line printed. The options apply to every Run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
+import msgspec
+
 from edge_runtime import operations
-from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values
-from edge_runtime.contract.runs import MAX_RETRIES
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values, wake_service
+from edge_runtime.contract.durations import parse_duration_ms
+from edge_runtime.contract.runs import MAX_BATCH_RUNS, MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
+
+#: What ``--shell`` runs each line with (the shell every router has: busybox ``ash`` on OpenWrt).
+SHELL_ARGV = ("sh", "-c")
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -16,14 +30,20 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
         "submit",
         help=help_text,
         description="Queue CMD ARGS... as a new Run. The command is executed directly (no shell); "
-        "use `-- sh -c '...'` for shell syntax.",
+        "use `-- sh -c '...'` for shell syntax. With --batch FILE, queue one Run per line of FILE "
+        "instead, all or none, with the options applying to every Run.",
     )
     parser.add_argument("--name", help="a short label shown by list and show")
     parser.add_argument("--timeout", metavar="D", help="cancel the Run (reason timeout) once it ran D (90s, 5m, 1h30m)")
     add_run_options(parser)
+    parser.add_argument("--batch", metavar="FILE",
+                        help="queue one Run per line of FILE (- for stdin), each a JSON array of strings "
+                        f"(all checked first, stored in one transaction; at most {MAX_BATCH_RUNS}); print one id a line")
+    parser.add_argument("--shell", action="store_true",
+                        help="with --batch: each line is a shell command line, run as `sh -c LINE`")
     add_json_flag(parser)
     parser.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
-    parser.set_defaults(run=run, stores=stores)
+    parser.set_defaults(run=run, stores=stores, usage_error=parser.error)
 
 
 def add_run_options(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +81,14 @@ def run(args: argparse.Namespace) -> int:
     argv = list(args.argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
+    if args.batch is not None:
+        if argv:
+            args.usage_error("give either --batch FILE or -- CMD ARGS, not both")
+        return _run_batch(args)
+    if args.shell:
+        args.usage_error("--shell applies to the lines of --batch; for one command use -- sh -c '...'")
     # Validate before touching the store: a bad request must not even create the database file.
-    command = operations.submit_command(argv, name=args.name, timeout=args.timeout, options=run_options(args))
+    command = SubmitRunCommand(argv=argv, **_common_fields(args))
     with args.stores.open(args, CREATE) as store:
         record = operations.submit(store, command, note_when_none=True)
         secrets = secret_values(store) if args.json else ()
@@ -71,3 +97,67 @@ def run(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(record.id + "\n")
     return 0
+
+
+def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The fields every Run of this ``submit`` gets (its options), checked once."""
+    return {
+        "name": msgspec.UNSET if args.name is None else args.name,
+        "timeout_ms": msgspec.UNSET if args.timeout is None else parse_duration_ms(args.timeout),
+        **run_options(args),
+    }
+
+
+def _run_batch(args: argparse.Namespace) -> int:
+    # Every line is checked before the store is opened: one bad line stores nothing.
+    commands = batch_commands(args.batch, _common_fields(args), shell=args.shell)
+    with args.stores.open(args, CREATE) as store:
+        run_ids = store.runs.submit_batch(commands)
+        wake_service(store.wake_workers, note_when_none=True)
+    if args.json:
+        print_json(run_ids)
+    else:
+        sys.stdout.write("".join(run_id + "\n" for run_id in run_ids))
+    return 0
+
+
+def batch_commands(source: str, fields: dict[str, Any], *, shell: bool) -> list[SubmitRunCommand]:
+    """The commands of a batch file (``-``: stdin): one a line, blank lines skipped.
+
+    Raises:
+        InvalidRunCommandError: the file cannot be read, holds no command or more than
+            ``MAX_BATCH_RUNS``, or a line is not a valid command (the first such line, by its number).
+    """
+    decode = None if shell else msgspec.json.Decoder(list[str]).decode
+    commands: list[SubmitRunCommand] = []
+    for number, raw in _numbered_lines(source):
+        text = raw.strip()
+        if not text:
+            continue
+        if len(commands) == MAX_BATCH_RUNS:
+            raise InvalidRunCommandError(
+                f"--batch {source}: more than {MAX_BATCH_RUNS} commands (at most {MAX_BATCH_RUNS} Runs a batch); "
+                f"split it (line {number} is the first one over)")
+        try:
+            argv = [*SHELL_ARGV, text] if shell else decode(text)
+            commands.append(SubmitRunCommand(argv=argv, **fields))
+        except (msgspec.DecodeError, InvalidRunCommandError) as exc:
+            form = "shell command" if shell else "JSON array of strings"
+            raise InvalidRunCommandError(f"--batch {source}, line {number}: not a valid command ({form}): {exc}") from None
+    if not commands:
+        raise InvalidRunCommandError(f"--batch {source}: no command in it (one a line)")
+    return commands
+
+
+def _numbered_lines(source: str) -> Iterator[tuple[int, str]]:
+    """The lines of ``source`` (``-``: stdin) with their numbers from 1, decoded as UTF-8; read as
+    they are needed, so a file far over the batch limit is not read to its end."""
+    try:
+        with contextlib.nullcontext(sys.stdin.buffer) if source == "-" else open(source, "rb") as file:
+            for number, raw in enumerate(file, 1):
+                try:
+                    yield number, raw.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InvalidRunCommandError(f"--batch {source}, line {number}: not valid UTF-8") from None
+    except OSError as exc:
+        raise InvalidRunCommandError(f"--batch {source}: cannot read it: {exc.strerror or exc}") from None

@@ -119,6 +119,11 @@ MAX_REASON_LENGTH = 256
 #: end of the output (where errors are) survives. The cluster schema's CHECK repeats it (tested).
 STORED_LOG_MAX_BYTES = 64 * 1024
 
+#: ``submit --batch``: at most this many Runs in one batch. A batch is one transaction, which holds
+#: the database's write lock while it inserts and commits (the service's own writes wait for it),
+#: so it stays short: on a router's flash a full batch commits in well under a second.
+MAX_BATCH_RUNS = 1000
+
 #: Retries (``--retries N --retry-delay D``): at most this many; the delay doubles after each
 #: failed Attempt, up to the cap.
 MAX_RETRIES = 100
@@ -228,6 +233,24 @@ class SubmitRunCommand(_Command):
 
     def rule_problem(self) -> str | None:
         return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+
+
+def require_submit_batch(cmds: object, operation: str = "submit_batch") -> None:
+    """Refuse a batch that is not a non-empty list of at most ``MAX_BATCH_RUNS``
+    ``SubmitRunCommand``s; a store checks this before it opens the batch's one transaction.
+
+    Raises:
+        InvalidRunCommandError: the batch is empty, too long, or holds something else than a
+            ``SubmitRunCommand`` (named by its position, from 1).
+    """
+    if type(cmds) is not list or not cmds:
+        raise InvalidRunCommandError(f"{operation} expects a non-empty list of SubmitRunCommand")
+    if len(cmds) > MAX_BATCH_RUNS:
+        raise InvalidRunCommandError(f"a batch holds at most {MAX_BATCH_RUNS} Runs, got {len(cmds)}; split it")
+    for position, cmd in enumerate(cmds, 1):
+        if not isinstance(cmd, SubmitRunCommand):
+            raise InvalidRunCommandError(
+                f"{operation}: item {position} is a {type(cmd).__name__}, not a SubmitRunCommand")
 
 
 def retry_wait_ms(retries: int | None, retry_delay_ms: int | None, failed_attempt: int) -> int | None:

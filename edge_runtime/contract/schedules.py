@@ -48,6 +48,12 @@ class ScheduleError(EdgeRuntimeError):
     code = "SCHEDULE_ERROR"
 
 
+class ScheduleOverlapError(ScheduleError):
+    """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
+
+    code = "SCHEDULE_RUN_SKIPPED"
+
+
 class InvalidScheduleCommandError(ScheduleError):
     code = "INVALID_SCHEDULE_COMMAND"
 

@@ -8,11 +8,15 @@ against backward jumps elsewhere).
 from __future__ import annotations
 
 import time
-from edge_runtime.contract.ports import Clock
+from typing import TYPE_CHECKING
+
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 from edge_runtime.local.errors import InvalidClockValueError
 
-__all__ = ["Clock", "InvalidClockValueError", "ManualClock", "SystemClock", "read_now_ms"]
+if TYPE_CHECKING:  # the port, for annotations only: a clock is duck-typed
+    from edge_runtime.contract.ports import Clock
+
+__all__ = ["InvalidClockValueError", "ManualClock", "SystemClock", "read_now_ms"]
 
 
 class SystemClock:

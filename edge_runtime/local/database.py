@@ -19,15 +19,19 @@ import stat
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import apsw
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.local.clock import Clock, SystemClock, read_now_ms
+from edge_runtime.local.clock import SystemClock, read_now_ms
 from edge_runtime.local.errors import (
     DatabaseClosedError, DatabaseUnusableError, MigrationError, damaged_database_message,
 )
 from edge_runtime.local.migrations import apply_pending, known_migrations, verify_applied, verify_schema
+
+if TYPE_CHECKING:  # the port, for annotations only
+    from edge_runtime.contract.ports import Clock
 
 __all__ = ["DEFAULT_BUSY_TIMEOUT_MS", "LocalDatabase", "MigrationError", "open_database"]
 

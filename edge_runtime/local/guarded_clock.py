@@ -39,13 +39,17 @@ import enum
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
 
-from edge_runtime.local.clock import Clock, InvalidClockValueError, read_now_ms
+from edge_runtime.local.clock import InvalidClockValueError, read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import LocalStorageError
+
+if TYPE_CHECKING:  # the port, for annotations only
+    from edge_runtime.contract.ports import Clock
 
 __all__ = [
     "CLOCK_JUMP_EVENT",

@@ -21,6 +21,7 @@ import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
@@ -28,12 +29,15 @@ import msgspec
 from edge_runtime.contract.cancellation_dispatch import InvalidCommandError, digest_lease_token, is_lease_token_digest
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.cancellation_dispatch import DIGEST_PREFIX
-from edge_runtime.local.clock import Clock, SystemClock
+from edge_runtime.local.clock import SystemClock
 from edge_runtime.local.content_fingerprint import fingerprint_tables, whole_fingerprint
 from edge_runtime.local.database import DEFAULT_BUSY_TIMEOUT_MS, LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.guarded_clock import GuardedClock, watermark_ms
 from edge_runtime.local.migrations import opt_in_migrations, record_applied
+
+if TYPE_CHECKING:  # the port, for annotations only
+    from edge_runtime.contract.ports import Clock
 
 SCRUB_MIGRATION_ID = "9001_scrub_legacy_tokens"
 BACKUP_SUFFIX = ".scrub-backup"

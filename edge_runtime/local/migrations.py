@@ -18,13 +18,17 @@ import hashlib
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 import msgspec
 
-from edge_runtime.local.clock import Clock, read_now_ms
+from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.errors import MigrationError
 from edge_runtime.local.schema_digests import SCHEMA_DIGESTS
+
+if TYPE_CHECKING:  # the port, for annotations only
+    from edge_runtime.contract.ports import Clock
 
 _FILE_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 

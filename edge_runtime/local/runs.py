@@ -47,6 +47,7 @@ from edge_runtime.contract.runs import (
     RunStatus,
     SubmitRunCommand,
     attempt_event_key,
+    require_submit_batch,
     retry_wait_ms,
     run_ended_event,
 )
@@ -176,16 +177,16 @@ class LocalRunRepository:
     def submit(self, cmd: SubmitRunCommand, *, actor_id: str = "cli") -> RunRecord:
         """Create a queued, runtime-owned Run and its ``run.created`` event."""
         SubmitRunCommand.require(cmd, "submit")
-        name = None if cmd.name is _UNSET else cmd.name
-        timeout_ms = None if cmd.timeout_ms is _UNSET else cmd.timeout_ms
         with run_repository_errors(), self._db.write() as now:
-            run_id = insert_run(self._db.connection, cmd.argv, name=name, now=now, actor_type="user",
-                                actor_id=actor_id, timeout_ms=timeout_ms,
-                                env=None if cmd.env is _UNSET else cmd.env,
-                                cwd=None if cmd.cwd is _UNSET else cmd.cwd,
-                                retries=None if cmd.retries is _UNSET else cmd.retries,
-                                retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
-            return self._run_row(run_id)
+            return self._run_row(_insert_submitted(self._db.connection, cmd, now, actor_id))
+
+    def submit_batch(self, cmds: list[SubmitRunCommand], *, actor_id: str = "cli") -> list[str]:
+        """Create a queued Run (and its ``run.created`` event) for each command, all in one
+        transaction: every Run is stored, or none. Their ids, in order."""
+        require_submit_batch(cmds)
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            return [_insert_submitted(connection, cmd, now, actor_id) for cmd in cmds]
 
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord:
         """Record a durable cancel request (idempotent while one is pending).
@@ -637,6 +638,16 @@ def end_run(
     connection.execute("UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id))
     _event(connection, run_id, run_ended_event(status), "run.finished", actor_id,
            {"status": status.value, **extra}, now, attempt_id=attempt_id)
+
+
+def _insert_submitted(connection: apsw.Connection, cmd: SubmitRunCommand, now: int, actor_id: str) -> str:
+    """Insert the Run a user submitted with ``cmd`` (inside the caller's transaction); its id."""
+    return insert_run(connection, cmd.argv, name=None if cmd.name is _UNSET else cmd.name, now=now,
+                      actor_type="user", actor_id=actor_id,
+                      timeout_ms=None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
+                      env=None if cmd.env is _UNSET else cmd.env, cwd=None if cmd.cwd is _UNSET else cmd.cwd,
+                      retries=None if cmd.retries is _UNSET else cmd.retries,
+                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
 
 
 def insert_run(

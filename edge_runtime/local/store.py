@@ -7,17 +7,19 @@ pays for no more than it needs)."""
 from __future__ import annotations
 
 import os
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import apsw
 
-from edge_runtime.contract.ports import Clock
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import SystemClock, read_now_ms
 from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.guarded_clock import ClockJump, GuardedClock, restore_floor
 from edge_runtime.local.runs import LocalRunRepository
+
+if TYPE_CHECKING:  # the port, for annotations only
+    from edge_runtime.contract.ports import Clock
 
 
 class LocalStore:

@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from edge_runtime.contract.runs import (
+    MAX_BATCH_RUNS,
     AttemptStatus,
     CancelRunCommand,
     InvalidRunCommandError,
@@ -51,6 +52,33 @@ def test_submit_stores_a_queued_runtime_run_with_one_event(backend, runs) -> Non
     assert [(e.type, e.sequence, e.payload) for e in events] == [("run.created", 1, {"status": "queued", "argc": 2})]
     # The command line stays with the Run; events are low-sensitivity.
     assert "hi" not in msgspec.json.encode(events).decode()
+
+
+def test_submit_batch_stores_every_run_in_order_in_one_transaction(backend, runs) -> None:
+    cmds = [SubmitRunCommand(argv=["echo", str(n)], name="batch", timeout_ms=60_000) for n in range(5)]
+    ids = runs.submit_batch(cmds)
+    assert len(set(ids)) == 5
+    stored = [runs.get(run_id) for run_id in ids]
+    assert [run.command for run in stored] == [["echo", str(n)] for n in range(5)]
+    assert {(run.status, run.name, run.timeout_ms, run.created_at_ms, run.version, run.event_sequence)
+            for run in stored} == {(RunStatus.QUEUED, "batch", 60_000, backend.now(), 1, 1)}
+    assert all([(e.type, e.payload) for e in runs.events(run_id)]
+               == [("run.created", {"status": "queued", "argc": 2, "timeout_ms": 60_000})] for run_id in ids)
+    assert sorted(runs.queued_run_ids(10)) == sorted(ids)
+
+
+@pytest.mark.parametrize("bad", [[], "not a list", [SubmitRunCommand(argv=["true"]), {"argv": ["true"]}],
+                                 [SubmitRunCommand(argv=["true"])] * (MAX_BATCH_RUNS + 1)],
+                         ids=["empty", "not-a-list", "foreign-item", "over-the-limit"])
+def test_submit_batch_refuses_a_bad_batch_whole(backend, runs, bad) -> None:
+    with pytest.raises(InvalidRunCommandError):
+        runs.submit_batch(bad)
+    assert backend.count("runs") == 0 and backend.count("run_events") == 0
+
+
+def test_submit_batch_holds_as_many_runs_as_the_limit(backend, runs) -> None:
+    ids = runs.submit_batch([SubmitRunCommand(argv=["true"])] * MAX_BATCH_RUNS)
+    assert len(set(ids)) == MAX_BATCH_RUNS == backend.count("runs") == backend.count("run_events")
 
 
 def test_cancel_of_a_queued_run_ends_it_at_once_and_is_refused_afterwards(backend, runs) -> None:

@@ -20,7 +20,8 @@ from edge_runtime.contract.cancellation_dispatch import (
     RepositoryError,
 )
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
-from edge_runtime.local.clock import Clock, ManualClock
+from edge_runtime.contract.ports import Clock
+from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.guarded_clock import (

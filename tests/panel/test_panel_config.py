@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from edge_runtime.cli.main import build_parser
+from edge_runtime.cli.parser import build_parser
 from edge_runtime.cli.serve import service_overrides
 from edge_runtime.service.config import ConfigError, ServiceConfig, load_config, parse_listen
 

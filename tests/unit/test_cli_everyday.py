@@ -200,12 +200,12 @@ def test_a_ctrl_c_while_the_cli_loads_ends_it_with_130_and_no_traceback(capfd, m
 
     import edge_runtime.cli
 
-    cli_main = sys.modules["edge_runtime.cli.main"]
+    import edge_runtime.cli.parser as cli_parser
 
     def interrupted(load=None):
         raise KeyboardInterrupt  # as if Ctrl-C came while argparse or a command's module loads
 
-    monkeypatch.setattr(cli_main, "build_parser", interrupted)
+    monkeypatch.setattr(cli_parser, "build_parser", interrupted)
     assert callable(edge_runtime.cli.main)
     try:
         code = edge_runtime.cli.main(["--db", str(tmp_path / "e.db"), "list"])

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from edge_runtime.cli.main import USAGE_ERROR_CODE, build_parser, main
+from edge_runtime.cli.main import USAGE_ERROR_CODE, main
+from edge_runtime.cli.parser import build_parser
 
 
 def json_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

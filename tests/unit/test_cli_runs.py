@@ -9,7 +9,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-from edge_runtime.cli.main import COMMANDS, build_parser, main
+from edge_runtime.cli.main import main
+from edge_runtime.cli.parser import COMMANDS, build_parser
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -172,7 +173,8 @@ def test_version_and_help_load_no_command_module_nor_storage_libraries() -> None
         "print(loaded)\n"
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
-    assert result.stdout.strip().splitlines()[-1] == "['edge_runtime.cli.db_path', 'edge_runtime.cli.main']"
+    assert result.stdout.strip().splitlines()[-1] == (
+        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.parser']")
 
 
 def test_running_one_command_imports_only_that_command_module(db_path) -> None:
@@ -188,7 +190,8 @@ def test_running_one_command_imports_only_that_command_module(db_path) -> None:
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     # A writing command applies serve's trusted-directory check (the one module of the service it loads).
     assert result.stdout.strip().splitlines()[-1] == (
-        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate', 'edge_runtime.service', "
+        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate', 'edge_runtime.cli.parser', "
+        "'edge_runtime.service', "
         "'edge_runtime.service.errors', 'edge_runtime.service.trusted_paths']"
     )
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from edge_runtime.cli.common import LOCAL_STORES, READ
-from edge_runtime.cli.main import build_parser
+from edge_runtime.cli.parser import build_parser
 
 USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs")
 

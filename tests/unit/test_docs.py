@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from edge_runtime.cli.main import build_parser
+from edge_runtime.cli.parser import build_parser
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.service.worker import IDLE_SESSION_LEASE_MS
 

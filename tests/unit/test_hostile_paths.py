@@ -149,9 +149,9 @@ def test_a_relative_xdg_state_home_is_ignored(tmp_path: Path, monkeypatch: pytes
 
     monkeypatch.setenv("HOME", str(tmp_path))  # what "~" expands to
     env = {"HOME": str(tmp_path), "XDG_STATE_HOME": "relative/state"}
-    assert default_db_path(env) == tmp_path / ".local" / "state" / "edge-runtime" / "edge-runtime.db"
+    assert default_db_path(env) == str(tmp_path / ".local" / "state" / "edge-runtime" / "edge-runtime.db")
     env["XDG_STATE_HOME"] = str(tmp_path / "state")
-    assert default_db_path(env) == tmp_path / "state" / "edge-runtime" / "edge-runtime.db"
+    assert default_db_path(env) == str(tmp_path / "state" / "edge-runtime" / "edge-runtime.db")
 
 
 @pytest.mark.parametrize("argv", [["submit", "--", "true"], ["migrate"], ["schedule", "add", "@daily", "--", "true"]])
