@@ -158,7 +158,6 @@ def test_a_cancel_requested_while_a_fenced_out_worker_lingers_is_never_a_cancel_
             status, code, reason, term_sent_at = attempt
             run_status = db.execute("SELECT status FROM ql3.runs WHERE id = %s", (run_id,)).fetchone()[0]
             assert "service.session_lost" in w1.log_text()  # the scenario: w1 lingered
-            print("linger outcome:", status, code, reason, term_sent_at)
             if status == "cancelled":
                 assert term_sent_at is not None  # delivered: the group was signalled
                 assert code != 0
