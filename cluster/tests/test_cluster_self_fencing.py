@@ -17,7 +17,7 @@ from typing import Any
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.run_lease import REASON_WORKER_GONE
 from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
-from serve_harness import Worker, live_group_members, private_root, wait_for
+from serve_harness import Worker, kill_attempt_groups, live_group_members, private_root, wait_for
 
 SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE_MS": "3000",
                 "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}
@@ -127,6 +127,7 @@ def test_a_worker_restarted_with_the_same_id_stops_what_ran_on_of_its_lost_attem
         finally:
             for worker in (w1, w2):
                 worker.stop()
+            kill_attempt_groups(db)  # a failure above may have left the task running under its monitor
             store.close()
 
 
@@ -170,4 +171,5 @@ def test_a_cancel_requested_while_a_fenced_out_worker_lingers_is_never_a_cancel_
                 if worker.process is not None and worker.process.poll() is None:
                     worker.process.send_signal(signal.SIGCONT)
                 worker.stop()
+            kill_attempt_groups(db)
             store.close()
