@@ -3,8 +3,8 @@
 
 Usage: artifact_audit.py [--json] [--output FILE] [--budget FILE] ARTIFACT [ARTIFACT ...]
 
-An ARTIFACT is a PyInstaller one-file executable, a one-folder build directory, or a tarball of
-one (``.tar.xz``). The audit lists every entry: the outer archive's table of contents, every module
+An ARTIFACT is a PyInstaller one-file executable, a one-folder build directory, a tarball of
+one (``.tar.xz``), or a wheel (``.whl``, what ``pip install .`` installs). The audit lists every entry: the outer archive's table of contents, every module
 of the embedded PYZ, every member of ``base_library.zip``, every shared library and extension
 module, and (for one-folder builds) every file under the folder. It then applies these rules:
 
@@ -37,6 +37,7 @@ import io
 import json
 import os
 import re
+import shutil
 import stat
 import sys
 import tarfile
@@ -119,7 +120,7 @@ class RuleResult:
 @dataclass
 class ArtifactReport:
     path: str
-    form: str  # one-file, one-folder directory, one-folder tarball
+    form: str  # one-file, one-folder directory, one-folder tarball, wheel
     size: int
     budget: int | None
     unpacked_at_start: int | None  # one-file: bytes the bootloader writes to its temp dir
@@ -327,6 +328,16 @@ def read_artifact(path: Path, budgets: dict[str, int]) -> ArtifactReport:
     if path.is_dir():
         entries, options = _folder_entries(path, path.name)
         return ArtifactReport(str(path), "one-folder directory", _tree_size(path), None, None, options, entries)
+    if path.name.endswith(".whl"):
+        # A wheel (pip install .): its files as installed; it has no budget.
+        with tempfile.TemporaryDirectory(prefix="artifact-audit-") as temp:
+            try:
+                with zipfile.ZipFile(path) as wheel:
+                    _extract_zip_safely(wheel, Path(temp))
+            except (zipfile.BadZipFile, OSError, EOFError, zlib.error) as exc:
+                raise AuditError(f"{path}: not a readable wheel ({exc})") from exc
+            entries, options = _folder_entries(Path(temp), "")
+        return ArtifactReport(str(path), "wheel", path.stat().st_size, None, None, options, entries)
     if path.name.endswith(_TARBALL_SUFFIXES):
         with tempfile.TemporaryDirectory(prefix="artifact-audit-") as temp:
             try:
@@ -342,6 +353,20 @@ def read_artifact(path: Path, budgets: dict[str, int]) -> ArtifactReport:
     return ArtifactReport(
         str(path), "one-file", path.stat().st_size, budgets["onefile_bytes"], unpacked, options, [outer, *entries]
     )
+
+
+def _extract_zip_safely(archive: zipfile.ZipFile, dest: Path) -> None:
+    """Extract regular members only, each staying inside ``dest``."""
+    for info in archive.infolist():
+        relative = Path(info.filename)
+        if info.is_dir():
+            continue
+        if relative.is_absolute() or not _stays_inside(relative):
+            raise AuditError(f"wheel member {info.filename!r} leaves the extraction directory")
+        target = dest / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with archive.open(info) as source, open(target, "wb") as out:
+            shutil.copyfileobj(source, out)
 
 
 def _tree_size(root: Path) -> int:

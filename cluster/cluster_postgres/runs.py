@@ -587,6 +587,20 @@ class PostgresRunRepository:
                 params,
             ).fetchone()[0]
 
+    def lost_with_process(self, worker_id: str, *, boot_id: str, limit: int) -> list[AttemptRecord]:
+        """See ``RunStore.lost_with_process``: read-only, one short statement."""
+        columns = ", ".join(f"a.{name.strip()}" for name in ATTEMPT_COLUMNS.split(","))
+        with reading(ClusterRunStorageError):
+            rows = self._cur.execute(
+                f"SELECT {columns} FROM ql3.run_attempts a "
+                "JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id AND l.worker_id = %s "
+                f"WHERE a.status = {sql_literal(AttemptStatus.LOST)} AND a.pid IS NOT NULL AND a.boot_id = %s "
+                "AND NOT EXISTS (SELECT 1 FROM ql3.run_events e WHERE e.run_id = a.run_id AND e.attempt_id = a.id "
+                "AND e.type = %s) "
+                "ORDER BY a.finished_at_ms DESC, a.id LIMIT %s", (worker_id, boot_id, EVENT_FENCED_END, limit)
+            ).fetchall()
+        return [attempt_from_row(row) for row in rows]
+
     def kill_candidates(self) -> list[KillCandidate]:
         """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
         owned, params = self._owned("run_attempts.id")

@@ -118,6 +118,9 @@ MAX_REASON_LENGTH = 256
 #: How much of an Attempt's log a store keeps as its copy (``AttemptLogStore``): the tail, so the
 #: end of the output (where errors are) survives. The cluster schema's CHECK repeats it (tested).
 STORED_LOG_MAX_BYTES = 64 * 1024
+#: A restarted worker looks for the processes of at most this many of its Attempts that were
+#: ended ``lost`` elsewhere on this boot and have no recorded fenced end (``lost_with_process``).
+FENCE_SCAN_LIMIT = 32
 
 #: ``submit --batch``: at most this many Runs in one batch. A batch is one transaction, which holds
 #: the database's write lock while it inserts and commits (the service's own writes wait for it),

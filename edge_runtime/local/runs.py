@@ -483,6 +483,20 @@ class LocalRunRepository:
             ).fetchall()
             return [CancellationCandidate(*row) for row in rows]
 
+    def lost_with_process(self, worker_id: str, *, boot_id: str, limit: int) -> list[AttemptRecord]:
+        """See ``RunStore.lost_with_process`` (the PostgreSQL query, in SQLite)."""
+        columns = ", ".join(f"a.{name.strip()}" for name in ATTEMPT_COLUMNS.split(","))
+        with run_repository_errors():
+            rows = self._db.connection.execute(
+                f"SELECT {columns} FROM run_attempts a "
+                "JOIN run_dispatch_leases l ON l.attempt_id = a.id AND l.worker_id = ? "
+                f"WHERE a.status = {sql_literal(AttemptStatus.LOST)} AND a.pid IS NOT NULL AND a.boot_id = ? "
+                "AND NOT EXISTS (SELECT 1 FROM run_events e WHERE e.run_id = a.run_id AND e.attempt_id = a.id "
+                "AND e.type = ?) "
+                "ORDER BY a.finished_at_ms DESC, a.id LIMIT ?", (worker_id, boot_id, EVENT_FENCED_END, limit)
+            ).fetchall()
+        return [attempt_from_row(row) for row in rows]
+
     def kill_candidates(self) -> list[KillCandidate]:
         """Active Attempts whose SIGKILL deadline has passed and that were not killed yet."""
         now = read_now_ms(self._db.clock)

@@ -62,6 +62,7 @@ from edge_runtime.contract.runs import (
     STORED_LOG_MAX_BYTES,
     AttemptRecord,
     AttemptStatus,
+    ProcessIdentity,
     RunRecord,
     RunStateConflictError,
 )
@@ -155,8 +156,10 @@ class AttemptSupervisor:
         self._log_max_bytes = log_max_bytes
         self._log_linger_ms = log_linger_ms
         self._grace_s = grace_ms / 1000
-        #: Attempts fenced out (see ``fence_ended``): SIGKILL for their group at this monotonic time.
-        self._fence_kills: dict[str, float] = {}
+        #: Attempts fenced out (see ``fence_ended``, ``fence_lost``): their group's identity and the
+        #: monotonic time of its SIGKILL. Kept when the leader ends first (a member ignoring SIGTERM,
+        #: a grandchild such as ``sleep 600 &``): the group is killed when the grace is over.
+        self._fence_kills: dict[str, tuple[ProcessIdentity, float]] = {}
         self._boot_id = boot_id
         self._env = task_environment(os.environ if env is None else env)
         #: What an Attempt's environment is composed of besides the base (docs/environment.md).
@@ -515,7 +518,6 @@ class AttemptSupervisor:
             # first to record wins), or ``lost`` by the orphan sweep once this service's session or
             # Run Lease was gone. Its verdict stands; what this service saw is only an event.
             self.running.pop(running.attempt_id, None)
-            self._fence_kills.pop(running.attempt_id, None)
             self._journal.warning("attempt.ended_elsewhere", run=running.run_id, attempt=running.attempt_id,
                                   status=None if attempt is None else attempt.status.value,
                                   exit_code=None if end is None else exit_code_of(end.status))
@@ -669,7 +671,7 @@ class AttemptSupervisor:
         again, a log to hand over, a retry, the end of a pause in starting, an identity to give
         up); None when only an event (a pidfd, a signal) can bring work. With processes to poll
         (no pidfds) the caller adds its poll interval."""
-        fence = min(self._fence_kills.values(), default=None)
+        fence = min((at for _, at in self._fence_kills.values()), default=None)
         dues = [self.seconds_to_capture_timer(), self.next_retry_s(), self.seconds_to_identity_deadline(),
                 None if fence is None else max(0.0, fence - time.monotonic())]
         return min((d for d in dues if d is not None), default=None)
@@ -713,21 +715,61 @@ class AttemptSupervisor:
             return False  # still this Attempt's: it runs on (a session that replaced ours re-adopts it)
         if running.attempt_id in self._fence_kills or running.exited_since is not None:
             return False
-        result = self._controller.request_termination(running.identity)
-        self._fence_kills[running.attempt_id] = time.monotonic() + self._grace_s
-        self._journal.warning("attempt.fenced", run=running.run_id, attempt=running.attempt_id, detail=why,
-                              status=None if attempt is None else attempt.status.value, signal=result.value)
+        self._fence(running, why, None if attempt is None else attempt.status)
         return True
+
+    def _fence(self, running: RunningAttempt, why: str, status: AttemptStatus | None) -> None:
+        """SIGTERM the fenced Attempt's group now, SIGKILL when the grace is over."""
+        result = self._controller.request_termination(running.identity)
+        self._fence_kills[running.attempt_id] = (running.identity, time.monotonic() + self._grace_s)
+        self._journal.warning("attempt.fenced", run=running.run_id, attempt=running.attempt_id, detail=why,
+                              status=None if status is None else status.value, signal=result.value)
+
+    def fence_lost(self, attempt: AttemptRecord, why: str) -> bool:
+        """An Attempt of this worker that another session already ended ``lost`` (a worker
+        restarted with the same id finds them with ``RunStore.lost_with_process``): if its process
+        group still runs, stop it (SIGTERM now, SIGKILL after the grace; every member, a
+        grandchild too), and record what its monitor saw as a ``run.fenced_end`` event, never a
+        new verdict. True when something of it was still running."""
+        identity = attempt.identity
+        if identity is None or attempt.id in self.running:
+            return False
+        try:
+            leader = self._controller.leader_alive(identity)
+            group = leader or self._controller.group_alive(identity)
+        except ProcfsUnavailableError as exc:
+            self._journal.error("attempt.fence_check_failed", attempt=attempt.id, detail=str(exc))
+            return False
+        log_path = None if attempt.log_path is _UNSET else Path(attempt.log_path)
+        if not group:
+            if log_path is None:
+                return False
+            try:
+                end = read_status(status_path_of(log_path)).end
+            except (OSError, ValueError):
+                return False  # nothing runs and nothing was kept: nothing to see
+            if end is None:
+                return False
+        running = RunningAttempt(attempt.id, attempt.run_id, identity, started_here=False, grant=None,
+                                 log_path=log_path)
+        if group:
+            self._fence(running, why, attempt.status)
+        if leader:
+            self._watch(running)  # its exit is read from the status file, and recorded as an event
+            if running.exited_since is not None:
+                self._check_exited(running)
+        else:
+            self.running[attempt.id] = running
+            running.exited(time.monotonic())
+            self._check_exited(running)
+        return group
 
     def _enforce_fences(self) -> None:
         now = time.monotonic()
-        for attempt_id, at in list(self._fence_kills.items()):
-            running = self.running.get(attempt_id)
-            if running is None:
+        for attempt_id, (identity, at) in list(self._fence_kills.items()):
+            if at <= now:
                 del self._fence_kills[attempt_id]
-            elif at <= now:
-                del self._fence_kills[attempt_id]
-                outcome = self._controller.force_kill(running.identity)
+                outcome = self._controller.force_kill(identity)
                 self._journal.warning("attempt.fence_killed", attempt=attempt_id, outcome=outcome.value)
 
     @property

@@ -16,6 +16,11 @@ earlier session, whose Attempt this service does not watch yet:
   kept until its SIGKILL step, so the group is still killed when the grace is over. Only without
   a status (its monitor killed, or a release without monitors) does it end ``lost``.
 
+At start (a worker restarted with the same id), first the Attempts of this worker that another
+session already ended ``lost`` on this boot (``RunStore.lost_with_process``): a process of one
+that still runs is stopped (SIGTERM to its group, SIGKILL after the grace), and what its monitor
+saw is recorded as a ``run.fenced_end`` event, never over the verdict (docs/monitor.md).
+
 Then the starts of the current session that the service never saw confirmed (its COMMIT was
 ambiguous: the connection was lost during it, PostgreSQL only): their Attempts hold this session's
 grant but the service spawns only after a confirmed start, so it started nothing; they are undone
@@ -38,7 +43,7 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, RunStatus
+from edge_runtime.contract.runs import FENCE_SCAN_LIMIT, AttemptRecord, AttemptStatus, RunStatus
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
 from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.attempts import AttemptSupervisor
@@ -67,8 +72,10 @@ def recover(
     journal: Journal,
     boot_id: str,
     abandon_after_ms: int,
+    at_start: bool = False,
 ) -> dict[RecoveryOutcome, int]:
-    """Adopt or end the Attempts of earlier sessions, then sweep orphans; counts by outcome.
+    """Adopt or end the Attempts of earlier sessions, then sweep orphans; counts by outcome. At
+    start, first stop what still runs of this worker's Attempts that were ended ``lost`` elsewhere.
 
     Raises:
         WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session is no longer the
@@ -76,6 +83,8 @@ def recover(
     """
     recovery = _Recovery(runs, worker, supervisor, controller, journal, boot_id)
     counts = dict.fromkeys(RecoveryOutcome, 0)
+    if at_start:
+        counts[RecoveryOutcome.FENCED] += recovery.fence_lost()
     for lease in worker.earlier_session_leases():
         if lease.attempt_id in supervisor.running:
             continue
@@ -109,6 +118,7 @@ class RecoveryOutcome(enum.StrEnum):
     PENDING = "pending"  # not started yet: the orphan sweep decides
     REQUEUED = "requeued"  # an orphan that certainly started no process: back in the queue
     FAILED = "failed"  # recovery of it failed (logged); tried again on the next pass
+    FENCED = "fenced"  # ended ``lost`` elsewhere, yet its process ran on: stopped, its end an event
 
 
 class _Recovery:
@@ -137,6 +147,15 @@ class _Recovery:
         if supervisor.adopt(attempt):
             return RecoveryOutcome.ADOPTED
         return RecoveryOutcome.SETTLING
+
+    def fence_lost(self) -> int:
+        """A worker restarted with the same id: the Attempts of its earlier lives that another
+        session ended ``lost`` (the worker was paused, cut off or dead past its leases) while their
+        processes ran on under their monitors are no one's to run. Their groups are stopped and
+        what they ended with is recorded as ``run.fenced_end`` events. How many still ran."""
+        attempts = self.runs.lost_with_process(self.worker.worker_id, boot_id=self.boot_id, limit=FENCE_SCAN_LIMIT)
+        return sum(self.supervisor.fence_lost(attempt, "it was ended lost while this worker was away")
+                   for attempt in attempts)
 
     def unconfirmed_starts(self) -> int:
         """Undo the starts of this session that committed while the service saw an error (an

@@ -242,7 +242,7 @@ class DeviceService:
                 retry_max_ms=config.retry_max_ms,
             )
             self._boot_id = boot_id
-            counts = self._recover(runs, worker, supervisor)
+            counts = self._recover(runs, worker, supervisor, at_start=True)
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
             self._start_panel()
@@ -326,12 +326,14 @@ class DeviceService:
             callbacks = loop.wait(self._sleep_s(runs, worker, supervisor, dispatcher, worked, wake_at))
 
     def _recover(
-        self, runs: RunStore, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False
+        self, runs: RunStore, worker: WorkerSession, supervisor: AttemptSupervisor, *, periodic: bool = False,
+        at_start: bool = False,
     ) -> dict:
         """Adopt or end what earlier sessions left and sweep orphans (see ``recovery``)."""
         try:
             counts = recover(runs=runs, worker=worker, supervisor=supervisor, controller=self.controller,
-                             journal=self.journal, boot_id=self._boot_id, abandon_after_ms=self.config.run_lease_ms)
+                             journal=self.journal, boot_id=self._boot_id, abandon_after_ms=self.config.run_lease_ms,
+                             at_start=at_start)
         except (WorkerLeaseFenceRejectedError, WorkerSessionRejectedError) as exc:
             raise SessionLostError(f"the worker session of {worker.worker_id!r} was lost: {exc}") from exc
         except EdgeRuntimeError as exc:

@@ -5,7 +5,15 @@
   Attempt ``running``), on a Local database in a fresh directory, in-process (the supervisor as
   the service loop drives it). Median and p95 over the Runs.
 - the monitor (when this build has one): its file size and the RSS (``VmRSS``, ``VmHWM``) of the
-  monitor process of an Attempt running ``sleep``, read from ``/proc``.
+  monitor process of an Attempt running ``sleep``, read from ``/proc``, over several Attempts
+  (min and median: the machine may be loaded).
+- the router targets' monitors: their file sizes, from the cross build's cache
+  (``/var/cache/edge-runtime-cross/<target>/monitor``) when it is there; their RSS is not measured
+  here (under qemu-user it would be the emulator's).
+
+The "before" figure (no monitor: the service spawned the task itself) comes from running this
+file against the tree of the commit before the monitor, in a temporary worktree (its supervisor
+has no ``poll_exits``; ``_monitor_cost`` then reports that the build has none).
 
 Figures are reported, never judged pass/fail.
 """
@@ -90,27 +98,51 @@ def _status_kib(pid: int, field: str) -> int | None:
     return None
 
 
-def _monitor_cost(workdir: Path) -> list[list[str]] | None:
+def _monitor_cost(workdir: Path, samples: int) -> list[list[str]] | None:
     try:
         from edge_runtime.service.monitor import monitor_path
     except ImportError:
         return None
     binary = monitor_path()
+    rss: list[int] = []
+    hwm: list[int] = []
     with open_database(workdir / "rss.db", create=True) as db:
         rig = _Rig(db, workdir)
         try:
-            run_id = rig.runs.submit(SubmitRunCommand(argv=["sleep", "2"])).id
-            rig.supervisor.start_queued()
-            time.sleep(0.5)
-            attempt = rig.runs.attempts(run_id)[-1]
-            pid = attempt.identity.pid
-            monitor = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])  # its parent
-            rss, hwm = _status_kib(monitor, "VmRSS"), _status_kib(monitor, "VmHWM")
-            rig.drive_until_idle()
+            for _ in range(samples):
+                run_id = rig.runs.submit(SubmitRunCommand(argv=["sleep", "1"])).id
+                rig.supervisor.start_queued()
+                time.sleep(0.3)
+                attempt = rig.runs.attempts(run_id)[-1]
+                pid = attempt.identity.pid
+                monitor = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])  # its parent
+                for values, field in ((rss, "VmRSS"), (hwm, "VmHWM")):
+                    value = _status_kib(monitor, field)
+                    if value is not None:
+                        values.append(value)
+                rig.drive_until_idle()
         finally:
             rig.close()
-    return [["monitor file bytes", f"{binary.stat().st_size:,}"], ["monitor VmRSS KiB", str(rss)],
-            ["monitor VmHWM KiB", str(hwm)]]
+
+    def spread(values: list[int]) -> str:
+        return f"{min(values)} / {common.median(values):.0f}" if values else "n/a"
+
+    return [["monitor file bytes", f"{binary.stat().st_size:,}"],
+            [f"monitor VmRSS KiB (min / median of {samples})", spread(rss)],
+            [f"monitor VmHWM KiB (min / median of {samples})", spread(hwm)]]
+
+
+#: Where ``build/cross/build-app.sh`` leaves each router target's monitor.
+CROSS_CACHE = Path("/var/cache/edge-runtime-cross")
+CROSS_TARGETS = ("aarch64-musl", "mipsel-musl-sf")
+
+
+def _cross_sizes() -> list[list[str]]:
+    rows = []
+    for target in CROSS_TARGETS:
+        binary = CROSS_CACHE / target / "monitor" / "edge-runtime-monitor"
+        rows.append([target, f"{binary.stat().st_size:,}" if binary.is_file() else "not built here (no cross cache)"])
+    return rows
 
 
 def run(workdir: Path, quick: bool) -> None:
@@ -122,8 +154,10 @@ def run(workdir: Path, quick: bool) -> None:
         [["median ms", f"{common.median(times):.2f}"], ["p95 ms", f"{common.p95(times):.2f}"],
          ["min ms", f"{min(times):.2f}"]],
     )
-    cost = _monitor_cost(workdir)
+    cost = _monitor_cost(workdir, 3 if quick else 10)
     if cost is None:
         print("(this build has no per-Attempt monitor)")
-    else:
-        common.print_table("the per-Attempt monitor (host build)", ["figure", "value"], cost)
+        return
+    common.print_table("the per-Attempt monitor (host build)", ["figure", "value"], cost)
+    common.print_table("the per-Attempt monitor per router target (static musl, stripped)",
+                       ["target", "file bytes"], _cross_sizes())

@@ -1,0 +1,74 @@
+"""A non-editable install carries the per-Attempt monitor: the wheel (what ``pip install .``
+installs) is built in a temporary directory, holds an executable ELF monitor compiled from
+``monitor.c`` at the path the service looks in, the service finds it from the installed copy,
+and the artifact audit's ``monitor`` rule knows it."""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "build"))
+
+import artifact_audit  # noqa: E402
+
+MONITOR = "edge_runtime/service/native/edge-runtime-monitor"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), str(REPO)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (built,) = out.glob("*.whl")
+    return built
+
+
+def test_the_wheel_holds_an_executable_monitor_built_for_this_platform(wheel: Path) -> None:
+    assert not wheel.name.endswith("-none-any.whl")  # a native program inside: a platform wheel
+    with zipfile.ZipFile(wheel) as archive:
+        info = archive.getinfo(MONITOR)
+        assert archive.read(info)[:4] == b"\x7fELF"
+        assert (info.external_attr >> 16) & stat.S_IXUSR
+
+
+def test_the_installed_copy_finds_its_monitor(wheel: Path, tmp_path: Path) -> None:
+    target = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        for info in archive.infolist():
+            path = Path(archive.extract(info, target))
+            mode = (info.external_attr >> 16) & 0o777
+            if mode:
+                path.chmod(mode)
+    probe = ("import edge_runtime.service.monitor as m; p = m.monitor_path(); "
+             "print(p.relative_to(m.__file__.rsplit('/edge_runtime/', 1)[0]))")
+    done = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(target)!r}); {probe}"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60,
+                          env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == MONITOR
+
+
+def test_the_audit_reads_a_wheel_and_its_monitor_rule_passes(wheel: Path) -> None:
+    report = artifact_audit.read_artifact(wheel, {"onefile_bytes": 0, "onefolder_tar_xz_bytes": 0})
+    assert report.form == "wheel"
+    result = artifact_audit.rule_monitor(report)
+    assert result.passed, result.detail
+
+
+def test_the_hook_compiles_with_the_makefiles_flags() -> None:
+    makefile = (REPO / "Makefile").read_text()
+    flags = re.search(r"^MONITOR_CFLAGS := (.*)$", makefile, re.M).group(1).split()
+    hook = (REPO / "hatch_build.py").read_text()  # not imported: hatchling lives in pip's build environment
+    hook_flags = re.search(r"^MONITOR_CFLAGS = \((.*)\)$", hook, re.M).group(1)
+    assert flags == re.findall(r'"([^"]+)"', hook_flags)
