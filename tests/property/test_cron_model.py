@@ -119,13 +119,6 @@ def expressions(draw: st.DrawFn, sparse_seconds: bool = False) -> tuple[str, lis
     return " ".join(words), [field[1] for field in fields], with_seconds, " ".join(reference)
 
 
-def day_stars(text: str, values: list[set[int]]) -> tuple[bool, bool]:
-    """Whether each day field counts as unrestricted: its text starts with `*`, or it has every value."""
-    words = text.split()[-5:]
-    return (words[2].startswith("*") or values[3] == set(range(1, 32)),
-            words[4].startswith("*") or week(values[5]) == set(range(7)))
-
-
 def expected_values(text: str, values: list[set[int]]) -> list[set[int]]:
     """The value sets the schedule holds: Vixie's OR with a day field of every value is every day."""
     expected = [*values[:5], week(values[5])]
@@ -137,8 +130,14 @@ def expected_values(text: str, values: list[set[int]]) -> list[set[int]]:
 
 
 def never_fires(text: str, values: list[set[int]]) -> bool:
+    """Whether no day of the selected months can ever match. Vixie's rule goes by the text: when
+    neither day field starts with `*` a day matches either field, and a day-of-week field always
+    matches some day (`30 ... 00,*` fires every day of February); otherwise a day must match both,
+    and every month starts on every weekday, so only the day-of-month can rule every day out."""
     longest = {1: 31, 2: 29, 3: 31, 4: 30, 5: 31, 6: 30, 7: 31, 8: 31, 9: 30, 10: 31, 11: 30, 12: 31}
-    return any(day_stars(text, values)) and all(longest[m] < min(values[3]) for m in values[4])
+    words = text.split()[-5:]
+    either = not words[2].startswith("*") and not words[4].startswith("*")
+    return not either and all(longest[m] < min(values[3]) for m in values[4])
 
 
 # --------------------------------------------------------------------------- parsing

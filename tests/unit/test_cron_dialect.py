@@ -83,6 +83,9 @@ ACCEPTED = [
     # Vixie's day rule by the text.
     ("0 0 1 * 0-6", "0 0 * * *", "UTC0", utc(2026, 1, 1), ["2026-01-02 00:00", "2026-01-03 00:00"]),
     ("0 0 */2 * 1", "0 0 */2 * 1", "UTC0", utc(2026, 1, 1), ["2026-01-05 00:00", "2026-01-19 00:00"]),
+    # Neither day field starts with `*`: a day matches either, so a day 30 that February lacks
+    # does not stop a day-of-week list holding `*` from firing every day of it.
+    ("0 0 30 2 0,*", "0 0 * 2 *", "UTC0", utc(2026, 1, 1), ["2026-02-01 00:00", "2026-02-02 00:00"]),
     ("0 0 13 * 5", "0 0 13 * 5", "UTC0", utc(2026, 2, 1),
      ["2026-02-06 00:00", "2026-02-13 00:00", "2026-02-20 00:00"]),
     # A day-of-week step over a range to 7 does not add Sunday (cron-parser's bug is not copied).
