@@ -154,10 +154,10 @@ def masked(record: Any, secrets: Sequence[str]) -> Any:
     the text output of one record prints)."""
     if not secrets:
         return record
-    return msgspec.convert(_masked(msgspec.to_builtins(record), secrets), type=type(record))
+    return msgspec.convert(masked_builtins(msgspec.to_builtins(record), secrets), type=type(record))
 
 
-def _masked(value: Any, secrets: Sequence[str]) -> Any:
+def masked_builtins(value: Any, secrets: Sequence[str]) -> Any:
     """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
     own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
     variable's name), never masked: the shape of the output stays what a script expects."""
@@ -165,9 +165,9 @@ def _masked(value: Any, secrets: Sequence[str]) -> Any:
     if isinstance(value, str):
         return mask_text(value, secrets)
     if isinstance(value, list):
-        return [_masked(item, secrets) for item in value]
+        return [masked_builtins(item, secrets) for item in value]
     if isinstance(value, dict):
-        return {k: _masked(v, secrets) for k, v in value.items()}
+        return {k: masked_builtins(v, secrets) for k, v in value.items()}
     return value
 
 

@@ -24,7 +24,7 @@ import msgspec
 
 # Shared with the web panel, so kept with the operations; imported here under their old names.
 from edge_runtime.operations import (  # noqa: F401
-    NO_SERVICE_NOTE, masked, printable, resolve_run_id, secret_values, wake_service,
+    NO_SERVICE_NOTE, masked, masked_builtins, printable, resolve_run_id, secret_values, wake_service,
 )
 
 _json_encoder = msgspec.json.Encoder()
@@ -74,7 +74,7 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
     """``value`` as one line of JSON; with ``secrets``, every secret's value in its strings masked."""
     if secrets:
-        value = _masked(msgspec.to_builtins(value), secrets)
+        value = masked_builtins(msgspec.to_builtins(value), secrets)
     sys.stdout.write(_json_encoder.encode(value).decode() + "\n")
 
 

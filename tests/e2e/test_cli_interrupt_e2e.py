@@ -60,6 +60,27 @@ def _cli_words() -> str:
     return f'"{_SCRIPT}"' if _SCRIPT.exists() else f'"{sys.executable}" -m edge_runtime'
 
 
+def _pipeline_started(pgid: int) -> bool:
+    """Whether the process group holds both the CLI (an interpreter running it) and the slow
+    reader (its own ``sh -c``), not only the shells forked to start them, which show the whole
+    pipeline as their command line."""
+    cli = reader = False
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        if int(stat.rsplit(")", 1)[1].split()[2]) != pgid or not argv[0]:
+            continue
+        shell = argv[0] in (b"sh", b"/bin/sh")
+        cli |= not shell and any(b"edge-runtime" in a or b"edge_runtime" in a for a in argv)
+        reader |= shell and len(argv) > 2 and argv[2].startswith(b"read -r line")
+    return cli and reader
+
+
 def _interrupt_pipeline(harness: Harness, cli_args: str, moment: tuple[bool, float]) -> tuple[int, str]:
     after_first_line, delay_s = moment
     ready = harness.tmp / "first-line"
@@ -68,6 +89,10 @@ def _interrupt_pipeline(harness: Harness, cli_args: str, moment: tuple[bool, flo
     process = subprocess.Popen(["sh", "-c", pipeline], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, env=harness.env, start_new_session=True)
     try:
+        # Counted from when both ends of the pipe exist: on a loaded machine the shell may fork the
+        # reader later than the delay, and a SIGINT before that would miss it (the reader then
+        # reads a log of seconds and the pipeline outlives the test's patience).
+        wait_for(lambda: _pipeline_started(process.pid), "the CLI and the reader to start")
         if after_first_line:
             wait_for(ready.exists, "the reader's first line")
         time.sleep(delay_s)
@@ -80,6 +105,7 @@ def _interrupt_pipeline(harness: Harness, cli_args: str, moment: tuple[bool, flo
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+        process.stderr.close()  # also after a timeout: no descriptor left for a later test to find
     return process.returncode, err.decode(errors="replace")
 
 
