@@ -60,6 +60,13 @@ def _cli_words() -> str:
     return f'"{_SCRIPT}"' if _SCRIPT.exists() else f'"{sys.executable}" -m edge_runtime'
 
 
+def _sigint_by_default() -> None:
+    """SIGINT's default action in the pipeline, as a terminal's foreground job has it: a shell
+    that starts a job in the background (``make test &``) hands an *ignored* SIGINT down to
+    everything it runs, and an ignored signal survives exec, so Ctrl-C would reach nobody."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _pipeline_started(pgid: int) -> bool:
     """Whether the process group holds both the CLI (an interpreter running it) and the slow
     reader (its own ``sh -c``), not only the shells forked to start them, which show the whole
@@ -87,7 +94,8 @@ def _interrupt_pipeline(harness: Harness, cli_args: str, moment: tuple[bool, flo
     ready.unlink(missing_ok=True)
     pipeline = f'{_cli_words()} --db "{harness.db_path}" {cli_args} | (sh -c \'{_SLOW_READER}\' "{ready}")'
     process = subprocess.Popen(["sh", "-c", pipeline], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, env=harness.env, start_new_session=True)
+                               stderr=subprocess.PIPE, env=harness.env, start_new_session=True,
+                               preexec_fn=_sigint_by_default)
     try:
         # Counted from when both ends of the pipe exist: on a loaded machine the shell may fork the
         # reader later than the delay, and a SIGINT before that would miss it (the reader then
