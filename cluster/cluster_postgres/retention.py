@@ -127,13 +127,18 @@ class PostgresRetentionRepository:
 
 
 class PostgresRetention:
-    """The service's ``Retention`` port on a cluster worker: database history and this host's logs."""
+    """The service's ``Retention`` port on a cluster worker: database history and this host's logs.
 
-    __slots__ = ("_repository", "_log_dir", "_log_total_max_bytes", "_sweep_due")
+    ``log_dir_fd``: the service's held descriptor of ``log_dir`` (``hold_trusted_directory``): the
+    sweep works relative to the directory that was checked, never to its name again."""
 
-    def __init__(self, repository: Any, log_dir: Path | None, *, log_total_max_bytes: int) -> None:
+    __slots__ = ("_repository", "_log_dir", "_log_dir_fd", "_log_total_max_bytes", "_sweep_due")
+
+    def __init__(self, repository: Any, log_dir: Path | None, *, log_total_max_bytes: int,
+                 log_dir_fd: int | None = None) -> None:
         self._repository = repository
         self._log_dir = log_dir
+        self._log_dir_fd = log_dir_fd
         self._log_total_max_bytes = log_total_max_bytes
         self._sweep_due = True
 
@@ -164,6 +169,8 @@ class PostgresRetention:
         return more
 
     def _open_log_dir(self) -> int | None:
+        if self._log_dir_fd is not None:
+            return os.dup(self._log_dir_fd)  # closed after use, like an opened one
         if self._log_dir is None:
             return None
         try:

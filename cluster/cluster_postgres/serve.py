@@ -108,8 +108,9 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
     def scheduler(store: Any, journal: Journal) -> Scheduler:
         return Scheduler(store.schedules, journal, boot_id)
 
-    def retention(store: Any) -> PostgresRetention:
-        return PostgresRetention(store.retention, log_dir, log_total_max_bytes=config.log_total_max_bytes)
+    def retention(store: Any, log_dir_fd: int | None) -> PostgresRetention:
+        return PostgresRetention(store.retention, log_dir, log_total_max_bytes=config.log_total_max_bytes,
+                                 log_dir_fd=log_dir_fd)
 
     return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, journal=journal, tick_hooks=(scheduler,),
                          retention=retention)
