@@ -50,8 +50,11 @@ loader_dir="$TARGET_DIR/loader-overlay"
 rm -rf "$loader_dir" && mkdir -p "$loader_dir"
 cp "$(resolve_in_root "/lib/$LOADER")" "$loader_dir/$LOADER"
 log "2. built-binary tests ($TARGET, under $QEMU): ${BUILT_BINARY_TESTS[*]}"
+# Without QEMU_LD_PREFIX here: qemu-user would also map the program's own absolute paths into the
+# sysroot (the trusted-path walk opens "/" and then each component relative to it, so it would walk
+# the sysroot instead of the real tree); the overlay gives qemu the loader, as on a router.
 (cd "$REPO_ROOT" && EDGE_RUNTIME_ARTIFACT_DIR="$OUT" EDGE_RUNTIME_REQUIRE_ARTIFACT=1 \
-    unshare --mount --propagation private -- sh -c 'mount -t overlay overlay -o "lowerdir=$0:/usr/lib" /usr/lib && exec "$@"' \
+    env -u QEMU_LD_PREFIX unshare --mount --propagation private -- sh -c 'mount -t overlay overlay -o "lowerdir=$0:/usr/lib" /usr/lib && exec "$@"' \
     "$loader_dir" "$HOST_PY" -m pytest -p no:cacheprovider -q -rs "${BUILT_BINARY_TESTS[@]}" "${NOT_UNDER_QEMU[@]}")
 
 in_root() { # in_root ROOT COMMAND...: run in a chroot with /proc and /dev, mounts private to it
@@ -82,7 +85,10 @@ if [ -x "$CROSS_DIR/openwrt-package.sh" ]; then
 fi
 
 log "5. figures under $QEMU (median of 5; qemu-user on this machine, not a router)"
-"$HOST_PY" - "$OUT" "$NAME" "$chroot_dir/$NAME/edge-runtime" <<'PY'
+# As in step 2: no QEMU_LD_PREFIX (the programs' own paths stay real), the loader from the overlay.
+env -u QEMU_LD_PREFIX unshare --mount --propagation private -- \
+    sh -c 'mount -t overlay overlay -o "lowerdir=$0:/usr/lib" /usr/lib && exec "$@"' \
+    "$loader_dir" "$HOST_PY" - "$OUT" "$NAME" "$chroot_dir/$NAME/edge-runtime" <<'PY'
 import os, statistics, subprocess, sys, tempfile, time
 out, name, folder_exe = sys.argv[1:]
 def median_ms(argv):
