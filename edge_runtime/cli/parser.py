@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import sys
 from collections.abc import Iterable
 
 from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME

@@ -9,9 +9,10 @@ from typing import Any
 
 import msgspec
 
+from edge_runtime import operations
 from edge_runtime.cli.common import (
     resolve_run_id,
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, masked, print_json, printable, secret_values,
+    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
 )
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
@@ -29,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
         args.run_id = resolve_run_id(store, args.run_id)
         repository = store.runs
         # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
-        detail = masked(repository.detail(args.run_id), secret_values(store))
+        detail = operations.masked_detail(store, args.run_id)
         escaped = {} if args.json else {
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
