@@ -71,17 +71,19 @@ def resolve_run_id(store: Any, form: str) -> str:
 NO_SERVICE_NOTE = "Note: no service is running for this database; the Run will wait until one starts\n"
 
 
-def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False) -> None:
+def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False,
+                 warn: Callable[[str], object] | None = None) -> None:
     """Tell a running service that new work was committed, so it acts now instead of at its next poll.
 
     Best effort by design: when no service runs, the committed work simply waits for one (with
     ``note_when_none``, the user is told so when ``wake`` says 0 services took it). It runs
     after the commit, so a failure is at most a warning: the command has succeeded either way.
+    The warning goes to ``warn`` (default: stderr; the service's own threads pass their journal).
     """
     try:
         woken = wake()
     except (OSError, EdgeRuntimeError) as exc:
-        sys.stderr.write(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")
+        (warn or sys.stderr.write)(f"Warning: committed, but could not wake the service ({exc}); it acts at its next poll\n")
         return
     if note_when_none and woken == 0:
         sys.stderr.write(NO_SERVICE_NOTE)
@@ -127,10 +129,11 @@ def submit_command(argv: list[str], *, name: str | None = None, timeout: str | N
                             **(options or {}))
 
 
-def submit(store: Any, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False):
+def submit(store: Any, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False,
+           warn: Callable[[str], object] | None = None):
     """Queue ``command`` as a new Run and wake the service; the new Run's record."""
     record = store.runs.submit(command, actor_id=actor_id)
-    wake_service(store.wake_workers, note_when_none=note_when_none)
+    wake_service(store.wake_workers, note_when_none=note_when_none, warn=warn)
     return record
 
 

@@ -73,9 +73,14 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
 
 def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
     """``value`` as one line of JSON; with ``secrets``, every secret's value in its strings masked."""
+    sys.stdout.write(json_line(value, secrets))
+
+
+def json_line(value: Any, secrets: Sequence[str] = ()) -> str:
+    """What :func:`print_json` prints."""
     if secrets:
         value = masked_builtins(msgspec.to_builtins(value), secrets)
-    sys.stdout.write(_json_encoder.encode(value).decode() + "\n")
+    return _json_encoder.encode(value).decode() + "\n"
 
 
 def format_ms(value: Any) -> str:

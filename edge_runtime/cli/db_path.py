@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the submit hand-off stays lean)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 DB_ENV_VAR = "EDGE_RUNTIME_DB"
 DB_FILE_NAME = "edge-runtime.db"

@@ -85,6 +85,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv == ["--version"]:  # the common spelling, answered without building the parser
         sys.stdout.write(VERSION_TEXT + "\n")
         return 0
+    if command == "submit":  # handed to a running service, before the command stack is imported
+        from edge_runtime.cli.submit_handoff import try_hand_off
+
+        handed_off = try_hand_off(argv)
+        if handed_off is not None:
+            return handed_off
     from edge_runtime.cli.parser import CliParser, build_parser
 
     CliParser.json_errors = wants_json(argv)

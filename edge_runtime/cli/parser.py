@@ -46,10 +46,31 @@ class CliParser(argparse.ArgumentParser):
         raise SystemExit(EXIT_USAGE)
 
 
-def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
-    """The full parser; ``load`` names the commands whose modules are imported (default: all)."""
+class DecliningParser(CliParser):
+    """A parser that prints nothing and never exits: any usage error, ``--help`` or
+    ``--version`` raises :class:`Declined` (the submit hand-off then lets the client's own run
+    report it, in the client's terminal)."""
+
+    def error(self, message: str) -> None:
+        raise Declined(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:
+        raise Declined(message or f"exit {status}")
+
+    def _print_message(self, message: str, file: object = None) -> None:
+        pass  # nothing of the client's command line is printed by the service
+
+
+class Declined(Exception):
+    """A command line the submit hand-off does not take (see :class:`DecliningParser`)."""
+
+
+def build_parser(load: Iterable[str] | None = None, parser_class: type[CliParser] | None = None) -> argparse.ArgumentParser:
+    """The full parser; ``load`` names the commands whose modules are imported (default: all);
+    ``parser_class`` replaces ``CliParser`` at every level (the submit hand-off's quiet parser)."""
     load = set(COMMANDS) if load is None else set(load)
-    parser = CliParser(
+    parser_class = CliParser if parser_class is None else parser_class
+    parser = parser_class(
         prog="edge-runtime",
         description="QingLong edge runtime: run commands as durable Runs and cancel them reliably.",
     )
@@ -60,7 +81,7 @@ def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
         default=None,
         help=f"database file (default: ${DB_ENV_VAR}, else {DEFAULT_STATE_HOME}/edge-runtime/{DB_FILE_NAME})",
     )
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CliParser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=parser_class)
     for name, (module_name, help_text) in COMMANDS.items():
         if name in load:
             importlib.import_module(f"edge_runtime.cli.{module_name}").register(subparsers, help_text)

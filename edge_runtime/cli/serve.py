@@ -90,7 +90,14 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         # what apsw then opens by name must be what is in the directory that was checked.
         return open_verified(db_path, open_local, lambda store: store.close())
 
-    panel = None
+    def submit_handoff(journal, store):  # `submit` handed to this service (edge_runtime/local/handoff.py)
+        from edge_runtime.cli.submit_handoff import SubmitHandoffServer
+
+        floor = store.now_ms()  # read here, in the service's thread
+        return SubmitHandoffServer(db_path=db_path, journal=journal,
+                                   open_store=lambda: _peer_store(store.db, store.where, floor))
+
+    side_servers = {"submit_handoff": submit_handoff}
     listen = config.resolved_panel_listen()
     if listen is not None:
         def panel(journal, store):  # the panel's modules are imported only when it is configured
@@ -98,7 +105,9 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
 
             floor = store.now_ms()  # read here, in the service's thread
             return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
-                               config=config, journal=journal, open_store=lambda: _panel_store(store.db, store.where, floor))
+                               config=config, journal=journal, open_store=lambda: _peer_store(store.db, store.where, floor))
+
+        side_servers["panel"] = panel
 
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
@@ -106,11 +115,12 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
                          tick_hooks=(_scheduler,),
-                         panel=panel)
+                         side_servers=side_servers)
 
 
-def _panel_store(db, where: str, floor_ms: int):
-    """The panel's own connection, beside the service's in this process (``open_peer``: never
+def _peer_store(db, where: str, floor_ms: int):
+    """A side server's own connection (the panel's, the submit hand-off's), beside the service's
+    in this process (``open_peer``: never
     the checks by descriptor, which would drop the service connection's locks), with a clock of
     its own floored at the service's time, as a CLI command's clock is floored at the watermark."""
     from edge_runtime.local.clock import SystemClock

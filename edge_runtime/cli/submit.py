@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime import operations
-from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_json, secret_values, wake_service
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, json_line, print_json, secret_values, wake_service
 from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.runs import MAX_BATCH_RUNS, MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
 
@@ -90,12 +91,47 @@ def run(args: argparse.Namespace) -> int:
     command = SubmitRunCommand(argv=argv, **_common_fields(args))
     with args.stores.open(args, CREATE) as store:
         record = operations.submit(store, command, note_when_none=True)
-        secrets = secret_values(store) if args.json else ()
-    if args.json:
-        print_json(record, secrets)
-    else:
-        sys.stdout.write(record.id + "\n")
+        printed = handed_off_output(store, record, as_json=args.json)
+    sys.stdout.write(printed)
     return 0
+
+
+def handed_off_output(store: Any, record: Any, *, as_json: bool) -> str:
+    """What ``submit`` prints for the stored ``record``: its id, or with ``--json`` the record
+    (secrets masked), one line."""
+    if not as_json:
+        return record.id + "\n"
+    return json_line(record, secret_values(store))
+
+
+def handed_off_command(db_path: str, request: Any) -> tuple[SubmitRunCommand, bool] | None:
+    """The command of a ``submit`` handed to the service on ``db_path`` (``request``: a
+    ``HandoffRequest``) and whether it asked for ``--json``; None when the hand-off declines it
+    and the client must run it itself: not a plain ``submit`` (a batch, help, a usage error), a
+    database other than the service's, or a working directory only the client can resolve.
+
+    Raises:
+        EdgeRuntimeError: the command is refused (the client's own run reports it the usual way).
+    """
+    from edge_runtime.cli.parser import Declined, DecliningParser, build_parser
+
+    try:
+        args = build_parser(load=("submit",), parser_class=DecliningParser).parse_args(request.argv)
+    except Declined:
+        return None
+    if args.command != "submit" or args.batch is not None or args.shell:
+        return None
+    named_db = request.db_path if args.db is None else os.path.join(request.cwd, args.db)
+    if os.path.abspath(named_db) != os.path.abspath(db_path) or os.path.abspath(request.db_path) != os.path.abspath(db_path):
+        return None
+    if args.cwd is not None:
+        if args.cwd.startswith("~"):
+            return None  # the client's home, not the service's
+        args.cwd = os.path.join(request.cwd, args.cwd)  # relative to the client's directory
+    argv = list(args.argv)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    return SubmitRunCommand(argv=argv, **_common_fields(args)), bool(args.json)
 
 
 def _common_fields(args: argparse.Namespace) -> dict[str, Any]:

@@ -8,9 +8,10 @@ died is refused by the kernel (``ECONNREFUSED``) and removed by the next poke.
 
 The directory is trusted only as far as the service and the CLI check it, both the same way: it
 is opened with ``O_NOFOLLOW`` (a planted symlink is refused), and must be owned by this user and
-not writable by group or other. Inside it only sockets owned by this user are poked or removed.
-When ``<db>.wake`` is not usable (another user created it first), the next of
-:data:`_DIR_SUFFIXES` is used; the CLI pokes every usable one.
+not writable by group or other (the rules of ``wake_dir.py``, which the submit hand-off shares).
+Inside it only sockets owned by this user are poked or removed. When ``<db>.wake`` is not usable
+(another user created it first), the next of ``wake_dir.DIR_SUFFIXES`` is used; the CLI pokes
+every usable one.
 
 A Unix socket path is limited to 107 bytes (``sun_path`` holds 108 with the NUL). Sockets are
 addressed through the directory's descriptor (``/proc/self/fd/N/<pid>.sock``), which is short
@@ -26,21 +27,19 @@ from __future__ import annotations
 import errno
 import os
 import socket
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
+from edge_runtime.local import wake_dir
 from edge_runtime.local.errors import WakeSocketError
+from edge_runtime.local.wake_dir import MAX_SOCKET_PATH_BYTES, WAKE_SOCKET_SUFFIX
 
-#: ``sizeof(sun_path)`` on Linux, minus the terminating NUL.
-MAX_SOCKET_PATH_BYTES = 107
-_DIR_SUFFIXES = (".wake", ".wake.1", ".wake.2")
+__all__ = ["MAX_SOCKET_PATH_BYTES", "WakeSocket", "bind_in_wake_dir", "poke", "wake_dirs"]
 
 
 def wake_dirs(db_path: str | os.PathLike[str]) -> tuple[Path, ...]:
     """The directories that may hold the wake sockets of the services on ``db_path``, in order."""
-    absolute = Path(os.path.abspath(os.fspath(db_path)))
-    return tuple(absolute.with_name(absolute.name + suffix) for suffix in _DIR_SUFFIXES)
+    return tuple(Path(path) for path in wake_dir.wake_dir_paths(db_path))
 
 
 def _open_private_dir(path: Path, *, create: bool) -> int | None:
@@ -57,38 +56,24 @@ def _open_private_dir(path: Path, *, create: bool) -> int | None:
         except OSError as exc:
             raise WakeSocketError(f"cannot create the wake directory {path}: {exc.strerror or exc}") from None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
+        fd = wake_dir.open_dir(os.fspath(path))
     except OSError as exc:
         raise WakeSocketError(f"wake directory {path} refused: {exc.strerror or exc}") from None
-    info = os.fstat(fd)
-    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+    if fd is None:
+        return None
+    why = wake_dir.refusal(fd)
+    if why is not None:
         os.close(fd)
-        raise WakeSocketError(
-            f"wake directory {path} refused: owned by uid {info.st_uid} with mode {stat.filemode(info.st_mode)}, "
-            f"not by this user (uid {os.geteuid()}) and writable only by it"
-        )
+        raise WakeSocketError(f"wake directory {path} refused: {why}")
     return fd
 
 
 def _address(dir_fd: int, directory: Path, name: str) -> str:
     """A socket address for ``name`` in the directory held open as ``dir_fd``."""
-    via_fd = f"/proc/self/fd/{dir_fd}"
-    if os.path.isdir(via_fd):
-        return f"{via_fd}/{name}"
-    plain = os.fspath(directory / name)
-    if len(os.fsencode(plain)) > MAX_SOCKET_PATH_BYTES:
-        raise WakeSocketError(f"no /proc and the wake socket path {plain} is too long for a Unix socket")
-    return plain
-
-
-def _own_socket(dir_fd: int, name: str) -> bool:
-    try:
-        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        return False
-    return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid()
+    address = wake_dir.socket_address(dir_fd, os.fspath(directory), name)
+    if address is None:
+        raise WakeSocketError(f"no /proc and the wake socket path {directory / name} is too long for a Unix socket")
+    return address
 
 
 def _private_dirs(db_path: str | os.PathLike[str], refused: list[str], *, create: bool) -> Iterator[tuple[Path, int]]:
@@ -104,33 +89,53 @@ def _private_dirs(db_path: str | os.PathLike[str], refused: list[str], *, create
             yield directory, dir_fd
 
 
+def bind_in_wake_dir(db_path: str | os.PathLike[str], suffix: str, kind: int) -> tuple[socket.socket, Path, int, list[str]]:
+    """A socket of ``kind`` bound as ``<pid><suffix>`` in the first usable wake directory of
+    ``db_path`` (created private when missing): the socket, its path, the directory's descriptor
+    (held until the socket is removed) and why earlier directories were refused.
+
+    Raises:
+        WakeSocketError: no directory is usable, or the socket cannot be bound.
+    """
+    refused: list[str] = []
+    found = next(_private_dirs(db_path, refused, create=True), None)
+    if found is None:
+        raise WakeSocketError("; ".join(refused))
+    directory, dir_fd = found
+    name = f"{os.getpid()}{suffix}"
+    sock = socket.socket(socket.AF_UNIX, kind)
+    try:
+        if wake_dir.own_socket(dir_fd, name):
+            os.unlink(name, dir_fd=dir_fd)  # left by an earlier process that had our pid
+        sock.bind(_address(dir_fd, directory, name))
+    except (OSError, WakeSocketError) as exc:
+        sock.close()
+        os.close(dir_fd)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        raise WakeSocketError(f"cannot bind the socket {directory / name}: {detail}") from None
+    return sock, directory / name, dir_fd, refused
+
+
+def unlink_socket(dir_fd: int, name: str) -> None:
+    """Remove our socket ``name`` (already gone is fine)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+
+
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
     __slots__ = ("path", "refused", "_socket", "_dir_fd", "_name")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
-        refused: list[str] = []
-        found = next(_private_dirs(db_path, refused, create=True), None)
-        if found is None:
-            raise WakeSocketError("; ".join(refused))
-        directory, dir_fd = found
+        sock, self.path, dir_fd, refused = bind_in_wake_dir(db_path, WAKE_SOCKET_SUFFIX, socket.SOCK_DGRAM)
+        sock.setblocking(False)
         #: Why the directories before the one used were not (for the service's log).
         self.refused: list[str] = refused
         self._dir_fd: int | None = dir_fd
-        self._name = f"{os.getpid()}.sock"
-        self.path = directory / self._name
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        try:
-            if _own_socket(dir_fd, self._name):
-                os.unlink(self._name, dir_fd=dir_fd)  # left by an earlier process that had our pid
-            sock.bind(_address(dir_fd, directory, self._name))
-            sock.setblocking(False)
-        except (OSError, WakeSocketError) as exc:
-            sock.close()
-            os.close(dir_fd)
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
-            raise WakeSocketError(f"cannot bind the wake socket {self.path}: {detail}") from None
+        self._name = self.path.name
         self._socket: socket.socket | None = sock
 
     @property
@@ -158,10 +163,7 @@ class WakeSocket:
             self._socket.close()
             self._socket = None
         if self._dir_fd is not None:
-            try:
-                os.unlink(self._name, dir_fd=self._dir_fd)
-            except FileNotFoundError:
-                pass
+            unlink_socket(self._dir_fd, self._name)
             os.close(self._dir_fd)
             self._dir_fd = None
 
@@ -193,7 +195,7 @@ def poke(db_path: str | os.PathLike[str]) -> int:
 def _poke_dir(sock: socket.socket, dir_fd: int, directory: Path, problems: list[str]) -> int:
     woken = 0
     for name in os.listdir(dir_fd):
-        if not name.endswith(".sock") or not _own_socket(dir_fd, name):
+        if not name.endswith(WAKE_SOCKET_SUFFIX) or not wake_dir.own_socket(dir_fd, name):
             continue
         try:
             sock.sendto(b"!", _address(dir_fd, directory, name))

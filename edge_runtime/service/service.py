@@ -38,7 +38,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -83,7 +83,7 @@ _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class SideServer(Protocol):
-    """Something the service runs beside its loop (the web panel): ``start`` binds and starts a
+    """Something the service runs beside its loop (the submit hand-off, the web panel): ``start`` binds and starts a
     thread of its own or raises ``EdgeRuntimeError``; ``stop`` ends it."""
 
     def start(self) -> None: ...
@@ -126,12 +126,13 @@ class DeviceService:
         controller: LocalProcessController | None = None,
         retention: Callable[[Store, int], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
-        panel: Callable[[Journal, Store], SideServer] | None = None,
+        side_servers: Mapping[str, Callable[[Journal, Store], SideServer]] | None = None,
     ) -> None:
-        #: The web panel, when configured (cli/serve.py): started after the session is registered,
-        #: in a thread of its own; its failures are logged and never stop the service.
-        self._make_panel = panel
-        self._panel: SideServer | None = None
+        #: Servers beside the loop by name (cli/serve.py: the submit hand-off, the web panel when
+        #: configured): started after the session is registered, each in a thread of its own;
+        #: their failures are logged (``<name>.not_started``) and never stop the service.
+        self._side_server_factories = dict(side_servers or {})
+        self._side_servers: list[SideServer] = []
         #: Built by the composition root (cli/serve.py) once the store is open; see TickHook.
         self._hook_factories = tuple(tick_hooks)
         self._hooks: list[TickHook] = []
@@ -245,7 +246,7 @@ class DeviceService:
             counts = self._recover(runs, worker, supervisor, at_start=True)
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
-            self._start_panel()
+            self._start_side_servers()
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:
@@ -258,32 +259,31 @@ class DeviceService:
         finally:
             if supervisor is not None:
                 supervisor.close()
-            self._stop_panel()
+            self._stop_side_servers()
             wake.close()
 
-    def _start_panel(self) -> None:
-        """Start the panel if configured; one that cannot start is logged and left out."""
-        self._panel = None
-        if self._make_panel is None:
-            return
-        panel = None
-        try:
-            panel = self._make_panel(self.journal, self._store)
-            panel.start()
-        except EdgeRuntimeError as exc:
-            self.journal.error("panel.not_started", error=exc.code, detail=str(exc))
-        except Exception as exc:  # noqa: BLE001  (the panel's boundary: a bug in it never stops the service)
-            self.journal.error("panel.not_started", error=type(exc).__name__, detail=str(exc))
-        else:
-            self._panel = panel
-            return
-        if panel is not None:
-            panel.stop()
+    def _start_side_servers(self) -> None:
+        """Start each side server; one that cannot start is logged and left out."""
+        self._side_servers = []
+        for name, make in self._side_server_factories.items():
+            server = None
+            try:
+                server = make(self.journal, self._store)
+                server.start()
+            except EdgeRuntimeError as exc:
+                self.journal.error(f"{name}.not_started", error=exc.code, detail=str(exc))
+            except Exception as exc:  # noqa: BLE001  (a side server's boundary: a bug in it never stops the service)
+                self.journal.error(f"{name}.not_started", error=type(exc).__name__, detail=str(exc))
+            else:
+                self._side_servers.append(server)
+                continue
+            if server is not None:
+                server.stop()
 
-    def _stop_panel(self) -> None:
-        panel, self._panel = self._panel, None
-        if panel is not None:
-            panel.stop()
+    def _stop_side_servers(self) -> None:
+        servers, self._side_servers = self._side_servers, []
+        for server in reversed(servers):
+            server.stop()
 
     # ----------------------------------------------------------------- the loop
 

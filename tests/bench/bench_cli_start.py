@@ -4,18 +4,23 @@ Measured in two forms: the venv's ``edge-runtime`` with bytecode compiled first 
 as an installed package has it), and the one-folder build from ``dist/`` (the newest
 ``edge-runtime-*.tar.xz``, unpacked into the bench directory) when one has been built
 (``make build``); without a build that form is skipped and says so. ``submit`` writes to a fresh
-migrated database; ``--version`` and ``--help`` touch no database. Figures only, never judged.
+migrated database; ``--version`` and ``--help`` touch no database. ``submit (service)`` is the
+same ``submit`` with a ``serve`` of the same form running on that database, which takes the
+command over its socket (docs/operating.md, "Submit through the service"). Figures only, never
+judged.
 """
 
 from __future__ import annotations
 
 import compileall
+import contextlib
 import os
 import statistics
 import subprocess
 import sys
 import tarfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -51,13 +56,38 @@ def _time_ms(argv: list[str], env: dict[str, str]) -> float:
 def _measure(label: str, exe: Path, workdir: Path, repetitions: int) -> None:
     db = workdir / f"{label}.db"
     env = {**os.environ, "EDGE_RUNTIME_DB": str(db)}
+    env.pop("EDGE_RUNTIME_CONFIG", None)
     subprocess.run([str(exe), "migrate"], env=env, check=True, stdout=subprocess.DEVNULL)
     for name, args in COMMANDS.items():
-        argv = [str(exe), *args]
-        _time_ms(argv, env)  # one unmeasured round: page cache
-        samples = [_time_ms(argv, env) for _ in range(repetitions)]
-        print(f"cli_start {label:10} {name:10} median {statistics.median(samples):6.1f} ms  "
-              f"min {min(samples):6.1f} ms  (n={repetitions})", flush=True)
+        _report(label, name, [str(exe), *args], env, repetitions)
+    with _serving(exe, db, env):
+        _report(label, "submit (service)", [str(exe), *COMMANDS["submit"]], env, repetitions)
+
+
+def _report(label: str, name: str, argv: list[str], env: dict[str, str], repetitions: int) -> None:
+    _time_ms(argv, env)  # one unmeasured round: page cache
+    samples = [_time_ms(argv, env) for _ in range(repetitions)]
+    print(f"cli_start {label:10} {name:16} median {statistics.median(samples):6.1f} ms  "
+          f"min {min(samples):6.1f} ms  (n={repetitions})", flush=True)
+
+
+@contextlib.contextmanager
+def _serving(exe: Path, db: Path, env: dict[str, str]) -> Iterator[None]:
+    """A ``serve`` on ``db`` until the block ends, once its submit socket is listening."""
+    log = db.with_suffix(".serve.log")
+    with open(log, "wb") as out:
+        service = subprocess.Popen([str(exe), "serve", "--poll-interval-ms", "60000"], env=env,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        deadline = time.monotonic() + 30
+        while b"submit_handoff.listening" not in log.read_bytes():
+            if service.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"serve did not start listening: {log.read_text(errors='replace')}")
+            time.sleep(0.05)
+        yield
+    finally:
+        service.terminate()
+        service.wait(30)
 
 
 def run(workdir: Path, quick: bool) -> None:

@@ -107,6 +107,10 @@ class Harness:
         service = Service(process, log_path)
         self.services.append(service)
         service.wait_log("recovery.done")
+        # Started: its side servers too (the submit hand-off binds right after recovery), so what
+        # a test measures at rest (descriptors, memory) is the whole service.
+        wait_for(lambda: any(mark in service.log() for mark in ("submit_handoff.listening", "submit_handoff.not_started"))
+                 or process.poll() is not None, "the submit hand-off to start")
         return service
 
     def submit(self, *argv: str) -> str:

@@ -26,6 +26,8 @@ CLI_LOCAL_IMPORTS = {
     "edge_runtime.cli.check": "checks the Local database file itself (integrity, schema, retention plan)",
     "edge_runtime.cli.migrate": "migrates and scrubs the Local database file itself",
     "edge_runtime.cli.panel": "sets the panel password in the Local database file itself",
+    "edge_runtime.cli.submit_handoff": "hands a submit to the Local service over its socket beside the "
+                                       "database file (the client end runs before any store is opened)",
 }
 
 
