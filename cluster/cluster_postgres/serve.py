@@ -61,6 +61,11 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
         raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
     # Validate the whole configuration before connecting.
     config = load_config(args.config, env=env, overrides=service_overrides(args))
+    if config.panel_listen is not msgspec.UNSET:
+        # The panel keeps its password and sessions in the device's database: refused rather than
+        # ignored, so nobody believes a cluster worker serves it (docs/cluster.md).
+        raise ConfigError(f"panel_listen {config.panel_listen!r}: the web panel is served by the device's "
+                          "`edge-runtime serve` only; the Cluster Profile serves none (unset it)")
     return build_service(dsn, config, log_dir=resolved_log_dir(config, env)).run()
 
 

@@ -551,6 +551,12 @@ def test_serve_refuses_a_missing_dsn_or_a_bad_setting_before_connecting(pg_datab
     monkeypatch.setenv("EDGE_RUNTIME_RUN_LEASE_MS", "12")
     assert main(["serve", "--dsn", pg_database.runtime_dsn, "--log-dir", "/nonexistent"]) == 1
     assert "run_lease_ms" in capsys.readouterr().err
+    monkeypatch.delenv("EDGE_RUNTIME_RUN_LEASE_MS")
+    # The panel is the device's (its password and sessions live in the device's database): a
+    # cluster worker refuses the setting instead of ignoring it.
+    monkeypatch.setenv("EDGE_RUNTIME_PANEL_LISTEN", "127.0.0.1:5700")
+    assert main(["serve", "--dsn", pg_database.runtime_dsn, "--log-dir", "/nonexistent"]) == 1
+    assert "the Cluster Profile serves none (unset it) [CONFIG_INVALID]" in capsys.readouterr().err
     assert owner.execute("SELECT count(*) FROM worker_sessions").fetchone()[0] == 0  # nothing registered
 
 
