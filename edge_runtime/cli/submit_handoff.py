@@ -113,7 +113,11 @@ class SubmitHandoffServer:
             thread.join(timeout=handoff.REQUEST_TIMEOUT_S + 5)
         if listener is not None:
             listener.close()
-        if self._store is not None:
+        if thread is not None and thread.is_alive():
+            # Still inside a request (a long wait for the database's lock): its connection is left
+            # to it (the thread is a daemon and ends with the process), never closed under it.
+            self._journal.warning("submit_handoff.stop_timed_out")
+        elif self._store is not None:
             self._store.close()
         self._listener = self._thread = self._store = None
 
