@@ -233,6 +233,8 @@ def load_config(
     merged.update({key: value for key, value in (overrides or {}).items() if value is not None})
     try:
         return msgspec.convert(merged, type=ServiceConfig)
+    except ConfigError as exc:  # a rule of ServiceConfig.__post_init__: its message names the setting
+        raise ConfigError(f"invalid configuration: {exc}") from None
     except msgspec.ValidationError as exc:
         message = str(exc)
         key = message.rpartition("at `$.")[2].rstrip("`").split("[")[0].split(".")[0] if "at `$." in message else ""

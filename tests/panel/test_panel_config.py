@@ -30,7 +30,8 @@ def test_an_address_is_served_exactly_as_written(text: str, expected: tuple[str,
 @pytest.mark.parametrize("text", ["5700", ":5700", "127.0.0.1", "127.0.0.1:70000", "router.lan:5700",
                                   "::1:5700", "[127.0.0.1]:5700", "127.0.0.1:57a0", "example.com:80"])
 def test_anything_but_an_ip_literal_and_port_is_refused(text: str) -> None:
-    with pytest.raises(ConfigError, match="panel_listen"):
+    # Said as every configuration error is (the bad-input campaign's rule): what is invalid, and where.
+    with pytest.raises(ConfigError, match=r"^invalid configuration: panel_listen"):
         load_config(env={"EDGE_RUNTIME_PANEL_LISTEN": text})
 
 
