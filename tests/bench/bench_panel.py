@@ -3,7 +3,9 @@
 - panel bytes: the panel's source (``edge_runtime/panel``, its page, h11) and, when ``dist/``
   holds a build, what the audit's ``panel`` rule counts in each artifact (``dist/cross/*`` too);
 - idle RSS of ``serve`` with the panel off and on (VmRSS after it settled; the panel also logged
-  in once and answered a page, as a browser left open would have made it);
+  in once and answered a page, as a browser left open would have made it), from the sources in
+  the venv and, when ``dist/`` holds one, from the host's one-folder build (the device's form: no
+  stdlib ``dataclasses``, so h11 does not bring ``inspect``, ``ast`` and ``dis`` as in the venv);
 - ``GET /api/runs?limit=50`` requests per second over one keep-alive connection, with 50 Runs
   stored, on this machine;
 - from "Run" clicked to the Run shown ``running`` in a real browser: the figures the browser test
@@ -21,6 +23,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -37,10 +40,28 @@ def _rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
-def _serve(workdir: Path, db: Path, tag: str, *flags: str) -> tuple[subprocess.Popen, Path]:
+#: The venv's interpreter running the sources (the venv has the stdlib's dataclasses, so h11 brings
+#: inspect, ast and dis along: about 1.5 MiB the built artifacts do not carry).
+SOURCE_SERVE = (sys.executable, "-m", "edge_runtime")
+
+
+def _one_folder_exe(workdir: Path) -> Path | None:
+    """The newest host one-folder build from dist/, unpacked under ``workdir``, or None."""
+    builds = sorted((REPO / "dist").glob("edge-runtime-*.tar.xz"), key=lambda p: p.stat().st_mtime)
+    if not builds:
+        return None
+    target = workdir / "one-folder"
+    target.mkdir(exist_ok=True)
+    with tarfile.open(builds[-1]) as archive:
+        archive.extractall(target, filter="data")
+    found = [p for p in target.rglob("edge-runtime") if p.is_file() and os.access(p, os.X_OK)]
+    return found[0] if found else None
+
+
+def _serve(workdir: Path, db: Path, tag: str, *flags: str, command: tuple[str, ...] = SOURCE_SERVE) -> tuple[subprocess.Popen, Path]:
     log = workdir / f"serve-{tag}.log"
     with open(log, "wb") as handle:
-        process = subprocess.Popen([sys.executable, "-m", "edge_runtime", "--db", str(db), "serve", "--worker-id", "bench",
+        process = subprocess.Popen([*command, "--db", str(db), "serve", "--worker-id", "bench",
                                     *flags], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=handle, cwd=REPO)
     deadline = time.monotonic() + 60
     while "recovery.done" not in log.read_text() or (flags and "panel." not in log.read_text()):
@@ -118,21 +139,29 @@ def run(workdir: Path, quick: bool) -> None:
         print("panel bytes in artifacts: no build in dist/ (make build; make cross TARGET=...)")
 
     settle = 2.0 if quick else 5.0
-    rss = {}
-    for tag, flags in (("off", ()), ("on", ("--panel-listen", "127.0.0.1:0"))):
-        process, log = _serve(workdir, db, tag, *flags)
-        try:
-            if flags:
-                port = int(re.search(r"listen=127\.0\.0\.1:(\d+)", log.read_text()).group(1))
-                _login(port)
-            time.sleep(settle)
-            rss[tag] = _rss_kib(process.pid)
-            if flags:
-                requests_per_s = _requests_per_second(db, port, 2.0 if quick else 5.0)
-        finally:
-            _stop(process)
-    common.print_table("idle RSS of serve", ["panel", "VmRSS KiB"],
-                       [["off", f"{rss['off']:,}"], ["on", f"{rss['on']:,}"], ["on - off", f"{rss['on'] - rss['off']:,}"]])
+    forms = {"source (venv)": SOURCE_SERVE}
+    exe = _one_folder_exe(workdir)
+    if exe is not None:
+        forms["one-folder build"] = (str(exe),)
+    rows = []
+    for form, command in forms.items():
+        rss = {}
+        for tag, flags in (("off", ()), ("on", ("--panel-listen", "127.0.0.1:0"))):
+            process, log = _serve(workdir, db, f"{tag}-{len(rows)}", *flags, command=command)
+            try:
+                if flags:
+                    port = int(re.search(r"listen=127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+                    _login(port)
+                time.sleep(settle)
+                rss[tag] = _rss_kib(process.pid)
+                if flags and command is SOURCE_SERVE:
+                    requests_per_s = _requests_per_second(db, port, 2.0 if quick else 5.0)
+            finally:
+                _stop(process)
+        rows.append([form, f"{rss['off']:,}", f"{rss['on']:,}", f"{rss['on'] - rss['off']:,}"])
+    if exe is None:
+        print("idle RSS of the one-folder build: skipped (no dist/edge-runtime-*.tar.xz; run `make build`)")
+    common.print_table("idle RSS of serve (VmRSS KiB)", ["form", "panel off", "panel on", "on - off"], rows)
     common.print_table("GET /api/runs?limit=50 (50 Runs stored, one keep-alive connection)", ["requests/s"],
                        [[f"{requests_per_s:,.0f}"]])
     figures = [ms for path in sorted((REPO / ".test-output" / "browser").glob("*-figures.json"))
