@@ -3,16 +3,12 @@ conformance suite), a reset owner connection per test, and runtime connections."
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "conformance"))
-
-from pg_test_database import TestDatabase, private_database  # noqa: E402
+from tests.support.pg_test_database import TestDatabase, private_database
 
 START_MS = 1_700_000_000_000
 

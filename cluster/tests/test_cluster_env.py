@@ -19,7 +19,7 @@ import pytest
 
 from cluster_postgres.serve import DSN_ENV_VAR
 from edge_runtime.cli.common import NO_SERVICE_NOTE
-from serve_harness import CLI, Worker, kill_attempt_groups, private_root, wait_for
+from tests.support.cluster_serve_harness import CLI, Worker, kill_attempt_groups, private_root, wait_for
 
 SECRET = "s3cr3t-cluster-value"
 FAST = {"EDGE_RUNTIME_POLL_INTERVAL_MS": "500"}

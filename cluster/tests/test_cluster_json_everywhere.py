@@ -21,7 +21,7 @@ from cluster_postgres.store import PostgresStore
 from edge_runtime.cli.main import USAGE_ERROR_CODE
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.contract.schedules import AddScheduleCommand
-from pg_unfenced_attempts import take_queued_run
+from tests.support.pg_unfenced_attempts import take_queued_run
 
 
 def json_commands(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:

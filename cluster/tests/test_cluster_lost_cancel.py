@@ -16,7 +16,7 @@ from cluster_postgres import cli as cluster_cli
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.run_lease import CANCEL_LOSS_GRACE_MS, REASON_CANCEL_MET_BY_LOSS
 from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
-from serve_harness import Worker, kill_attempt_groups, live_group_members, private_root, wait_for
+from tests.support.cluster_serve_harness import Worker, kill_attempt_groups, live_group_members, private_root, wait_for
 
 SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE_MS": "3000",
                 "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}

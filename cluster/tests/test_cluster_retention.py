@@ -22,7 +22,7 @@ from cluster_postgres.retention import BATCH_RUNS, PostgresRetentionRepository
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.retention import DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_RUNS
 from edge_runtime.contract.runs import SubmitRunCommand
-from serve_harness import Worker, kill_attempt_groups, private_root, wait_for
+from tests.support.cluster_serve_harness import Worker, kill_attempt_groups, private_root, wait_for
 
 DAY_MS = 86_400_000
 HISTORY = ("runs", "run_attempts", "run_events", "attempt_logs", "run_dispatch_leases", "run_cancellation_dispatches")

@@ -18,7 +18,7 @@ import pytest
 from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.schedules import AddScheduleCommand, FireOutcome, InvalidScheduleCommandError, Overlap
-from serve_harness import Worker, kill_attempt_groups, private_root, wait_for
+from tests.support.cluster_serve_harness import Worker, kill_attempt_groups, private_root, wait_for
 
 SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE_MS": "3000",
                 "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}

@@ -32,9 +32,9 @@ from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED, REASON_WORKER_GONE
 from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
 from edge_runtime.service.worker import WorkerSession
-from ha_cluster import HaPair, unavailable_reason
-from pg_test_database import unavailable
-from serve_harness import (
+from tests.support.ha_cluster import HaPair, unavailable_reason
+from tests.support.pg_test_database import unavailable
+from tests.support.cluster_serve_harness import (
     Namespace,
     Worker,
     kill_attempt_groups,
@@ -43,7 +43,7 @@ from serve_harness import (
     private_root,
     wait_for,
 )
-from pg_unfenced_attempts import take_queued_run
+from tests.support.pg_unfenced_attempts import take_queued_run
 
 ACTIVE = ("created", "queued", "dispatching", "running")
 #: A task that appends its Run id to the ledger file given as $0: one line per execution.

@@ -39,7 +39,7 @@ from edge_runtime.contract.runs import (
 from edge_runtime.local.store import local_store_opener
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.worker import WorkerSession
-from pg_unfenced_attempts import take_queued_run
+from tests.support.pg_unfenced_attempts import take_queued_run
 
 PASSWORD = "Sekrit-Pa55"
 REPO = Path(__file__).resolve().parents[2]

@@ -30,8 +30,8 @@ from edge_runtime.contract.cancellation_dispatch import (
 from edge_runtime.contract.run_lease import ClaimRunCommand, RenewRunLeaseCommand
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import RegisterWorkerCommand
-from ha_cluster import HaPair, unavailable_reason
-from pg_test_database import unavailable
+from tests.support.ha_cluster import HaPair, unavailable_reason
+from tests.support.pg_test_database import unavailable
 
 DISPATCH_TOKEN = "ha-gate-dispatch-token-" + "k" * 40
 RUN_LEASE_TOKEN = "ha-gate-run-lease-token-" + "z" * 40

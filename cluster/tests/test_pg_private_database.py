@@ -11,7 +11,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from pg_test_database import PREFIX, private_database, reap_orphans
+from tests.support.pg_test_database import PREFIX, private_database, reap_orphans
 
 
 def _databases(admin: Any) -> set[str]:

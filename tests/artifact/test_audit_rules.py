@@ -9,8 +9,8 @@ import sys
 import tomllib
 import pytest
 
-from tests.artifact.conftest import ROOT
-from tests.artifact.fake_artifacts import MONITOR, MAKERS, make_onefile, make_onefolder, make_tarball, random_bytes
+from tests.support.artifact_layout import ROOT
+from tests.support.fake_artifacts import MONITOR, MAKERS, make_onefile, make_onefolder, make_tarball, random_bytes
 
 FORMS = sorted(MAKERS)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.artifact.conftest import ROOT, load_path_module
+from tests.support.artifact_layout import ROOT, load_path_module
 
 
 @pytest.fixture

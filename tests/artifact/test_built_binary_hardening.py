@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from edge_runtime import __version__
-from tests.artifact.conftest import ROOT, load_path_module
-from tests.artifact.test_built_binary import LIVENESS_TIMEOUT_S, env, executable, run, wait_for  # noqa: F401
-from tests.hostile_user import OtherUser, other_user  # noqa: F401
+from tests.support.artifact_layout import ROOT, load_path_module
+from tests.support.built_binary import LIVENESS_TIMEOUT_S, env, executable, run, wait_for  # noqa: F401
+from tests.support.hostile_user import OtherUser, other_user  # noqa: F401
 
 REFUSED = "[ARTIFACT_UNPACK_DIR_UNSAFE]"
 

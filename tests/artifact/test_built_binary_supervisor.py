@@ -20,22 +20,22 @@ from pathlib import Path
 
 import pytest
 
-from tests.artifact.conftest import ROOT, load_path_module
-from tests.artifact.test_built_binary import ARTIFACT_DIR_ENV, LIVENESS_TIMEOUT_S, _artifact_dir, _unavailable, wait_for
+from tests.support.artifact_layout import ROOT, load_path_module
+from tests.support.built_binary import ARTIFACT_DIR_ENV, LIVENESS_TIMEOUT_S, artifact_dir, unavailable, wait_for
 
 pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
 def onefile() -> Path:
-    dist = _artifact_dir()
+    dist = artifact_dir()
     path = dist / "edge-runtime"
     if not path.is_file():
-        _unavailable(f"no one-file build at {path}")
+        unavailable(f"no one-file build at {path}")
     if ARTIFACT_DIR_ENV not in os.environ:
         build = load_path_module("edge_runtime_build_script", ROOT / "build" / "build.py")
         if not build.dist_is_current():
-            _unavailable("dist/ holds a build of older sources")
+            unavailable("dist/ holds a build of older sources")
     return path
 
 

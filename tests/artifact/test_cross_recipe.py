@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import tomllib
 
-from tests.artifact.conftest import ROOT
+from tests.support.artifact_layout import ROOT
 
 CROSS = ROOT / "build" / "cross"
 ONEFILE_LIMIT = 4_718_592  # router builds: one-file <= 4.5 MiB for every target

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.artifact.conftest import run_probe
+from tests.support.artifact_layout import run_probe
 
 
 @pytest.fixture(scope="module")
@@ -97,10 +97,7 @@ def test_fallback_modules_have_a_working_fallback(blocked_run, exclusions) -> No
     assert values["shutil_which_sh"] is True  # bz2, lzma (shutil imports them guarded)
     assert values["toml"] == {"slots": 2, "name": "x"}
     assert values["decimal"] == [1, 1, 0]  # _decimal -> _pydecimal, through msgspec
-    import sys as _sys
-
-    _sys.path.insert(0, str(Path(__file__).parent))
-    from runtime_probe import _h11_exchange  # the same exchange here, with the real dataclasses
+    from tests.support.runtime_probe import _h11_exchange  # the same exchange here, with the real dataclasses
 
     assert values["h11"] == _h11_exchange()  # dataclasses -> edge_runtime.panel.h11_loader's stand-in
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.artifact.conftest import PACKAGE_DIR, package_modules, run_probe
+from tests.support.artifact_layout import PACKAGE_DIR, package_modules, run_probe
 
 POSTGRES_DRIVERS = {"psycopg", "psycopg2", "psycopg_binary", "psycopg_c", "asyncpg", "pg8000"}
 

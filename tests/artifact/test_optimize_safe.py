@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ast
 
-from tests.artifact.conftest import PACKAGE_DIR
+from tests.support.artifact_layout import PACKAGE_DIR
 
 
 def _sources() -> list[tuple[str, ast.Module]]:

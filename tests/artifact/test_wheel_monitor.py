@@ -15,11 +15,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "build"))
+from tests.support.artifact_layout import ROOT as REPO, load_path_module
 
-import artifact_audit  # noqa: E402
+artifact_audit = load_path_module("artifact_audit", REPO / "artifact_audit.py")
 
 MONITOR = "edge_runtime/service/native/edge-runtime-monitor"
 

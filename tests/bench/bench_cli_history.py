@@ -2,7 +2,7 @@
 ``cancel`` as real processes (the installed ``.venv/bin/edge-runtime``) on a database holding 1k and
 50k finished Runs, their ratio (target <= 1.2x), and ``check`` (which reads the whole file on purpose).
 
-The history is made quickly (tests/history_support.py): one Run goes through the real repository
+The history is made quickly (tests/support/history.py): one Run goes through the real repository
 sequence, then its rows are copied under new ids and times in bulk transactions. Each command is
 timed as a whole process, the two sizes alternating (so drift in a shared machine hits both), median
 of several repetitions after one unmeasured round (page cache); the ratio is the median of the
@@ -14,17 +14,14 @@ from __future__ import annotations
 import os
 import resource
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import common
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from history_support import fill_history  # noqa: E402
-
-from edge_runtime.local.database import open_database  # noqa: E402
-from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms  # noqa: E402
+from edge_runtime.local.database import open_database
+from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms
+from tests.support.history import fill_history
 
 EDGE_RUNTIME = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "edge-runtime"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
@@ -21,11 +20,8 @@ import apsw
 import common
 from counting_vfs import CountingVFS, file_path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared legacy-database builder
-
-from legacy_tokens_support import build_legacy_database  # noqa: E402
-
-from edge_runtime.local.legacy_token_scrub import drop_scrub_backup, rollback_scrub, scrub_legacy_tokens  # noqa: E402
+from edge_runtime.local.legacy_token_scrub import drop_scrub_backup, rollback_scrub, scrub_legacy_tokens
+from tests.support.legacy_tokens import build_legacy_database
 
 DB_NAME = "edge-runtime.db"
 

@@ -13,7 +13,6 @@ which bytes are stored.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import common
@@ -25,9 +24,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.config import ServiceConfig
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from retention_support import finished_run  # noqa: E402
+from tests.support.retention import finished_run
 
 RUNS_PER_DAY = 14_400
 STEP_MS = 86_400_000 // RUNS_PER_DAY

@@ -22,9 +22,11 @@ BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parents[1]
 DEFAULT_WORKDIR = REPO / ".bench"
 
-# Modules import their helpers as `import common`, wherever the harness is started from.
-if str(BENCH_DIR) not in sys.path:
-    sys.path.insert(0, str(BENCH_DIR))
+# Modules import their own helpers as `import common` and the test suite's as `from tests.support.x import`,
+# wherever the harness is started from: both directories go on the path here, once.
+for directory in (BENCH_DIR, REPO):
+    if str(directory) not in sys.path:
+        sys.path.insert(0, str(directory))
 
 import common  # noqa: E402
 

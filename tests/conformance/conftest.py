@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from conformance_backends import LocalBackend, PostgresBackend
-from pg_test_database import TestDatabase, private_database
+from tests.support.conformance_backends import LocalBackend, PostgresBackend
+from tests.support.pg_test_database import TestDatabase, private_database
 
 
 @pytest.fixture(scope="session")

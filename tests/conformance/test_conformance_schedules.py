@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from conformance_backends import HOST_ZONE
+from tests.support.conformance_backends import HOST_ZONE
 from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,

@@ -35,7 +35,7 @@ from edge_runtime.contract.worker_lease import (
     capabilities_hash,
 )
 from edge_runtime.contract.worker_session import RegisteredOutcome, ReplayedOutcome, SessionStatus, WorkerSessionRecord
-from tests.worker_lease_support import (
+from tests.support.worker_lease import (
     CAPABILITIES,
     LEASE_MS,
     SESSION_MS,

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_harness import Harness
+from tests.support.service_harness import Harness
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from service_harness import Harness
+from tests.support.service_harness import Harness
 
 _EXE = [sys.executable, "-m", "edge_runtime"]
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from service_harness import Harness, wait_for
+from tests.support.service_harness import Harness, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ import resource
 import time
 
 import pytest
-from service_harness import Harness, wait_for
+from tests.support.service_harness import Harness, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from service_harness import Harness, decode_json
+from tests.support.service_harness import Harness, decode_json
 
 pytestmark = pytest.mark.e2e
 

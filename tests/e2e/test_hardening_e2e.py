@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_harness import Harness, process_gone, wait_for
+from tests.support.service_harness import Harness, process_gone, wait_for
 
 from edge_runtime.contract.runs import ProcessIdentity
 from edge_runtime.service.process_identity import read_boot_id, read_stat
-from tests.hostile_user import OtherUser, other_user  # noqa: F401
+from tests.support.hostile_user import OtherUser, other_user  # noqa: F401
 
 pytestmark = pytest.mark.e2e
 

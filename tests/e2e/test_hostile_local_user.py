@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from service_harness import Harness
+from tests.support.service_harness import Harness
 
 _AS_USER = r"""
 import os, socket, sys, time

@@ -9,8 +9,8 @@ import sys
 
 import msgspec
 import pytest
-from panel_client import PASSWORD, body_json, login, request, start_panel, status
-from service_harness import decode_json, wait_for
+from tests.support.panel_client import PASSWORD, body_json, login, request, start_panel, status
+from tests.support.service_harness import decode_json, wait_for
 
 
 @pytest.fixture

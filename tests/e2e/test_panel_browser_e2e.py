@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from panel_client import PASSWORD, start_panel
+from tests.support.panel_client import PASSWORD, start_panel
 
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository

@@ -16,7 +16,7 @@ import time
 
 import msgspec
 import pytest
-from panel_client import body_json, exchange, header, login, request, start_panel, status, statuses
+from tests.support.panel_client import body_json, exchange, header, login, request, start_panel, status, statuses
 
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository

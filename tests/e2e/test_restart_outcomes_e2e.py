@@ -16,7 +16,7 @@ from edge_runtime.service.log_capture import status_path_of
 from edge_runtime.service.monitor import read_status
 from edge_runtime.service.process_identity import read_identity, read_stat
 
-from service_harness import Harness, process_gone, wait_for
+from tests.support.service_harness import Harness, process_gone, wait_for
 
 pytestmark = pytest.mark.e2e
 

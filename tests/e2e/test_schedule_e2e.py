@@ -9,7 +9,7 @@ import pytest
 from edge_runtime.local.database import open_database
 from edge_runtime.service.process_identity import read_stat
 
-from service_harness import Harness, decode_json, process_gone, wait_for
+from tests.support.service_harness import Harness, decode_json, process_gone, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from legacy_tokens_support import RAW_PREFIX, build_legacy_database
-from service_harness import Harness
+from tests.support.legacy_tokens import RAW_PREFIX, build_legacy_database
+from tests.support.service_harness import Harness
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,7 @@ from edge_runtime.contract.runs import ProcessIdentity
 from edge_runtime.local.database import open_database
 from edge_runtime.service.process_identity import read_identity
 
-from service_harness import Harness, decode_json, process_gone, wait_for
+from tests.support.service_harness import Harness, decode_json, process_gone, wait_for
 
 pytestmark = pytest.mark.e2e
 

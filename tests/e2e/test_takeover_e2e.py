@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from service_harness import Harness, wait_for
+from tests.support.service_harness import Harness, wait_for
 
 from edge_runtime.local.database import open_database
 

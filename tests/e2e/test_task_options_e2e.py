@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from service_harness import Harness, decode_json, wait_for
+from tests.support.service_harness import Harness, decode_json, wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -14,10 +14,8 @@ from collections.abc import Iterator
 
 import pytest
 
-import fault_secrets
-import fault_stats
-
-
+from tests.support import fault_secrets
+from tests.support import fault_stats
 @pytest.fixture
 def fault_mode(request: pytest.FixtureRequest) -> str:
     return request.config.getoption("--fault-mode")

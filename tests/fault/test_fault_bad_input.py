@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import edge_runtime.contract
-import fault_stats
+from tests.support import fault_stats
 from edge_runtime.cli.main import main as cli_main
 from edge_runtime.contract.cancellation_dispatch import (
     ClaimCommand,
@@ -41,7 +41,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.config import ConfigError, ServiceConfig, load_config
-from fault_workloads import dump
+from tests.support.fault_workloads import dump
 
 pytestmark = pytest.mark.fault
 

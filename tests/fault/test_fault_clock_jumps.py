@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import fault_stats
-from dispatch_support import claim_cmd, fresh_event_id, seed, REQUESTED_AT_MS
+from tests.support import fault_stats
+from tests.support.dispatch import claim_cmd, fresh_event_id, seed, REQUESTED_AT_MS
 from edge_runtime.contract.cancellation_dispatch import (
     ClaimedOutcome,
     DispatchResult,
@@ -31,7 +31,7 @@ from edge_runtime.local.guarded_clock import (
     observed_floor_ms,
     restore_floor,
 )
-from vfs_shim import RecordingVFS
+from tests.support.vfs_shim import RecordingVFS
 
 pytestmark = pytest.mark.fault
 

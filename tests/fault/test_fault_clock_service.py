@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-import fault_secrets
-import fault_stats
+from tests.support import fault_secrets
+from tests.support import fault_stats
 from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
 from edge_runtime.local.database import open_database
 from edge_runtime.local.guarded_clock import list_clock_jumps, observed_floor_ms
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.wake import poke
-from fault_service import ServiceCampaign, lines
-from fault_workloads import stored_problems
+from tests.support.fault_service import ServiceCampaign, lines
+from tests.support.fault_workloads import stored_problems
 
 pytestmark = pytest.mark.fault
 

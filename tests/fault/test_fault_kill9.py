@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-import fault_secrets
-import fault_stats
-from fault_service import ServiceCampaign, lines
+from tests.support import fault_secrets
+from tests.support import fault_stats
+from tests.support.fault_service import ServiceCampaign, lines
 
 pytestmark = pytest.mark.fault
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import apsw
 import pytest
 
-import fault_secrets
-import fault_stats
+from tests.support import fault_secrets
+from tests.support import fault_stats
 from edge_runtime.contract.cancellation_dispatch import (
     ClaimCommand,
     ClaimedOutcome,
@@ -34,9 +34,9 @@ from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import DatabaseUnusableError, LocalStorageError, MigrationError
 from edge_runtime.local.health import check_health
 from edge_runtime.local.runs import LocalRunRepository
-from unfenced_attempts import take_queued_run
-from fault_workloads import DB_NAME, T0_MS, Recording, check_cut, dump
-from vfs_shim import Fault, RecordingVFS
+from tests.support.unfenced_attempts import take_queued_run
+from tests.support.fault_workloads import DB_NAME, T0_MS, Recording, check_cut, dump
+from tests.support.vfs_shim import Fault, RecordingVFS
 
 pytestmark = pytest.mark.fault
 

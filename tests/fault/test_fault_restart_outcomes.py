@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-import fault_stats
-from fault_service import ServiceCampaign, lines
+from tests.support import fault_stats
+from tests.support.fault_service import ServiceCampaign, lines
 
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.database import open_database

@@ -5,7 +5,6 @@ and the Runs deleted are exactly an oldest-first prefix (docs/storage.md, storag
 from __future__ import annotations
 
 import random
-import sys
 from pathlib import Path
 
 import apsw
@@ -17,10 +16,9 @@ from edge_runtime.local.retention import LocalRetention, RetentionPolicy
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
-from vfs_shim import RecordingVFS
+from tests.support.vfs_shim import RecordingVFS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from retention_support import finished_run, start_run  # noqa: E402
+from tests.support.retention import finished_run, start_run
 
 pytestmark = pytest.mark.fault
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-import fault_stats
+from tests.support import fault_stats
 from edge_runtime.contract.cancellation_dispatch import digest_lease_token
 from edge_runtime.local.database import open_database
 from edge_runtime.local.errors import LocalStorageError
@@ -26,8 +26,8 @@ from edge_runtime.local.legacy_token_scrub import (
     scrub_legacy_tokens,
     table_fingerprints,
 )
-from legacy_tokens_support import RAW_PREFIX, build_legacy_database
-from vfs_shim import Fault, RecordingVFS
+from tests.support.legacy_tokens import RAW_PREFIX, build_legacy_database
+from tests.support.vfs_shim import Fault, RecordingVFS
 
 pytestmark = pytest.mark.fault
 

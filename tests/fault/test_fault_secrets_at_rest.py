@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-import fault_secrets
-import fault_stats
-from fault_workloads import record
+from tests.support import fault_secrets
+from tests.support import fault_stats
+from tests.support.fault_workloads import record
 
 pytestmark = pytest.mark.fault
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-import fault_stats
-from fault_service import _COMMANDS, ServiceCampaign, lines
+from tests.support import fault_stats
+from tests.support.fault_service import _COMMANDS, ServiceCampaign, lines
 
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.database import open_database

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.time_zones import time_zone
-from tests.tz_support import DST_ZONES, transitions, wall_of, zone_of
+from tests.support.tz import DST_ZONES, transitions, wall_of, zone_of
 
 DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
 

@@ -5,7 +5,7 @@
   the test extra only) reads from the same text; the canonical text parses back to the same
   schedule; a broken field is refused naming that field.
 - Next fire: equal to a reference built from ``cronsim`` (the wall-clock slots, no time zone) and
-  ``zoneinfo``'s reading of the same POSIX ``TZ`` rule (tests/tz_support.py), which maps each
+  ``zoneinfo``'s reading of the same POSIX ``TZ`` rule (tests/support/tz.py), which maps each
   slot of a fixed hour to the first instant the clock shows it, or after a skipped hour to the
   first instant past it, and each slot of an hour starting with ``*`` to every instant showing
   it; and the contract's own POSIX evaluator gives the same instant as the C library.
@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from edge_runtime.contract.cron import CronSchedule, EverySchedule, InvalidCronExpressionError, due_fire, parse_schedule
 from edge_runtime.contract.time_zones import time_zone
-from tests.tz_support import (
+from tests.support.tz import (
     DST_ZONES,
     POSIX_ZONES,
     first_instant_showing,

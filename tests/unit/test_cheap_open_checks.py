@@ -13,7 +13,7 @@ from edge_runtime.cli.main import main
 from edge_runtime.local import migrations
 from edge_runtime.local.database import open_database
 from edge_runtime.local.errors import DatabaseUnusableError, MigrationError
-from history_support import fill_history
+from tests.support.history import fill_history
 
 
 

@@ -43,7 +43,7 @@ class World:
         self.out("env", "set", "PLAIN", "x")
         self.blocked = self.out("submit", "--", "sleep", "9")
         from edge_runtime.local.database import open_database
-        from unfenced_attempts import take_queued_run
+        from tests.support.unfenced_attempts import take_queued_run
 
         with open_database(self.db) as db:
             attempt = take_queued_run(db, self.blocked, actor_id="t")

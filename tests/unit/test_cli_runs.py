@@ -78,7 +78,7 @@ def test_cancel_of_a_queued_run_cancels_it_and_logs_the_events(capsys, db_path) 
 
 def test_events_text_names_the_attempt_of_an_attempt_event(capsys, db_path) -> None:
     from edge_runtime.local.database import open_database
-    from unfenced_attempts import take_queued_run
+    from tests.support.unfenced_attempts import take_queued_run
 
     run_id = _cli(capsys, db_path, "submit", "--", "true")[1].strip()
     with open_database(db_path, create=False) as db:

@@ -20,7 +20,7 @@ from edge_runtime.contract.cron import (
     parse_schedule,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
-from tests.tz_support import posix_tz
+from tests.support.tz import posix_tz
 
 CET = "CET-1CEST,M3.5.0,M10.5.0/3"
 US_EASTERN = "EST5EDT,M3.2.0,M11.1.0"

@@ -30,7 +30,7 @@ from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
 from edge_runtime.service.worker import WorkerSession
-from tests.supervisor_rig import SupervisorRig
+from tests.support.supervisor_rig import SupervisorRig
 
 SLOTS = 2
 

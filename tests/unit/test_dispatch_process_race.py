@@ -6,7 +6,7 @@ import multiprocessing
 from collections import Counter
 from pathlib import Path
 
-from dispatch_support import RACE_REQUESTED_AT_MS, race_claims, seed
+from tests.support.dispatch import RACE_REQUESTED_AT_MS, race_claims, seed
 from edge_runtime.contract.cancellation_dispatch import DispatchStatus, digest_lease_token
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.database import open_database

@@ -16,7 +16,7 @@ import pytest
 from edge_runtime.cli.main import main
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.service.log_capture import log_paths
-from tests.supervisor_rig import SupervisorRig
+from tests.support.supervisor_rig import SupervisorRig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -229,7 +229,7 @@ def test_serve_never_opens_the_database_of_a_user_who_flips_a_symlink_on_its_pat
     from edge_runtime.service.config import load_config
     from edge_runtime.contract.errors import EdgeRuntimeError
     from edge_runtime.service.trusted_paths import UntrustedDirectoryError
-    from tests.symlink_flipper import ATTACKER_UID, flip_scene, flipping
+    from tests.support.symlink_flipper import ATTACKER_UID, flip_scene, flipping
 
     with flip_scene() as scene:
         for directory in (scene.good, scene.evil()):

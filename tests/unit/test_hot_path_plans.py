@@ -23,7 +23,7 @@ import pytest
 from edge_runtime.cli.main import main
 from edge_runtime.local.database import open_database
 from edge_runtime.local.guarded_clock import OBSERVED_TIME_COLUMNS, observed_floor_ms
-from history_support import fill_history
+from tests.support.history import fill_history
 
 #: The tables that grow with every Run (or clock jump); the others hold a bounded number of rows.
 HISTORY_TABLES = frozenset({

@@ -28,8 +28,8 @@ from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED
 from edge_runtime.service.config import load_config
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.process_identity import read_stat
-from tests.monitor_support import status_file, wait_for_monitor_end
-from tests.supervisor_rig import SupervisorRig
+from tests.support.monitor import status_file, wait_for_monitor_end
+from tests.support.supervisor_rig import SupervisorRig
 
 LOST_CONNECTION = "connection lost during COMMIT: the outcome is unknown"
 

@@ -29,8 +29,8 @@ from edge_runtime.local.legacy_token_scrub import (
     scrub_legacy_tokens,
     scrub_status,
 )
-from dispatch_support import record_cmd
-from legacy_tokens_support import RAW_PREFIX, build_legacy_database, raw_token
+from tests.support.dispatch import record_cmd
+from tests.support.legacy_tokens import RAW_PREFIX, build_legacy_database, raw_token
 
 NEEDLE = RAW_PREFIX.encode()
 ROWS = 40

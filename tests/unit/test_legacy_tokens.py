@@ -8,7 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from dispatch_support import claim_cmd, record_cmd, seed, stored_dispatch
+from tests.support.dispatch import claim_cmd, record_cmd, seed, stored_dispatch
 from edge_runtime.contract.cancellation_dispatch import DispatchStatus, FenceRejectedError, digest_lease_token, encode
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock

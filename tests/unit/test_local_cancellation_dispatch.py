@@ -11,7 +11,7 @@ import apsw
 import msgspec
 import pytest
 
-from dispatch_support import (
+from tests.support.dispatch import (
     claim_cmd,
     count,
     record_cmd,

@@ -24,7 +24,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.run_events import list_run_events
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
-from tests.worker_lease_support import (
+from tests.support.worker_lease import (
     claim_cmd,
     register_cmd,
     renew_cmd,

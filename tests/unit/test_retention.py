@@ -5,7 +5,6 @@ symlinks in the log directory never followed; auto_vacuum on new and existing fi
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import apsw
@@ -29,8 +28,7 @@ from edge_runtime.service.config import ServiceConfig
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from retention_support import finished_run, start_run  # noqa: E402
+from tests.support.retention import finished_run, start_run
 
 DAY_MS = 86_400_000
 TABLES = ("runs", "run_attempts", "run_events", "run_dispatch_leases", "run_cancellation_dispatches")

@@ -27,8 +27,8 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.scheduler import Scheduler
-from unfenced_attempts import take_queued_run
-from dispatcher_support import IDENTITY, FakeController, make_dispatcher, start_attempt
+from tests.support.unfenced_attempts import take_queued_run
+from tests.support.dispatcher import IDENTITY, FakeController, make_dispatcher, start_attempt
 
 MINUTE = 60_000
 

@@ -15,7 +15,7 @@ from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.controller import KillOutcome
 from edge_runtime.service.dispatcher import retry_delay_ms
-from dispatcher_support import BASE_MS, GRACE_MS, IDENTITY, FakeController, make_dispatcher, start_attempt
+from tests.support.dispatcher import BASE_MS, GRACE_MS, IDENTITY, FakeController, make_dispatcher, start_attempt
 
 
 def test_retry_delay_doubles_and_is_capped() -> None:

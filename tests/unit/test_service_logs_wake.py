@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from edge_runtime.service.log_capture import file_stem
-from tests.monitor_support import exit_status, spawn_monitored, wait_monitor_gone
+from tests.support.monitor import exit_status, spawn_monitored, wait_monitor_gone
 from edge_runtime.local.wake import MAX_SOCKET_PATH_BYTES, WakeSocket, poke, wake_dirs
 
 

@@ -18,7 +18,7 @@ from edge_runtime.contract.runs import ProcessIdentity
 from edge_runtime.service.controller import KillOutcome, LocalProcessController
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.process_identity import parse_stat, read_boot_id, read_identity, read_stat
-from tests.monitor_support import exit_status, spawn_monitored
+from tests.support.monitor import exit_status, spawn_monitored
 
 
 def test_parse_stat_counts_fields_after_the_last_paren_of_comm() -> None:

@@ -19,7 +19,7 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.running import REASON_ADOPTED_EXIT
 from edge_runtime.service.controller import LocalProcessController
-from tests.monitor_support import spawn_monitored
+from tests.support.monitor import spawn_monitored
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
@@ -27,7 +27,7 @@ from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHA
 from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, REASON_START_UNCONFIRMED, recover
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
-from unfenced_attempts import take_queued_run
+from tests.support.unfenced_attempts import take_queued_run
 
 RUN_LEASE_MS = 60_000
 

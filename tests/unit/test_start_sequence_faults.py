@@ -24,7 +24,7 @@ from edge_runtime.service import attempts as attempts_module
 from edge_runtime.service import executor
 from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
 from edge_runtime.service.worker import WorkerSession
-from tests.supervisor_rig import SupervisorRig
+from tests.support.supervisor_rig import SupervisorRig
 
 SLOTS = 2
 ERRORS = {"busy": apsw.BusyError, "io": apsw.IOError, "full": apsw.FullError}

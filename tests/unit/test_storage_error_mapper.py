@@ -5,8 +5,6 @@ repositories do: the caller sees the repository's ``EdgeRuntimeError`` with its 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import apsw
@@ -23,8 +21,7 @@ from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from retention_support import finished_run  # noqa: E402
+from tests.support.retention import finished_run
 
 ERRORS = {"busy": apsw.BusyError, "locked": apsw.LockedError, "io": apsw.IOError, "full": apsw.FullError,
           "corrupt": apsw.CorruptError}

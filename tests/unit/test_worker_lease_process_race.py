@@ -20,7 +20,7 @@ import pytest
 
 from edge_runtime.local.database import open_database
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
-from tests.worker_lease_support import heartbeat_cmd, register_cmd, seed_runs
+from tests.support.worker_lease import heartbeat_cmd, register_cmd, seed_runs
 
 PROCESSES = 4
 ATTEMPTS = 10

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ha_cluster import pid_alive
+from tests.support.ha_cluster import pid_alive
 
 CLI = Path(sys.executable).parent / "edge-runtime-cluster"
 DIR_PREFIX = "ql3-serve-test-"

@@ -1,6 +1,6 @@
 """Arrange an Attempt on PostgreSQL the way no current service can: created outside the fenced start.
 
-The PostgreSQL counterpart of ``tests/unfenced_attempts.py``: the runtime creates an Attempt only
+The PostgreSQL counterpart of ``tests/support/unfenced_attempts.py``: the runtime creates an Attempt only
 inside ``PostgresWorkerLeaseRepository.start_run`` (the start sequence: taking work is fenced by the worker
 session, in the same transaction). Tests of races on a queued Run, of orphans and of lock waits seed
 a ``claimed`` Attempt here, with the row ``start_run`` would write and the ``run.attempt_created``

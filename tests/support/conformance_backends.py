@@ -141,7 +141,7 @@ class LocalBackend(_SetUp):
         return self.clock.now_ms()
 
     def take_queued_run(self, run_id: str, *, actor_id: str) -> Any:
-        from unfenced_attempts import take_queued_run
+        from tests.support.unfenced_attempts import take_queued_run
 
         return take_queued_run(self.db, run_id, actor_id=actor_id)
 
@@ -186,7 +186,7 @@ class PostgresBackend(_SetUp):
         return self.owner.execute("SELECT ql3.now_ms()").fetchone()[0]
 
     def take_queued_run(self, run_id: str, *, actor_id: str) -> Any:
-        from pg_unfenced_attempts import take_queued_run
+        from tests.support.pg_unfenced_attempts import take_queued_run
 
         return take_queued_run(self.runs, run_id, actor_id=actor_id)
 

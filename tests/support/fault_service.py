@@ -23,7 +23,7 @@ from edge_runtime.service.process_identity import group_members
 from edge_runtime.local.wake import poke
 from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
 from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED
-from fault_workloads import stored_problems
+from tests.support.fault_workloads import stored_problems
 
 HERE = Path(__file__).resolve().parent
 GRACE_MS = 300

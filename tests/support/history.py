@@ -14,7 +14,7 @@ from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
-from retention_support import finished_run
+from tests.support.retention import finished_run
 
 STEP_MS = 6_000  # one Run every 6 s, as at 14,400 Runs a day
 BATCH = 5_000

@@ -42,8 +42,8 @@ from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS,
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 
-from unfenced_attempts import take_queued_run
-from vfs_shim import RecordingVFS
+from tests.support.unfenced_attempts import take_queued_run
+from tests.support.vfs_shim import RecordingVFS
 
 T0_MS = 1_700_000_000_000
 DB_NAME = "edge-runtime.db"
