@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from edge_runtime.local.handoff import HandoffRequest
-from service_harness import Harness, decode_json, wait_for
+from tests.support.service_harness import Harness, decode_json, wait_for
 
 pytestmark = pytest.mark.e2e
 
