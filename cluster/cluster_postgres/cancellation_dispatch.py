@@ -44,8 +44,9 @@ from edge_runtime.contract.cancellation_dispatch import (
     digest_lease_token,
     dispatch_record_problem,
 )
-from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from edge_runtime.contract.transitions import dispatch_run_eligible
 from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterDispatchStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
@@ -153,7 +154,7 @@ class PostgresCancellationDispatchRepository:
         cur = self._cur
         with Transaction(self._conn, ClusterDispatchStorageError):
             run = cur.execute(_LOCK_RUN, (cmd.run_id,)).fetchone()
-            if run is None or run[0] != "runtime" or run[1] not in ACTIVE_RUN_STATUSES or run[2] != cmd.requested_at_ms:
+            if run is None or not dispatch_run_eligible(run[0], run[1], run[2], cmd.requested_at_ms):
                 return NotEligibleOutcome()
             attempt = cur.execute(_LOCK_ATTEMPT, (cmd.attempt_id,)).fetchone()
             if attempt is None or attempt[0] != cmd.run_id or attempt[1] not in ACTIVE_ATTEMPT_STATUSES:

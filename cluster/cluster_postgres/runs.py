@@ -31,7 +31,6 @@ from edge_runtime.contract.runs import (
     EVENT_RUN_STARTED,
     EVENT_RETRY_QUEUED,
     EVENT_RETRY_SCHEDULED,
-    RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
@@ -52,6 +51,16 @@ from edge_runtime.contract.runs import (
     retry_wait_ms,
     run_ended_event,
 )
+from edge_runtime.contract.transitions import (
+    REASON_CANCELLED_BEFORE_ANY_ATTEMPT,
+    UnstartedRunAction,
+    attempt_end_extra,
+    cancel_refusal,
+    cancel_requested_payload,
+    cancels_at_once,
+    run_status_after_attempt,
+    unstarted_end,
+)
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
@@ -65,7 +74,6 @@ _encode_json = msgspec.json.Encoder().encode
 _decode_payload = msgspec.json.Decoder(dict[str, Any]).decode
 
 EXECUTOR_LOCAL_PROCESS = "local_process"
-REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
 #: Pids kept in a ``run.cancel_escaped`` event (the count is always exact).
 _ESCAPED_PIDS_KEPT = 32
 
@@ -273,8 +281,7 @@ class PostgresRunRepository:
             RunNotFoundError: no such Run.
             RunStateConflictError: the Run already ended, or is not runtime-owned.
         """
-        if not isinstance(cmd, CancelRunCommand):
-            raise InvalidRunCommandError(f"request_cancel expects a CancelRunCommand, got {type(cmd).__name__}")
+        CancelRunCommand.require(cmd, "request_cancel")
         _check_run_id(cmd.run_id)
         reason = None if cmd.reason is _UNSET else cmd.reason
         with self._tx():
@@ -283,10 +290,9 @@ class PostgresRunRepository:
             if row is None:
                 raise RunNotFoundError(f"no run with id {cmd.run_id!r}")
             run = run_from_row(row)
-            if run.execution_owner != "runtime":
-                raise RunStateConflictError(f"run {cmd.run_id} is owned by {run.execution_owner}, not this runtime")
-            if run.status not in ACTIVE_RUN_STATUSES:
-                raise RunStateConflictError(f"run {cmd.run_id} already ended as {run.status.value}")
+            refusal = cancel_refusal(run)
+            if refusal is not None:
+                raise refusal
             if run.cancel_requested_at_ms is not _UNSET:
                 return run
             now = database_now(cur)
@@ -297,13 +303,11 @@ class PostgresRunRepository:
             cur.execute("UPDATE ql3.runs SET cancel_requested_at_ms = %s, cancel_reason = %s WHERE id = %s",
                         (now, reason, cmd.run_id))
             fence = [run.version, run.event_sequence]
-            payload: dict[str, Any] = {"requested_at_ms": now}
-            if reason is not None:
-                payload["reason"] = reason
-            _event(cur, fence, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
-            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED, RunStatus.RETRY_WAIT):
+            _event(cur, fence, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id,
+                   cancel_requested_payload(now, reason), now)
+            if cancels_at_once(run.status, active):
                 end_run(cur, fence, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
-                        extra={"reason": "cancelled before an attempt started"})
+                        extra={"reason": REASON_CANCELLED_BEFORE_ANY_ATTEMPT})
             cur.execute(NOTIFY_WAKE)
             return self._run_row(cmd.run_id)
 
@@ -399,14 +403,8 @@ class PostgresRunRepository:
                 "UPDATE ql3.run_attempts SET status = %s, exit_code = %s, end_reason = %s, finished_at_ms = %s, "
                 "updated_at_ms = %s WHERE id = %s", (status.value, exit_code, reason, now, now, attempt_id),
             )
-            run_status = RUN_STATUS_AFTER_ATTEMPT[status]
-            if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
-                run_status = RunStatus.CANCELLED
-            extra: dict[str, Any] = {"attempt_status": status.value}
-            if exit_code is not None:
-                extra["exit_code"] = exit_code
-            if reason is not None:
-                extra["reason"] = reason
+            run_status = run_status_after_attempt(status, cancel_requested=run.cancel_requested_at_ms is not _UNSET)
+            extra = attempt_end_extra(status, exit_code, reason)
             if run.status in ACTIVE_RUN_STATUSES:
                 if completed is not None:
                     extra.update(completed_grant_extra(completed))
@@ -659,26 +657,22 @@ def _event(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, event_type: 
 
 def end_unstarted(cur: psycopg.Cursor[Any], attempt_id: str, run: RunRecord, *, reason: str, now: int,
                   actor_id: str, may_have_started: bool, fence: list[int] | None = None) -> RunStatus:
-    """End an Attempt whose process was never recorded; the Run's new status (the Local rule of
-    ``edge_runtime.local.runs.end_unstarted``: requeue unless a process may have started or a cancel
-    is pending). Inside the caller's transaction, with the Run and the Attempt locked."""
+    """End an Attempt whose process was never recorded, as ``transitions.unstarted_end`` decides,
+    inside the caller's transaction with the Run and the Attempt locked; the Run's new status."""
     fence = [run.version, run.event_sequence] if fence is None else fence
-    cancelled = run.cancel_requested_at_ms is not _UNSET
-    status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
-    if cancelled and not may_have_started:
-        reason = REASON_CANCELLED_BEFORE_START
+    end = unstarted_end(run.status, cancel_requested=run.cancel_requested_at_ms is not _UNSET, reason=reason,
+                        may_have_started=may_have_started)
     number = cur.execute(
         "UPDATE ql3.run_attempts SET status = %s, end_reason = %s, finished_at_ms = %s, updated_at_ms = %s "
-        "WHERE id = %s RETURNING attempt", (status.value, reason, now, now, attempt_id)).fetchone()[0]
-    extra = {"attempt_status": status.value, "reason": reason}
-    if run.status not in ACTIVE_RUN_STATUSES:
+        "WHERE id = %s RETURNING attempt", (end.attempt_status.value, end.reason, now, now, attempt_id)).fetchone()[0]
+    if end.run_action is UnstartedRunAction.KEEP:
         return run.status
-    if cancelled or may_have_started:
-        run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
-        return end_or_retry(cur, fence, run, number, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+    if end.run_action is UnstartedRunAction.END:
+        return end_or_retry(cur, fence, run, number, end.run_status, now, actor_id, attempt_id=attempt_id,
+                            extra={"attempt_status": end.attempt_status.value, "reason": end.reason})
     cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.QUEUED.value, run.id))
     _event(cur, fence, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
-           {"reason": reason}, now, attempt_id=attempt_id)
+           {"reason": end.reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
 
 

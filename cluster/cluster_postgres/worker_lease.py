@@ -49,6 +49,7 @@ from edge_runtime.contract.run_lease import (
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus, attempt_event_key
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch, not_claimable
 from edge_runtime.contract.worker_lease import (
     ATTEMPT_ID_MAX_LENGTH,
     WORKER_ID_MAX_LENGTH,
@@ -162,18 +163,11 @@ _ONE_DEAD_WORKER_ATTEMPT = _DEAD_WORKER_ATTEMPTS + "AND a.id = %s"
 
 
 def _is_orphan(row: tuple[Any, ...], abandon_after_ms: int) -> bool:
-    """The Local rule (``edge_runtime.local.run_start``): stranded before a process was recorded."""
+    """``transitions.is_orphan_start`` on a row of ``_ALL_ORPHAN_CANDIDATES`` (database time)."""
     _, status, created_at_ms, lease_status, expires_at_ms, owner_live, now = row
-    if lease_status is None:
-        # A claimed Attempt without a lease was left by an older version's separate steps.
-        return created_at_ms <= now - abandon_after_ms
-    if lease_status != LeaseStatus.LEASED.value:
-        return True
-    expired = expires_at_ms <= now
-    if status == AttemptStatus.CLAIMED:
-        return expired or not owner_live
-    # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
-    return expired and not owner_live
+    return is_orphan_start(attempt_status=status, created_at_ms=created_at_ms, lease_status=lease_status,
+                           lease_expires_at_ms=expires_at_ms, owner_live=bool(owner_live), now_ms=now,
+                           abandon_after_ms=abandon_after_ms)
 
 
 def _expect(cmd: Any, kind: type, operation: str) -> None:
@@ -465,7 +459,7 @@ class PostgresWorkerLeaseRepository:
                 or current.lease_generation != cmd.lease_generation or current.version != cmd.expected_version
                 or not hmac.compare_digest(current.token_digest, cmd.token_digest)
             ):
-                raise WorkerLeaseFenceRejectedError(self._mismatch(cmd.attempt_id, current))
+                raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             now = clamp(cur, database_now(cur), current.updated_at_ms, run, current.run_id, cmd.worker_id)
             lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
                              completed_at_ms=now, updated_at_ms=now)
@@ -554,7 +548,7 @@ class PostgresWorkerLeaseRepository:
                 or current.lease_generation != lease.lease_generation or current.version != lease.version
                 or not hmac.compare_digest(current.token_digest, lease.token_digest)
             ):
-                raise WorkerLeaseFenceRejectedError(self._mismatch(lease.attempt_id, current))
+                raise WorkerLeaseFenceRejectedError(lease_mismatch(lease.attempt_id, current))
             run = self._run_version(run_row)
             now = clamp(cur, now, current.updated_at_ms, run, current.run_id, actor_id)
             return self._settle(lease.attempt_id, run, attempt, current, reason=reason, now=now,
@@ -722,29 +716,15 @@ class PostgresWorkerLeaseRepository:
             or current.session_id != cmd.session_id or current.session_generation != cmd.session_generation
             or current.version != cmd.expected_version or not hmac.compare_digest(current.token_digest, digest)
         ):
-            raise WorkerLeaseFenceRejectedError(self._mismatch(cmd.attempt_id, current))
+            raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
         return current, now
 
     @staticmethod
-    def _mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
-        if current is None:
-            return f"attempt {attempt_id!r} has no Run Lease"
-        return (
-            f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
-            f"(now {current.status.value} at version {current.version}, session generation {current.session_generation})"
-        )
-
-    @staticmethod
     def _run_problem(run: tuple[Any, ...] | None) -> NotClaimableReason | None:
+        """Why the Run (owner, status, cancel request) may not be leased now, None when it may."""
         if run is None:
             return NotClaimableReason.RUN_MISSING
-        if run[0] != "runtime":
-            return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
-        if run[1] not in ACTIVE_RUN_STATUSES:
-            return NotClaimableReason.RUN_TERMINAL
-        if run[2] is not None:
-            return NotClaimableReason.CANCEL_REQUESTED
-        return None
+        return not_claimable(run[0], run[1], run[2])
 
     @staticmethod
     def _require_claimed(attempt: tuple[Any, ...] | None, lease: RunLeaseRecord, action: str) -> None:

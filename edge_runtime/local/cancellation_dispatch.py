@@ -49,8 +49,9 @@ from edge_runtime.contract.cancellation_dispatch import (
     dispatch_record_problem,
     is_lease_token_digest,
 )
-from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, ACTIVE_RUN_STATUSES
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from edge_runtime.contract.transitions import dispatch_run_eligible
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.run_events import append_run_event, read_run_version
@@ -205,12 +206,8 @@ class LocalCancellationDispatchRepository:
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
             run = read_run_fence(connection, cmd.run_id)
-            if (
-                run is None
-                or run.execution_owner != "runtime"
-                or run.status not in ACTIVE_RUN_STATUSES
-                or run.cancel_requested_at_ms != cmd.requested_at_ms
-            ):
+            if run is None or not dispatch_run_eligible(run.execution_owner, run.status, run.cancel_requested_at_ms,
+                                                        cmd.requested_at_ms):
                 return NotEligibleOutcome()
             attempt = read_attempt_fence(connection, cmd.attempt_id)
             if attempt is None or attempt.run_id != cmd.run_id or attempt.status not in ACTIVE_ATTEMPT_STATUSES:

@@ -46,7 +46,8 @@ from edge_runtime.contract.worker_lease import (
     WorkerLeaseRepositoryError,
     digest_run_lease_token,
 )
-from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus
+from edge_runtime.contract.runs import AttemptStatus
+from edge_runtime.contract.transitions import lease_mismatch, not_claimable
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
@@ -66,16 +67,10 @@ _replace = msgspec.structs.replace
 
 
 def run_problem(run: RunFence | None) -> NotClaimableReason | None:
+    """Why the Run may not be leased now (``transitions.not_claimable``), None when it may."""
     if run is None:
         return NotClaimableReason.RUN_MISSING
-    owner, status, cancel_requested_at_ms = run.execution_owner, run.status, run.cancel_requested_at_ms
-    if owner != "runtime":
-        return NotClaimableReason.RUN_NOT_RUNTIME_OWNED
-    if status not in ACTIVE_RUN_STATUSES:
-        return NotClaimableReason.RUN_TERMINAL
-    if cancel_requested_at_ms is not None:
-        return NotClaimableReason.CANCEL_REQUESTED
-    return None
+    return not_claimable(run.execution_owner, run.status, run.cancel_requested_at_ms)
 
 
 def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: object) -> bool:
@@ -87,17 +82,6 @@ def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: objec
         and current.status is LeaseStatus.LEASED
         and all(getattr(current, name) == value for name, value in fence.items())
         and hmac.compare_digest(current.token_digest, token_digest)
-    )
-
-
-def lease_mismatch(attempt_id: str, current: RunLeaseRecord | None) -> str:
-    # Names versions and statuses only; never a token or digest.
-    if current is None:
-        return f"attempt {attempt_id!r} has no Run Lease"
-    return (
-        f"the caller's fence no longer holds the lease of attempt {attempt_id!r} "
-        f"(now {current.status.value} at version {current.version}, session generation "
-        f"{current.session_generation})"
     )
 
 

@@ -51,7 +51,8 @@ from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, di
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.run_lease import grant_held, lease_event, lease_mismatch, run_problem
+from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
+from edge_runtime.local.run_lease import grant_held, lease_event, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import (
@@ -110,18 +111,11 @@ def _insert_attempt(connection: Any, run_id: str, attempt_id: str, *, now: int) 
 
 
 def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
+    """``transitions.is_orphan_start`` on a row of ``_ALL_ORPHAN_CANDIDATES``."""
     _, status, created_at_ms, lease_status, expires_at_ms, owner_live = row
-    if lease_status is None:
-        # Only an Attempt left by the separate steps of an earlier version (create, then claim_run)
-        # or a store written by another tool has no grant: give its creator a Run Lease to claim it.
-        return created_at_ms <= now - abandon_after_ms
-    if lease_status != LeaseStatus.LEASED.value:
-        return True
-    expired = expires_at_ms <= now
-    if status == AttemptStatus.CLAIMED:
-        return expired or not owner_live
-    # Past the barrier its owner may be spawning right now: wait for the grant to run out too.
-    return expired and not owner_live
+    return is_orphan_start(attempt_status=status, created_at_ms=created_at_ms, lease_status=lease_status,
+                           lease_expires_at_ms=expires_at_ms, owner_live=bool(owner_live), now_ms=now,
+                           abandon_after_ms=abandon_after_ms)
 
 
 class RunStarts:

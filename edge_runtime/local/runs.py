@@ -31,7 +31,6 @@ from edge_runtime.contract.runs import (
     EVENT_RETRY_QUEUED,
     EVENT_RETRY_SCHEDULED,
     ACTIVE_RUN_STATUSES,
-    RUN_STATUS_AFTER_ATTEMPT,
     TERMINAL_ATTEMPT_STATUSES,
     AttemptRecord,
     AttemptStatus,
@@ -52,6 +51,16 @@ from edge_runtime.contract.runs import (
     run_ended_event,
 )
 from edge_runtime.contract.cancellation_dispatch import DispatchStatus
+from edge_runtime.contract.transitions import (
+    REASON_CANCELLED_BEFORE_ANY_ATTEMPT,
+    UnstartedRunAction,
+    attempt_end_extra,
+    cancel_refusal,
+    cancel_requested_payload,
+    cancels_at_once,
+    run_status_after_attempt,
+    unstarted_end,
+)
 from edge_runtime.contract.sql_vocabulary import (
     ACTIVE_ATTEMPT_SQL,
     ACTIVE_RUN_SQL,
@@ -205,10 +214,9 @@ class LocalRunRepository:
             run = self._run_row(cmd.run_id)
             if run is None:
                 raise RunNotFoundError(f"no run with id {cmd.run_id!r}")
-            if run.execution_owner != "runtime":
-                raise RunStateConflictError(f"run {cmd.run_id} is owned by {run.execution_owner}, not this runtime")
-            if run.status not in ACTIVE_RUN_STATUSES:
-                raise RunStateConflictError(f"run {cmd.run_id} already ended as {run.status.value}")
+            refusal = cancel_refusal(run)
+            if refusal is not None:
+                raise refusal
             if run.cancel_requested_at_ms is not _UNSET:
                 return run
             active = connection.execute(
@@ -219,13 +227,11 @@ class LocalRunRepository:
                 "UPDATE runs SET cancel_requested_at_ms = ?, cancel_reason = ? WHERE id = ?",
                 (now, reason, cmd.run_id),
             )
-            payload: dict[str, Any] = {"requested_at_ms": now}
-            if reason is not None:
-                payload["reason"] = reason
-            _event(connection, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id, payload, now)
-            if active == 0 and run.status in (RunStatus.CREATED, RunStatus.QUEUED, RunStatus.RETRY_WAIT):
+            _event(connection, cmd.run_id, EVENT_CANCEL_REQUESTED, EVENT_CANCEL_REQUESTED, actor_id,
+                   cancel_requested_payload(now, reason), now)
+            if cancels_at_once(run.status, active):
                 end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
-                              extra={"reason": "cancelled before an attempt started"})
+                        extra={"reason": REASON_CANCELLED_BEFORE_ANY_ATTEMPT})
             return self._run_row(cmd.run_id)
 
     # ----------------------------------------------------------------- attempt lifecycle
@@ -318,14 +324,8 @@ class LocalRunRepository:
                 (status.value, exit_code, reason, now, now, attempt_id),
             )
             run = self._run_row(attempt.run_id)
-            run_status = RUN_STATUS_AFTER_ATTEMPT[status]
-            if status is AttemptStatus.LOST and run.cancel_requested_at_ms is not _UNSET:
-                run_status = RunStatus.CANCELLED
-            extra: dict[str, Any] = {"attempt_status": status.value}
-            if exit_code is not None:
-                extra["exit_code"] = exit_code
-            if reason is not None:
-                extra["reason"] = reason
+            run_status = run_status_after_attempt(status, cancel_requested=run.cancel_requested_at_ms is not _UNSET)
+            extra = attempt_end_extra(status, exit_code, reason)
             # One commit for the Attempt's end and its grant's (fewer flash writes: fewer syncs per Run), and
             # one event when the Run ends with it.
             completed = complete_with_attempt_end(connection, attempt_id, now)
@@ -556,7 +556,6 @@ class LocalRunRepository:
         return None if row is None else attempt_from_row(row)
 
 
-REASON_CANCELLED_BEFORE_START = "cancelled before the process was started"
 
 
 def _event(
@@ -579,33 +578,23 @@ def end_unstarted(
     actor_id: str,
     may_have_started: bool,
 ) -> RunStatus:
-    """End an Attempt whose process was never recorded, and say what became of its Run.
-
-    The one rule for the start sequence's failures (docs/operating.md): a Run whose Attempt certainly
-    started no process never fails for it: the Attempt ends ``lost`` with ``reason`` and the
-    Run goes back to ``queued`` (event ``run.requeued``). When a process *may* have started
-    (the Attempt crossed the start barrier and its owner is gone) the Run ends ``failed``, so a
-    command never runs twice. Either way a pending cancel request ends the Attempt and the Run
-    ``cancelled``. Runs inside the caller's write transaction; returns the Run's new status.
-    """
-    cancelled = run.cancel_requested_at_ms is not _UNSET
-    status = AttemptStatus.CANCELLED if cancelled else AttemptStatus.LOST
-    if cancelled and not may_have_started:
-        reason = REASON_CANCELLED_BEFORE_START
+    """End an Attempt whose process was never recorded, as ``transitions.unstarted_end`` decides,
+    inside the caller's write transaction; the Run's new status."""
+    end = unstarted_end(run.status, cancel_requested=run.cancel_requested_at_ms is not _UNSET, reason=reason,
+                        may_have_started=may_have_started)
     number = connection.execute(
         "UPDATE run_attempts SET status = ?, end_reason = ?, finished_at_ms = ?, updated_at_ms = ? WHERE id = ? "
         "RETURNING attempt",
-        (status.value, reason, now, now, attempt_id),
+        (end.attempt_status.value, end.reason, now, now, attempt_id),
     ).fetchone()[0]
-    extra = {"attempt_status": status.value, "reason": reason}
-    if run.status not in ACTIVE_RUN_STATUSES:
+    if end.run_action is UnstartedRunAction.KEEP:
         return run.status
-    if cancelled or may_have_started:
-        run_status = RunStatus.CANCELLED if cancelled else RunStatus.FAILED
-        return end_or_retry(connection, run, number, run_status, now, actor_id, attempt_id=attempt_id, extra=extra)
+    if end.run_action is UnstartedRunAction.END:
+        return end_or_retry(connection, run, number, end.run_status, now, actor_id, attempt_id=attempt_id,
+                            extra={"attempt_status": end.attempt_status.value, "reason": end.reason})
     connection.execute("UPDATE runs SET status = ? WHERE id = ?", (RunStatus.QUEUED.value, run.id))
     _event(connection, run.id, EVENT_RUN_REQUEUED, attempt_event_key(number, "requeued"), actor_id,
-           {"reason": reason}, now, attempt_id=attempt_id)
+           {"reason": end.reason}, now, attempt_id=attempt_id)
     return RunStatus.QUEUED
 
 
