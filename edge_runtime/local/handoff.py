@@ -146,7 +146,8 @@ def _ask(dir_fd: int, directory: str, name: str, message: bytes) -> str | None:
         try:
             sock.connect(address)
         except ConnectionRefusedError:
-            _remove_stale(dir_fd, name)
+            # Its service died (kill -9, power cut): checked above to be our own socket in our directory.
+            wake_dir.unlink_socket(dir_fd, name)
             return None
         except OSError:
             return None  # gone meanwhile, or not taking connections: nothing was sent
@@ -169,14 +170,6 @@ def _ask(dir_fd: int, directory: str, name: str, message: bytes) -> str | None:
     if verdict == FALLBACK:
         return None
     raise SubmitUnconfirmedError("the service stopped before it answered" if not reply else "the service's answer was not understood")
-
-
-def _remove_stale(dir_fd: int, name: str) -> None:
-    # Its service died (kill -9, power cut): checked above to be our own socket in our directory.
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
 
 
 class HandoffListener:
@@ -237,13 +230,11 @@ class HandoffListener:
             self._socket.shutdown(_socket.SHUT_RDWR)  # wakes the poll (POLLHUP)
 
     def close(self) -> None:
-        from edge_runtime.local.wake import unlink_socket
-
         if self._socket is not None:
             self._socket.close()
             self._socket = None
         if self._dir_fd is not None:
-            unlink_socket(self._dir_fd, self._name)
+            wake_dir.unlink_socket(self._dir_fd, self._name)
             os.close(self._dir_fd)
             self._dir_fd = None
 

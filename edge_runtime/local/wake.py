@@ -116,14 +116,6 @@ def bind_in_wake_dir(db_path: str | os.PathLike[str], suffix: str, kind: int) ->
     return sock, directory / name, dir_fd, refused
 
 
-def unlink_socket(dir_fd: int, name: str) -> None:
-    """Remove our socket ``name`` (already gone is fine)."""
-    try:
-        os.unlink(name, dir_fd=dir_fd)
-    except FileNotFoundError:
-        pass
-
-
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
@@ -163,7 +155,7 @@ class WakeSocket:
             self._socket.close()
             self._socket = None
         if self._dir_fd is not None:
-            unlink_socket(self._dir_fd, self._name)
+            wake_dir.unlink_socket(self._dir_fd, self._name)
             os.close(self._dir_fd)
             self._dir_fd = None
 
@@ -203,10 +195,7 @@ def _poke_dir(sock: socket.socket, dir_fd: int, directory: Path, problems: list[
         except BlockingIOError:
             woken += 1
         except ConnectionRefusedError:
-            try:
-                os.unlink(name, dir_fd=dir_fd)  # its service died; checked above to be our socket
-            except FileNotFoundError:
-                pass  # another poker removed it first
+            wake_dir.unlink_socket(dir_fd, name)  # its service died; checked above to be our socket
         except OSError as exc:
             if exc.errno != errno.ENOENT:  # ENOENT: its service removed it meanwhile
                 problems.append(f"{directory / name}: {exc.strerror or exc}")

@@ -71,3 +71,12 @@ def own_socket(dir_fd: int, name: str) -> bool:
     except FileNotFoundError:
         return False
     return stat.S_ISSOCK(info.st_mode) and info.st_uid == os.geteuid()
+
+
+def unlink_socket(dir_fd: int, name: str) -> None:
+    """Remove our socket ``name`` from the directory held as ``dir_fd`` (already gone is fine:
+    its service, or another client, removed it first)."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
