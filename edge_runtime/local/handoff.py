@@ -175,17 +175,15 @@ def _ask(dir_fd: int, directory: str, name: str, message: bytes) -> str | None:
 class HandoffListener:
     """The service's end: the listening ``<pid>.submit`` socket, removed again by ``close``."""
 
-    __slots__ = ("path", "_socket", "_dir_fd", "_name", "_stopping")
+    __slots__ = ("path", "_bound", "_stopping")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
         from edge_runtime.local.wake import bind_in_wake_dir  # the service side: its imports are paid already
 
-        sock, self.path, self._dir_fd, _refused = bind_in_wake_dir(db_path, wake_dir.SUBMIT_SOCKET_SUFFIX,
-                                                                   _socket.SOCK_SEQPACKET)
-        self._name = self.path.name
-        sock.listen(8)
-        sock.setblocking(False)
-        self._socket = sock
+        self._bound, _refused = bind_in_wake_dir(db_path, wake_dir.SUBMIT_SOCKET_SUFFIX, _socket.SOCK_SEQPACKET)
+        self.path = self._bound.path
+        self._bound.socket.listen(8)
+        self._bound.socket.setblocking(False)
         self._stopping = False
 
     def accept(self):
@@ -202,13 +200,14 @@ class HandoffListener:
         import select
 
         poller = select.poll()
-        poller.register(self._socket.fileno(), select.POLLIN)
+        listener = self._bound.socket
+        poller.register(listener.fileno(), select.POLLIN)
         while True:
             poller.poll()
             if self._stopping:
                 raise OSError("the submit hand-off listener was shut down")
             try:
-                conn, _ = self._socket.accept()
+                conn, _ = listener.accept()
                 break
             except (BlockingIOError, InterruptedError):
                 continue  # the client gave up between the poll and the accept
@@ -226,17 +225,11 @@ class HandoffListener:
     def shutdown(self) -> None:
         """End a waiting ``accept`` in another thread (it raises ``OSError``)."""
         self._stopping = True
-        if self._socket is not None:
-            self._socket.shutdown(_socket.SHUT_RDWR)  # wakes the poll (POLLHUP)
+        if self._bound.socket is not None:
+            self._bound.socket.shutdown(_socket.SHUT_RDWR)  # wakes the poll (POLLHUP)
 
     def close(self) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        if self._dir_fd is not None:
-            wake_dir.unlink_socket(self._dir_fd, self._name)
-            os.close(self._dir_fd)
-            self._dir_fd = None
+        self._bound.close()
 
 
 def answer(conn, verdict: bytes, output: str = "") -> None:

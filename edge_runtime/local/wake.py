@@ -34,7 +34,7 @@ from edge_runtime.local import wake_dir
 from edge_runtime.local.errors import WakeSocketError
 from edge_runtime.local.wake_dir import MAX_SOCKET_PATH_BYTES, WAKE_SOCKET_SUFFIX
 
-__all__ = ["MAX_SOCKET_PATH_BYTES", "WakeSocket", "bind_in_wake_dir", "poke", "wake_dirs"]
+__all__ = ["MAX_SOCKET_PATH_BYTES", "BoundSocket", "WakeSocket", "bind_in_wake_dir", "poke", "wake_dirs"]
 
 
 def wake_dirs(db_path: str | os.PathLike[str]) -> tuple[Path, ...]:
@@ -89,10 +89,30 @@ def _private_dirs(db_path: str | os.PathLike[str], refused: list[str], *, create
             yield directory, dir_fd
 
 
-def bind_in_wake_dir(db_path: str | os.PathLike[str], suffix: str, kind: int) -> tuple[socket.socket, Path, int, list[str]]:
+class BoundSocket:
+    """A socket bound in a wake directory, with the directory held open until ``close`` closes
+    the socket and removes its file (idempotent)."""
+
+    __slots__ = ("socket", "path", "_dir_fd")
+
+    def __init__(self, sock: socket.socket, path: Path, dir_fd: int) -> None:
+        self.socket: socket.socket | None = sock
+        self.path = path
+        self._dir_fd: int | None = dir_fd
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close()
+            self.socket = None
+        if self._dir_fd is not None:
+            wake_dir.unlink_socket(self._dir_fd, self.path.name)
+            os.close(self._dir_fd)
+            self._dir_fd = None
+
+
+def bind_in_wake_dir(db_path: str | os.PathLike[str], suffix: str, kind: int) -> tuple[BoundSocket, list[str]]:
     """A socket of ``kind`` bound as ``<pid><suffix>`` in the first usable wake directory of
-    ``db_path`` (created private when missing): the socket, its path, the directory's descriptor
-    (held until the socket is removed) and why earlier directories were refused.
+    ``db_path`` (created private when missing), and why earlier directories were refused.
 
     Raises:
         WakeSocketError: no directory is usable, or the socket cannot be bound.
@@ -113,51 +133,43 @@ def bind_in_wake_dir(db_path: str | os.PathLike[str], suffix: str, kind: int) ->
         os.close(dir_fd)
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise WakeSocketError(f"cannot bind the socket {directory / name}: {detail}") from None
-    return sock, directory / name, dir_fd, refused
+    return BoundSocket(sock, directory / name, dir_fd), refused
 
 
 class WakeSocket:
     """The service's end: a non-blocking datagram socket that becomes readable when poked."""
 
-    __slots__ = ("path", "refused", "_socket", "_dir_fd", "_name")
+    __slots__ = ("path", "refused", "_bound")
 
     def __init__(self, db_path: str | os.PathLike[str]) -> None:
-        sock, self.path, dir_fd, refused = bind_in_wake_dir(db_path, WAKE_SOCKET_SUFFIX, socket.SOCK_DGRAM)
-        sock.setblocking(False)
+        self._bound, refused = bind_in_wake_dir(db_path, WAKE_SOCKET_SUFFIX, socket.SOCK_DGRAM)
+        self._bound.socket.setblocking(False)
+        self.path = self._bound.path
         #: Why the directories before the one used were not (for the service's log).
         self.refused: list[str] = refused
-        self._dir_fd: int | None = dir_fd
-        self._name = self.path.name
-        self._socket: socket.socket | None = sock
 
     @property
     def where(self) -> str:
         return str(self.path.parent)
 
     def fileno(self) -> int:
-        if self._socket is None:
+        if self._bound.socket is None:
             raise ValueError("wake socket is closed")
-        return self._socket.fileno()
+        return self._bound.socket.fileno()
 
     def drain(self) -> int:
         """Read every pending datagram; how many there were."""
         count = 0
-        while self._socket is not None:
+        while self._bound.socket is not None:
             try:
-                self._socket.recv(64)
+                self._bound.socket.recv(64)
             except (BlockingIOError, InterruptedError):
                 break
             count += 1
         return count
 
     def close(self) -> None:
-        if self._socket is not None:
-            self._socket.close()
-            self._socket = None
-        if self._dir_fd is not None:
-            wake_dir.unlink_socket(self._dir_fd, self._name)
-            os.close(self._dir_fd)
-            self._dir_fd = None
+        self._bound.close()
 
 
 def poke(db_path: str | os.PathLike[str]) -> int:
