@@ -45,8 +45,6 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_ESCAPES)
 
 
-
-
 def resolve_run_id(store: Any, form: str) -> str:
     """The full id of the Run that ``form`` names: a full id as it is, else a unique prefix or
     suffix of at most ``MAX_SHORT_ID_LENGTH`` characters (as ``list`` shows it).
@@ -188,17 +186,13 @@ def masked_runs(store: Any, runs: list) -> list:
 # ------------------------------------------------------------------------------------ logs
 
 
-class LogUnreadableError(EdgeRuntimeError):
+class LogUnreadableError(EdgeRuntimeError, code="LOG_UNREADABLE"):
     """The Attempt's log path is not a readable regular file (a symlink, FIFO or directory)."""
 
-    code = "LOG_UNREADABLE"
 
-
-class HostileLogPathError(EdgeRuntimeError):
+class HostileLogPathError(EdgeRuntimeError, code="LOG_PATH_REFUSED"):
     """The database names, as an Attempt's log, a file that is not that Attempt's log in the log
     directory: the row is hostile (or the log directory given is not the service's) and is refused."""
-
-    code = "LOG_PATH_REFUSED"
 
 
 def attempt_of(store: Any, run_id: str, number: int | None) -> AttemptRecord:

@@ -25,10 +25,8 @@ from edge_runtime.contract.environment import (
 )
 
 
-class ClusterEnvironmentStorageError(EnvironmentRepositoryError):
+class ClusterEnvironmentStorageError(EnvironmentRepositoryError, code="CLUSTER_STORAGE_FAILED"):
     """PostgreSQL failed under a shared-variable operation."""
-
-    code = "CLUSTER_STORAGE_FAILED"
 
 
 #: One advisory lock serializes the sets of new names, so two of them cannot both pass the

@@ -45,47 +45,33 @@ class RunVersionConflict(Exception):
     """The Run changed between its row lock and the CAS: only a bug or a foreign writer does that."""
 
 
-class ClusterDispatchStorageError(RepositoryError):
+class ClusterDispatchStorageError(RepositoryError, code=STORAGE_FAILED):
     """PostgreSQL failed under a CancellationDispatch operation."""
 
-    code = STORAGE_FAILED
 
-
-class ClusterLeaseStorageError(WorkerLeaseRepositoryError):
+class ClusterLeaseStorageError(WorkerLeaseRepositoryError, code=STORAGE_FAILED):
     """PostgreSQL failed under a Worker Session or Run Lease operation."""
 
-    code = STORAGE_FAILED
 
-
-class ClusterRunStorageError(RunRepositoryError):
+class ClusterRunStorageError(RunRepositoryError, code=STORAGE_FAILED):
     """PostgreSQL failed under a Run or Attempt operation."""
 
-    code = STORAGE_FAILED
 
-
-class ClusterScheduleStorageError(ScheduleRepositoryError):
+class ClusterScheduleStorageError(ScheduleRepositoryError, code=STORAGE_FAILED):
     """PostgreSQL failed under a schedule operation."""
 
-    code = STORAGE_FAILED
 
-
-class ClusterMigrationRefusedError(EdgeRuntimeError):
+class ClusterMigrationRefusedError(EdgeRuntimeError, code="CLUSTER_MIGRATION_REFUSED"):
     """A migration was refused: edited or unknown migration, or the wrong role."""
 
-    code = "CLUSTER_MIGRATION_REFUSED"
 
-
-class ClusterDsnError(EdgeRuntimeError):
+class ClusterDsnError(EdgeRuntimeError, code="CLUSTER_DSN_INVALID"):
     """No DSN was given, or it is not a connection string. The message never quotes the DSN (libpq's
     own parse errors do, and a DSN may hold a password)."""
 
-    code = "CLUSTER_DSN_INVALID"
 
-
-class ClusterNotReadyError(EdgeRuntimeError):
+class ClusterNotReadyError(EdgeRuntimeError, code="CLUSTER_NOT_READY"):
     """The readiness check failed: checksums, privileges or settings drifted."""
-
-    code = "CLUSTER_NOT_READY"
 
 
 def storage_error(kind: type[EdgeRuntimeError], exc: BaseException, *, ambiguous: bool = False) -> EdgeRuntimeError:

@@ -16,10 +16,8 @@ DB_FILE_NAME = "edge-runtime.db"
 DEFAULT_STATE_HOME = "~/.local/state"
 
 
-class DatabasePathError(EdgeRuntimeError):
+class DatabasePathError(EdgeRuntimeError, code="DB_PATH_UNKNOWN"):
     """No database path was given and none can be derived (no home directory)."""
-
-    code = "DB_PATH_UNKNOWN"
 
 
 def default_db_path(env: Mapping[str, str] | None = None) -> str:

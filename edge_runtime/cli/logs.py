@@ -30,10 +30,8 @@ from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, R
 from edge_runtime.operations import HostileLogPathError, LogUnreadableError  # noqa: F401
 
 
-class LogElsewhereError(RunStateConflictError):
+class LogElsewhereError(RunStateConflictError, code="LOG_ON_OTHER_HOST"):
     """The Attempt's log is on another host: it is still running there, or it ended without a copy."""
-
-    code = "LOG_ON_OTHER_HOST"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:

@@ -15,10 +15,8 @@ from edge_runtime.cli.local_database import open_or_create
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 
-class PasswordEntryError(EdgeRuntimeError):
+class PasswordEntryError(EdgeRuntimeError, code="PANEL_PASSWORD_ENTRY"):
     """The new password could not be read, or its two entries differ."""
-
-    code = "PANEL_PASSWORD_ENTRY"
 
 
 #: More than any password: a line this long on stdin is not one.

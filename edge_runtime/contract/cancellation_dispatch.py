@@ -56,41 +56,31 @@ RetryDelayMs = bounded_int_type(1, MAX_RETRY_DELAY_MS)
 # --------------------------------------------------------------------------- errors
 
 
-class CancellationDispatchError(EdgeRuntimeError):
+class CancellationDispatchError(EdgeRuntimeError, code="CANCELLATION_DISPATCH_ERROR"):
     """Base of every CancellationDispatch error."""
 
-    code = "CANCELLATION_DISPATCH_ERROR"
 
-
-class InvalidCommandError(CancellationDispatchError):
+class InvalidCommandError(CancellationDispatchError, code="INVALID_CANCELLATION_DISPATCH_COMMAND"):
     """The command is malformed: fix the input; retrying it unchanged never helps."""
-
-    code = "INVALID_CANCELLATION_DISPATCH_COMMAND"
 
     #: JSON path of the offending field for the cross-field rules msgspec cannot express itself;
     #: the decoders append it to the message like msgspec does (`` - at `$.retryDelayMs` ``).
     path: str | None = None
 
 
-class BindingConflictError(CancellationDispatchError):
+class BindingConflictError(CancellationDispatchError, code="CANCELLATION_DISPATCH_BINDING_CONFLICT"):
     """The Run's dispatch is bound to another Attempt; it is never rebound."""
 
-    code = "CANCELLATION_DISPATCH_BINDING_CONFLICT"
 
-
-class FenceRejectedError(CancellationDispatchError):
+class FenceRejectedError(CancellationDispatchError, code="CANCELLATION_DISPATCH_FENCE_REJECTED"):
     """The caller's lease no longer fences the dispatch: another owner or version holds it."""
 
-    code = "CANCELLATION_DISPATCH_FENCE_REJECTED"
 
-
-class RepositoryError(CancellationDispatchError):
+class RepositoryError(CancellationDispatchError, code="CANCELLATION_DISPATCH_REPOSITORY_FAILED"):
     """The store failed, or holds a row that breaks the contract (which fails closed).
 
     ``retryable`` is true only when the database was busy or locked.
     """
-
-    code = "CANCELLATION_DISPATCH_REPOSITORY_FAILED"
 
 
 # --------------------------------------------------------------------------- token digest

@@ -96,10 +96,8 @@ _LOCAL = ProcessLocalTime()
 _PASTED_SEPARATORS = str.maketrans({c: " " for c in PASTED_BLANKS if c not in " \t\r\n"})
 
 
-class InvalidCronExpressionError(EdgeRuntimeError):
+class InvalidCronExpressionError(EdgeRuntimeError, code="INVALID_CRON_EXPRESSION"):
     """A schedule expression is malformed or can never fire; ``field`` and ``reason`` say why."""
-
-    code = "INVALID_CRON_EXPRESSION"
 
     def __init__(self, text: str, field: str, reason: str) -> None:
         super().__init__(f"invalid schedule expression {text!r}: {field}: {reason}")

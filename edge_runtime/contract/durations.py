@@ -26,10 +26,8 @@ _SHAPE = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _EXAMPLES = "write it like 90s, 5m, 2h, 1d or 1h30m"
 
 
-class InvalidDurationError(EdgeRuntimeError):
+class InvalidDurationError(EdgeRuntimeError, code="INVALID_DURATION"):
     """A duration text is malformed or out of range: fix the input."""
-
-    code = "INVALID_DURATION"
 
 
 def parse_duration_ms(text: str) -> int:

@@ -40,22 +40,20 @@ MIN_MASKED_LENGTH = 4
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class VariableError(EdgeRuntimeError):
+class VariableError(EdgeRuntimeError, code="ENVIRONMENT_ERROR"):
     """Base of the shared-variable errors."""
 
-    code = "ENVIRONMENT_ERROR"
+
+class InvalidVariableError(VariableError, code="INVALID_VARIABLE"):
+    """A variable's name or value is refused (the message says which rule); nothing was stored."""
 
 
-class InvalidVariableError(VariableError):
-    code = "INVALID_VARIABLE"
+class VariableNotFoundError(VariableError, code="VARIABLE_NOT_FOUND"):
+    """No variable has this name."""
 
 
-class VariableNotFoundError(VariableError):
-    code = "VARIABLE_NOT_FOUND"
-
-
-class EnvironmentRepositoryError(VariableError):
-    code = "ENVIRONMENT_REPOSITORY_FAILED"
+class EnvironmentRepositoryError(VariableError, code="ENVIRONMENT_REPOSITORY_FAILED"):
+    """The store could not read or write the variables."""
 
 
 def variable_problem(name: object, value: object) -> str | None:

@@ -4,7 +4,9 @@ Every error the runtime raises on purpose derives from :class:`EdgeRuntimeError`
 stable ``code`` (for logs, CLI exit messages and machines) and ``retryable``: true only where
 trying the same thing again, unchanged, can succeed (the database was busy or locked).
 Subsystems subclass it once (``CancellationDispatchError``, ``WorkerLeaseError``, ...) and name
-leaf classes for what the caller should do about them.
+leaf classes for what the caller should do about them. A subclass states its code where it is
+declared, ``class RunNotFoundError(RunError, code="RUN_NOT_FOUND")``, so the name, the code and the
+docstring read as one line of the hierarchy.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ class EdgeRuntimeError(Exception):
 
     code: str = "EDGE_RUNTIME_ERROR"
     retryable: bool = False
+
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            cls.code = code
 
     def __init__(self, message: str, *, retryable: bool | None = None) -> None:
         super().__init__(message)

@@ -142,32 +142,24 @@ Reason = identifier_type(MAX_REASON_LENGTH)
 # --------------------------------------------------------------------------- errors
 
 
-class RunError(EdgeRuntimeError):
+class RunError(EdgeRuntimeError, code="RUN_ERROR"):
     """Base of every Run/Attempt error."""
 
-    code = "RUN_ERROR"
 
-
-class InvalidRunCommandError(RunError):
+class InvalidRunCommandError(RunError, code="INVALID_RUN_COMMAND"):
     """The request is malformed: fix the input."""
 
-    code = "INVALID_RUN_COMMAND"
 
-
-class InvalidRunNameError(InvalidRunCommandError):
+class InvalidRunNameError(InvalidRunCommandError, code="INVALID_NAME"):
     """A Run's name (``--name``) is empty, too long or holds a control character."""
 
-    code = "INVALID_NAME"
+
+class RunNotFoundError(RunError, code="RUN_NOT_FOUND"):
+    """No Run has this id."""
 
 
-class RunNotFoundError(RunError):
-    code = "RUN_NOT_FOUND"
-
-
-class AmbiguousRunIdError(RunError):
+class AmbiguousRunIdError(RunError, code="RUN_ID_AMBIGUOUS"):
     """A short id form matches several Runs; the message names them."""
-
-    code = "RUN_ID_AMBIGUOUS"
 
 
 #: Every command about one Run accepts its full id or a short form: a unique prefix or suffix of
@@ -181,16 +173,12 @@ def short_run_id(run_id: str) -> str:
     return run_id[-SHORT_ID_LENGTH:]
 
 
-class RunStateConflictError(RunError):
+class RunStateConflictError(RunError, code="RUN_STATE_CONFLICT"):
     """The Run or Attempt is not in a state that allows the operation (e.g. it already ended)."""
 
-    code = "RUN_STATE_CONFLICT"
 
-
-class RunRepositoryError(RunError):
+class RunRepositoryError(RunError, code="RUN_REPOSITORY_FAILED"):
     """The store failed or holds a broken row; ``retryable`` when the database was busy."""
-
-    code = "RUN_REPOSITORY_FAILED"
 
 
 # --------------------------------------------------------------------------- commands

@@ -44,33 +44,29 @@ class FireOutcome(enum.StrEnum):
     WAITING = "waiting"
 
 
-class ScheduleError(EdgeRuntimeError):
-    code = "SCHEDULE_ERROR"
+class ScheduleError(EdgeRuntimeError, code="SCHEDULE_ERROR"):
+    """Base of every schedule error."""
 
 
-class ScheduleOverlapError(ScheduleError):
+class ScheduleOverlapError(ScheduleError, code="SCHEDULE_RUN_SKIPPED"):
     """``schedule run`` started nothing: a Run of the schedule is active and its overlap is skip."""
 
-    code = "SCHEDULE_RUN_SKIPPED"
+
+class InvalidScheduleCommandError(ScheduleError, code="INVALID_SCHEDULE_COMMAND"):
+    """The schedule request is malformed (bad expression, time zone, overlap or field): fix the input."""
 
 
-class InvalidScheduleCommandError(ScheduleError):
-    code = "INVALID_SCHEDULE_COMMAND"
-
-
-class InvalidScheduleNameError(InvalidScheduleCommandError):
+class InvalidScheduleNameError(InvalidScheduleCommandError, code="INVALID_NAME"):
     """A schedule's name (``--name``) is empty, too long or holds a control character (the code
     of a Run's bad name: the same input, the same fix)."""
 
-    code = "INVALID_NAME"
+
+class ScheduleNotFoundError(ScheduleError, code="SCHEDULE_NOT_FOUND"):
+    """No schedule has this id."""
 
 
-class ScheduleNotFoundError(ScheduleError):
-    code = "SCHEDULE_NOT_FOUND"
-
-
-class ScheduleRepositoryError(ScheduleError):
-    code = "SCHEDULE_REPOSITORY_FAILED"
+class ScheduleRepositoryError(ScheduleError, code="SCHEDULE_REPOSITORY_FAILED"):
+    """The store could not read or write the schedule."""
 
 
 class AddScheduleCommand(Command):

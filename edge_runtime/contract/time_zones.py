@@ -43,10 +43,8 @@ _EXAMPLES = "write a POSIX TZ string such as CST-8 or CET-1CEST,M3.5.0,M10.5.0/3
 PASTED_BLANKS = " \t\r\n\u3000\u00a0\u202f"
 
 
-class InvalidTimeZoneError(EdgeRuntimeError):
+class InvalidTimeZoneError(EdgeRuntimeError, code="INVALID_TIME_ZONE"):
     """A zone text is neither a POSIX TZ string nor an IANA name this system knows."""
-
-    code = "INVALID_TIME_ZONE"
 
 
 class TimeZone(Protocol):

@@ -72,66 +72,51 @@ SessionLeaseDurationMs = bounded_int_type(1, MAX_SESSION_LEASE_DURATION_MS)
 RunLeaseDurationMs = bounded_int_type(1, MAX_RUN_LEASE_DURATION_MS)
 
 
-
 # --------------------------------------------------------------------------- errors
 
 
-class WorkerLeaseError(EdgeRuntimeError):
+class WorkerLeaseError(EdgeRuntimeError, code="WORKER_LEASE_ERROR"):
     """Base of every Worker Session / Run Lease error."""
 
-    code = "WORKER_LEASE_ERROR"
 
-
-class InvalidWorkerLeaseCommandError(WorkerLeaseError):
+class InvalidWorkerLeaseCommandError(WorkerLeaseError, code="INVALID_WORKER_LEASE_COMMAND"):
     """The command is malformed: fix the input; retrying it unchanged never helps."""
 
-    code = "INVALID_WORKER_LEASE_COMMAND"
 
-
-class WorkerSessionRejectedError(WorkerLeaseError):
+class WorkerSessionRejectedError(WorkerLeaseError, code="WORKER_SESSION_REJECTED"):
     """The session may not do this: conflicting, draining, offline or expired.
 
     Register again with a new session id (which replaces the old one) to regain authority.
     """
 
-    code = "WORKER_SESSION_REJECTED"
 
-
-class WorkerLeaseFenceRejectedError(WorkerLeaseError):
+class WorkerLeaseFenceRejectedError(WorkerLeaseError, code="WORKER_LEASE_FENCE_REJECTED"):
     """The caller's fence (worker, session, generation, version, token) no longer holds.
 
     Another session, a newer version or another grant owns the row; re-read before acting.
     """
 
-    code = "WORKER_LEASE_FENCE_REJECTED"
 
-
-class StartBarrierPassedError(WorkerLeaseFenceRejectedError):
+class StartBarrierPassedError(WorkerLeaseFenceRejectedError, code="WORKER_LEASE_START_BARRIER_PASSED"):
     """The Attempt is no longer ``claimed``: it crossed (or never reached) the start barrier.
 
     Release is refused after it, and a second start is refused: completion, loss and
     cancellation of a started Attempt go through their own transactions.
     """
 
-    code = "WORKER_LEASE_START_BARRIER_PASSED"
 
-
-class RunNotStartableError(WorkerLeaseError):
+class RunNotStartableError(WorkerLeaseError, code="WORKER_LEASE_RUN_NOT_STARTABLE"):
     """The Run is cancel-requested, terminal or no longer runtime-owned; do not start it.
 
     Release the lease (the Attempt is still ``claimed``) and end the Attempt instead.
     """
 
-    code = "WORKER_LEASE_RUN_NOT_STARTABLE"
 
-
-class WorkerLeaseRepositoryError(WorkerLeaseError):
+class WorkerLeaseRepositoryError(WorkerLeaseError, code="WORKER_LEASE_REPOSITORY_FAILED"):
     """The store failed, or holds a row that breaks the contract (which fails closed).
 
     ``retryable`` is true only when the database was busy or locked.
     """
-
-    code = "WORKER_LEASE_REPOSITORY_FAILED"
 
 
 class LeaseCommand(Command):

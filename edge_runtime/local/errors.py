@@ -9,27 +9,21 @@ import apsw
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 
-class LocalStorageError(EdgeRuntimeError):
+class LocalStorageError(EdgeRuntimeError, code="LOCAL_STORAGE_FAILED"):
     """The local database could not be used."""
 
-    code = "LOCAL_STORAGE_FAILED"
 
-
-class DatabaseUnusableError(LocalStorageError):
+class DatabaseUnusableError(LocalStorageError, code="LOCAL_DATABASE_UNUSABLE"):
     """The file is not a database, is corrupt or truncated, or cannot be opened. It was not modified."""
 
-    code = "LOCAL_DATABASE_UNUSABLE"
 
-
-class MigrationError(LocalStorageError):
+class MigrationError(LocalStorageError, code="LOCAL_MIGRATION_REFUSED"):
     """The database's applied migrations do not match this build; nothing was written.
 
     Raised for an applied migration whose file has changed since, for a migration this build does
     not know (a database from a newer release), and for a migration that failed to apply (which
     stays pending). The message names the migration id and the database path.
     """
-
-    code = "LOCAL_MIGRATION_REFUSED"
 
 
 def damaged_database_message(exc: BaseException) -> str:
@@ -39,45 +33,33 @@ def damaged_database_message(exc: BaseException) -> str:
             f"full report, and restore a backup")
 
 
-class DatabaseClosedError(LocalStorageError):
+class DatabaseClosedError(LocalStorageError, code="LOCAL_DATABASE_CLOSED"):
     """The database handle was closed; open a new one."""
 
-    code = "LOCAL_DATABASE_CLOSED"
 
-
-class ScrubRefusedError(LocalStorageError):
+class ScrubRefusedError(LocalStorageError, code="LOCAL_SCRUB_REFUSED"):
     """The legacy-token scrub (``migrate --scrub-legacy-tokens``) or the drop of its backup was
     refused before it changed anything; the message says why and what to do."""
 
-    code = "LOCAL_SCRUB_REFUSED"
 
-
-class ScrubRollbackRefusedError(ScrubRefusedError):
+class ScrubRollbackRefusedError(ScrubRefusedError, code="LOCAL_SCRUB_ROLLBACK_REFUSED"):
     """``migrate --rollback-scrub`` was refused (nothing to roll back, the database was written
     after the scrub, or the backup is missing or changed); the database was left as it was."""
 
-    code = "LOCAL_SCRUB_ROLLBACK_REFUSED"
 
-
-class WakeSocketError(LocalStorageError):
+class WakeSocketError(LocalStorageError, code="SERVICE_WAKE_SOCKET_FAILED"):
     """The wake socket could not be bound (another service holds it, or the directory is unusable)."""
 
-    code = "SERVICE_WAKE_SOCKET_FAILED"
 
-
-class InvalidClockValueError(LocalStorageError):
+class InvalidClockValueError(LocalStorageError, code="LOCAL_CLOCK_INVALID"):
     """A clock returned something that is not a non-negative safe integer of milliseconds."""
 
-    code = "LOCAL_CLOCK_INVALID"
 
-
-class RunVersionConflict(LocalStorageError):
+class RunVersionConflict(LocalStorageError, code="LOCAL_RUN_VERSION_CONFLICT"):
     """The Run is missing or changed between the read and the compare-and-set.
 
     Only a bug or a foreign writer can cause it inside one write transaction.
     """
-
-    code = "LOCAL_RUN_VERSION_CONFLICT"
 
 
 class StorageErrors:

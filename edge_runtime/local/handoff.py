@@ -84,11 +84,9 @@ class HandoffRequest:
         return cls(db_path, cwd, argv)
 
 
-class SubmitUnconfirmedError(EdgeRuntimeError):
+class SubmitUnconfirmedError(EdgeRuntimeError, code="SUBMIT_UNCONFIRMED"):
     """A ``submit`` was handed to the service, which stopped or timed out before it answered:
     whether the Run was stored is unknown (check ``list`` before submitting again)."""
-
-    code = "SUBMIT_UNCONFIRMED"
 
 
 def peer_uid(sock: _socket.socket) -> int:

@@ -51,22 +51,16 @@ EVENT_LOGIN = "panel.login"
 EVENT_PASSWORD_SET = "panel.password_set"
 
 
-class PanelAuthError(EdgeRuntimeError):
+class PanelAuthError(EdgeRuntimeError, code="PANEL_STORAGE_FAILED"):
     """The panel's password or session store failed."""
 
-    code = "PANEL_STORAGE_FAILED"
 
-
-class PanelPasswordInvalidError(PanelAuthError):
+class PanelPasswordInvalidError(PanelAuthError, code="PANEL_PASSWORD_INVALID"):
     """A new panel password is too short, too long or not text."""
 
-    code = "PANEL_PASSWORD_INVALID"
 
-
-class PanelPasswordUnsetError(PanelAuthError):
+class PanelPasswordUnsetError(PanelAuthError, code="PANEL_PASSWORD_UNSET"):
     """No panel password is set: the panel refuses to start (there is no default password)."""
-
-    code = "PANEL_PASSWORD_UNSET"
 
 
 _errors = StorageErrors(PanelAuthError)

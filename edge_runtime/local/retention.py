@@ -69,10 +69,8 @@ class RetentionPolicy(msgspec.Struct, frozen=True, kw_only=True):
     log_total_max_bytes: int
 
 
-class RetentionError(LocalStorageError):
+class RetentionError(LocalStorageError, code="LOCAL_RETENTION_FAILED"):
     """A retention step failed; it was rolled back whole and is retried later."""
-
-    code = "LOCAL_RETENTION_FAILED"
 
 
 #: Database failures (and a bad clock value) become :class:`RetentionError`, retryable when the

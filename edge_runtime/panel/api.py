@@ -28,10 +28,8 @@ MAX_LIST_LIMIT = 10_000
 ACTOR = "panel"
 
 
-class PanelRequestError(EdgeRuntimeError):
+class PanelRequestError(EdgeRuntimeError, code="INVALID_REQUEST"):
     """The request's body or query is not what the API takes."""
-
-    code = "INVALID_REQUEST"
 
 
 class _Body(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):

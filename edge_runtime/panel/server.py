@@ -447,16 +447,12 @@ class PanelServer:
         return 200, {"loggedOut": True}, [(b"set-cookie", expired)]
 
 
-class PanelStartError(EdgeRuntimeError):
+class PanelStartError(EdgeRuntimeError, code="PANEL_LISTEN_FAILED"):
     """The panel could not start (its address, its files)."""
 
-    code = "PANEL_LISTEN_FAILED"
 
-
-class PanelLoginError(EdgeRuntimeError):
+class PanelLoginError(EdgeRuntimeError, code="LOGIN_FAILED"):
     """``POST /api/login`` with a wrong password."""
-
-    code = "LOGIN_FAILED"
 
 
 #: The reason phrases of the statuses the panel sends (not ``http.HTTPStatus``: a module more in

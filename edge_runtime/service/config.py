@@ -32,10 +32,8 @@ _Ms = Annotated[int, msgspec.Meta(ge=1, le=86_400_000)]
 MAX_CONFIG_BYTES = 64 * 1024
 
 
-class ConfigError(EdgeRuntimeError):
+class ConfigError(EdgeRuntimeError, code="CONFIG_INVALID"):
     """The configuration file, an environment override or a flag is invalid."""
-
-    code = "CONFIG_INVALID"
 
 
 def _default_worker_id() -> str:

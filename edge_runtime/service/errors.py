@@ -7,10 +7,8 @@ import errno
 from edge_runtime.contract.errors import EdgeRuntimeError
 
 
-class ServiceError(EdgeRuntimeError):
+class ServiceError(EdgeRuntimeError, code="SERVICE_ERROR"):
     """Base of every device-service error."""
-
-    code = "SERVICE_ERROR"
 
 
 #: Spawn failures for lack of a resource that comes back (descriptors, processes, memory):
@@ -18,21 +16,17 @@ class ServiceError(EdgeRuntimeError):
 RETRYABLE_SPAWN_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM})
 
 
-class SpawnError(ServiceError):
+class SpawnError(ServiceError, code="SERVICE_SPAWN_FAILED"):
     """The Attempt's command could not be started (not found, not executable, no resources).
 
     ``started`` is true when a process did exist (it was killed at once because it could not be
     identified); ``retryable`` only when none did and the cause was a passing lack of resources.
     """
 
-    code = "SERVICE_SPAWN_FAILED"
-
     def __init__(self, message: str, *, os_errno: int | None = None, started: bool = False) -> None:
         super().__init__(message, retryable=not started and os_errno in RETRYABLE_SPAWN_ERRNOS)
         self.started = started
 
 
-class ProcfsUnavailableError(ServiceError):
+class ProcfsUnavailableError(ServiceError, code="SERVICE_PROCFS_UNAVAILABLE"):
     """``/proc`` cannot be read, so no process identity can be recorded or checked."""
-
-    code = "SERVICE_PROCFS_UNAVAILABLE"

@@ -33,10 +33,8 @@ MONITOR_RELATIVE_PATH = Path("service") / "native" / "edge-runtime-monitor"
 REPORT_TIMEOUT_S = 10.0
 
 
-class MonitorMissingError(ServiceError):
+class MonitorMissingError(ServiceError, code="SERVICE_MONITOR_MISSING"):
     """This installation has no monitor program (a source checkout that was not built)."""
-
-    code = "SERVICE_MONITOR_MISSING"
 
 
 def monitor_path() -> Path:

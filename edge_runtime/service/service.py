@@ -106,10 +106,8 @@ def failure_backoff_ms(failures: int) -> int:
     return capped_backoff(MIN_SLEEP_MS, failures, MAX_FAILURE_BACKOFF_MS)
 
 
-class SessionLostError(ServiceError):
+class SessionLostError(ServiceError, code="SERVICE_SESSION_LOST"):
     """This service's worker session was replaced or expired; restart to open a new one."""
-
-    code = "SERVICE_SESSION_LOST"
 
 
 class DeviceService:

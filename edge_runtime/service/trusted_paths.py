@@ -29,10 +29,8 @@ from edge_runtime.service.errors import ServiceError
 T = TypeVar("T")
 
 
-class UntrustedDirectoryError(ServiceError):
+class UntrustedDirectoryError(ServiceError, code="SERVICE_UNTRUSTED_DIRECTORY"):
     """A directory the service would keep files in can be changed by another user."""
-
-    code = "SERVICE_UNTRUSTED_DIRECTORY"
 
 
 #: Symlinks followed while walking one path, as the kernel's own bound (ELOOP beyond it).
