@@ -18,7 +18,7 @@ _OPTIONS = " ".join(f"-c {name}={value}" for name, value in RUNTIME_SETTINGS.ite
 #: Used unless the DSN says otherwise. A network that vanishes without a reset (a cut link, a host
 #: powered off) would otherwise leave a worker blocked in one read for the kernel's many minutes:
 #: data unacknowledged for 15 s, an idle connection with 3 unanswered keepalives (10 s idle, 3 s
-#: apart) or a connect that takes 5 s now fails, and the worker retries (README: Cluster Profile).
+#: apart) or a connect that takes 5 s now fails, and the worker retries (docs/cluster.md).
 NETWORK_DEFAULTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle": "10", "keepalives_interval": "3",
                     "keepalives_count": "3", "tcp_user_timeout": "15000"}
 

@@ -1,5 +1,5 @@
 """``edge-runtime migrate``: create the database if needed and apply pending migrations; opt-in,
-the legacy raw-token scrub, its rollback and the drop of its backup (README: retiring raw tokens)."""
+the legacy raw-token scrub, its rollback and the drop of its backup (docs/storage.md: retiring legacy raw tokens)."""
 
 from __future__ import annotations
 

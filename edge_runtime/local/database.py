@@ -105,7 +105,7 @@ def ensure_incremental_vacuum(connection: apsw.Connection) -> bool:
 
 #: Page size of a new database file. Each commit writes every page it touched to the WAL (and a
 #: checkpoint writes them again): a Run's four commits touch about fifteen pages each (table and
-#: index leaves, pointer-map pages), so the bytes a Run writes follow the page size (README: Flash
+#: index leaves, pointer-map pages), so the bytes a Run writes follow the page size (docs/storage.md: flash
 #: writes; `make bench`, footprint: 512 B pages write 46 KB per Run, 1 KiB 69 KB, 4 KiB about four
 #: times that). The price is about 8% more stored per Run (fuller pages of smaller records fit
 #: worse) and a lower overflow limit: 477 bytes for a row, 102 for an index key. Every record of a

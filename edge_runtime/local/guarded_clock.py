@@ -72,7 +72,7 @@ DEFAULT_FORWARD_THRESHOLD_MS = 60_000
 #: How often the service persists the watermark (one small transaction): its slack. Every write
 #: stores observed times, which raise the boot floor too (:func:`observed_floor_ms`), so the
 #: watermark only matters for time handed out while nothing was written; a restart may begin up
-#: to this far below such time, never below anything stored (README: clock).
+#: to this far below such time, never below anything stored (docs/storage.md: opening a database, clock).
 DEFAULT_PERSIST_INTERVAL_MS = 300_000
 #: How soon a detected jump is persisted (and a failed persist of one retried).
 _PENDING_RETRY_MS = 1_000

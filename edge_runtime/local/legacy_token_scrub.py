@@ -1,5 +1,5 @@
 """Retiring the legacy raw lease tokens at rest (ADR-0456 §10): an opt-in scrub, its backup and
-its rollback gate (README: retiring legacy raw tokens).
+its rollback gate (docs/storage.md: retiring legacy raw tokens).
 
 :func:`scrub_legacy_tokens`: (1) under an exclusive lock (only while no other process has the file
 open; a live ``serve`` session refuses it), an online backup to ``<db>.scrub-backup`` (0600),

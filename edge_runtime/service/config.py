@@ -64,7 +64,7 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     retry_max_ms: _Ms = 300_000
     #: Worker session lease; the service heartbeats at a third of it.
     session_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 30_000
-    #: Worker session lease while no Attempt runs (README: Flash writes, heartbeat); unset: 5 minutes
+    #: Worker session lease while no Attempt runs (docs/storage.md: flash writes); unset: 5 minutes
     #: (``IDLE_SESSION_LEASE_MS``: a heartbeat every ~4.7 minutes, not every 10 s, on flash), except on
     #: the Cluster Profile, where a dead idle worker must be noticed as soon as a busy one
     #: (``session_lease_ms``). Never shorter than ``session_lease_ms``.
@@ -73,7 +73,7 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     run_lease_ms: Annotated[int, msgspec.Meta(ge=1_000, le=300_000)] = 60_000
     #: Slow fallback poll in case a wake-up datagram was lost.
     poll_interval_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 30_000
-    #: Retention (README: storage bounds): finished Runs kept at most, and for at most so many days;
+    #: Retention (docs/storage.md: storage bounds): finished Runs kept at most, and for at most so many days;
     #: older ones are deleted whole with their Attempts, events and logs. Unfinished Runs never are.
     retain_runs: RetainRuns = DEFAULT_RETAIN_RUNS
     retain_days: RetainDays = DEFAULT_RETAIN_DAYS

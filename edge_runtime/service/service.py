@@ -17,7 +17,7 @@ Start: open the store (Local: open and migrate the database), bind its wake-up, 
    (``poll_interval_ms``, default 30 s). There is no busy polling: an idle service wakes only for
    its heartbeat, the recovery pass and the fallback poll;
 6. when a tick did no work: one small retention batch (the ``Retention`` port the composition
-   root passes in; README: storage bounds), again soon while more remains, about a second after
+   root passes in; docs/storage.md: storage bounds), again soon while more remains, about a second after
    an Attempt ended, otherwise every minute.
 
 Stop: running Attempts keep running (their processes are in their own sessions, so the
@@ -406,7 +406,7 @@ class DeviceService:
 
     def _busy_since(self, supervisor: AttemptSupervisor, now: int) -> int | None:
         """Since when (guarded-clock ms) Attempts have been watched without a break; None while
-        none is. Picks the session lease the heartbeat takes (README: heartbeat)."""
+        none is. Picks the session lease the heartbeat takes (docs/storage.md: flash writes)."""
         if not supervisor.running:
             self._busy_since_ms = None
         elif self._busy_since_ms is None:

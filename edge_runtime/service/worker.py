@@ -47,7 +47,7 @@ from edge_runtime.contract.worker_session import (
 )
 
 
-#: The session lease a service takes while it watches no Attempt (README: heartbeat). An idle
+#: The session lease a service takes while it watches no Attempt (docs/storage.md: flash writes). An idle
 #: session renews it with the same margin as a busy one (see ``next_heartbeat_at_ms``), so an
 #: idle service writes one heartbeat about every 4.7 minutes instead of every 10 s.
 IDLE_SESSION_LEASE_MS = MAX_SESSION_LEASE_DURATION_MS

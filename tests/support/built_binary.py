@@ -65,7 +65,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(home),
-        "TMPDIR": str(unpack),  # the one-file build unpacks here (see README: unpack directory)
+        "TMPDIR": str(unpack),  # the one-file build unpacks here (docs/building.md: unpack directory)
         "LANG": "C.UTF-8",
         "COLUMNS": "100",
         # A router build tested under qemu-user (make cross-test): where the target's musl loader is.

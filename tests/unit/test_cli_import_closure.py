@@ -80,3 +80,33 @@ def test_submit_loads_neither_the_service_stack_nor_what_it_does_not_use(tmp_pat
     assert run["code"] == 0
     assert "apsw" in run["modules"] and "edge_runtime.local.runs" in run["modules"]  # the probe sees real imports
     assert _loaded(run["modules"], NEVER_FOR_SUBMIT) == []
+
+
+_ENTRY_PROBE = """
+import sys
+sys.frozen, sys._MEIPASS = True, "/usr/lib"  # a one-folder install in a root-owned directory
+sys.argv = ["edge-runtime", "--version"]
+try:
+    with open(ENTRY, encoding="utf-8") as script:  # as the bootloader runs it (runpy imports typing)
+        exec(compile(script.read(), ENTRY, "exec"), {"__name__": "__main__"})
+except SystemExit as exit_:
+    code = exit_.code
+sys.stdout.flush()
+print()
+print(repr((code, sorted(sys.modules))))
+"""
+
+
+def test_built_entry_script_checks_its_install_directory_without_typing() -> None:
+    """The built executables' entry script checks the directory it runs from before the CLI
+    loads, on every command: that check must not pull in typing, re or collections."""
+    entry = Path(__file__).resolve().parents[2] / "build" / "edge-runtime.py"
+    probe = _ENTRY_PROBE.replace("ENTRY", repr(str(entry)))
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    code, modules = ast.literal_eval(result.stdout.strip().splitlines()[-1])
+    assert code == 0, result.stderr
+    assert result.stdout.startswith("edge-runtime "), result.stdout
+    assert "edge_runtime.service.trusted_paths" in modules  # the check did run
+    allowed = {"edge_runtime.service", "edge_runtime.service.watch", "edge_runtime.service.errors",
+               "edge_runtime.service.trusted_paths"}
+    assert [m for m in _loaded(modules, NEVER_FOR_VERSION) if m not in allowed] == []
