@@ -46,6 +46,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from edge_runtime.contract.stored_records import record_to_write, stored_record
 from edge_runtime.contract.transitions import dispatch_run_eligible
 from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterDispatchStorageError, Transaction, reading
@@ -79,30 +80,21 @@ _LOCK_ATTEMPT = "SELECT run_id, status FROM ql3.run_attempts WHERE id = %s FOR N
 
 def _record(row: tuple[Any, ...]) -> DispatchRecord:
     (run_id, attempt_id, status, version, count, next_at, owner, digest, expires, last, last_at, created, updated) = row
-    try:
-        record = DispatchRecord(
-            run_id=run_id, attempt_id=attempt_id, status=_STATUS[status], version=version, dispatch_count=count,
-            next_attempt_at_ms=_UNSET if next_at is None else next_at,
-            lease_owner=_UNSET if owner is None else owner,
-            lease_token_digest=_UNSET if digest is None else digest,
-            lease_expires_at_ms=_UNSET if expires is None else expires,
-            last_result=_UNSET if last is None else _RESULT[last],
-            last_dispatched_at_ms=_UNSET if last_at is None else last_at,
-            created_at_ms=created, updated_at_ms=updated,
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ClusterDispatchStorageError(f"stored dispatch of run {run_id!r} is malformed: {exc!r}") from None
-    problem = dispatch_record_problem(record)
-    if problem is not None:
-        raise ClusterDispatchStorageError(f"stored dispatch of run {run_id!r} breaks an invariant: {problem}")
-    return record
+    return stored_record(lambda: DispatchRecord(
+        run_id=run_id, attempt_id=attempt_id, status=_STATUS[status], version=version, dispatch_count=count,
+        next_attempt_at_ms=_UNSET if next_at is None else next_at,
+        lease_owner=_UNSET if owner is None else owner,
+        lease_token_digest=_UNSET if digest is None else digest,
+        lease_expires_at_ms=_UNSET if expires is None else expires,
+        last_result=_UNSET if last is None else _RESULT[last],
+        last_dispatched_at_ms=_UNSET if last_at is None else last_at,
+        created_at_ms=created, updated_at_ms=updated,
+    ), f"dispatch of run {run_id!r}", ClusterDispatchStorageError, dispatch_record_problem)
 
 
 def _checked(record: DispatchRecord) -> DispatchRecord:
-    problem = dispatch_record_problem(record)
-    if problem is not None:
-        raise ClusterDispatchStorageError(f"refusing to write dispatch of run {record.run_id!r}: {problem}")
-    return record
+    return record_to_write(record, dispatch_record_problem(record), f"dispatch of run {record.run_id!r}",
+                           ClusterDispatchStorageError)
 
 
 def _values(r: DispatchRecord) -> tuple[Any, ...]:

@@ -49,9 +49,13 @@ from edge_runtime.contract.schedules import (
     ScheduleRecord,
     ScheduleRepositoryError,
     check_schedule_id,
+    next_fire_on_pause_change,
     plan_fire,
+    replaced_reason,
+    slot_decision,
 )
 from edge_runtime.contract.sql_vocabulary import ACTIVE_RUN_SQL
+from edge_runtime.contract.stored_records import stored_record
 from edge_runtime.contract.time_zones import TimeZone, time_zone, time_zone_text
 
 _UNSET = msgspec.UNSET
@@ -79,10 +83,9 @@ def _camel(name: str) -> str:
 
 def _record(row: tuple[Any, ...]) -> ScheduleRecord:
     values = dict(zip(_FIELDS, row))
-    try:
-        return msgspec.convert({_camel(k): v for k, v in values.items() if v is not None}, ScheduleRecord)
-    except msgspec.ValidationError as exc:
-        raise ScheduleRepositoryError(f"stored schedule {values['id']!r} is malformed: {exc}") from None
+    return stored_record(lambda: msgspec.convert({_camel(k): v for k, v in values.items() if v is not None},
+                                                 ScheduleRecord),
+                         f"schedule {values['id']!r}", ScheduleRepositoryError)
 
 
 def _refuse_boot(expression: Any) -> None:
@@ -217,16 +220,13 @@ class PostgresScheduleRepository:
             record = self._locked(schedule_id)
             now = database_now(self._cur)
             active = self._active(schedule_id)
-            if active:
-                ids = [run_id for run_id, _ in active]
-                if record.overlap is Overlap.SKIP:
-                    return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.SKIPPED, active_run_ids=ids)
+            outcome, to_cancel = slot_decision(record.overlap, active)
+            if outcome is FireOutcome.WAITING:
                 self._cur.execute(
                     "UPDATE ql3.schedules SET waiting_fire_at_ms = coalesce(waiting_fire_at_ms, %s), "
                     "last_outcome = %s, updated_at_ms = %s WHERE id = %s",
                     (now, FireOutcome.WAITING.value, now, schedule_id))
-                to_cancel = [run_id for run_id, requested in active if not requested]
-            else:
+            elif outcome is FireOutcome.STARTED:
                 # One Run per (schedule, slot): a slot fired in this very millisecond moves this one on.
                 slot = self._cur.execute(
                     "SELECT coalesce(max(slot_ms) + 1, %(n)s) FROM ql3.schedule_fires "
@@ -239,10 +239,9 @@ class PostgresScheduleRepository:
                     (now, FireOutcome.STARTED.value, run_id, now, schedule_id))
                 self._cur.execute(NOTIFY_WAKE)
                 return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.STARTED, run_id=run_id)
-        if record.overlap is Overlap.REPLACE:
-            for run_id in to_cancel:  # after the commit: each cancel is its own transaction
-                self.request_cancel(run_id, f"replaced by schedule {schedule_id}", actor_id=actor_id)
-        return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.WAITING, active_run_ids=ids)
+        for run_id in to_cancel:  # after the commit: each cancel is its own transaction
+            self.request_cancel(run_id, replaced_reason(schedule_id), actor_id=actor_id)
+        return RunNowOutcome(schedule_id=schedule_id, outcome=outcome, active_run_ids=[run_id for run_id, _ in active])
 
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
         """Pause or resume; resuming restarts from the first slot after now (slots missed while
@@ -252,8 +251,7 @@ class PostgresScheduleRepository:
             record = self._locked(schedule_id)
             now = database_now(self._cur)
             if record.paused != paused:
-                next_fire = record.next_fire_at_ms if paused else parse_schedule(record.expression).next_fire_after(
-                    now, self.zone_of(record))
+                next_fire = next_fire_on_pause_change(record, paused, now, self.zone_of(record))
                 self._cur.execute(
                     "UPDATE ql3.schedules SET paused = %s, next_fire_at_ms = %s, waiting_fire_at_ms = NULL, "
                     "updated_at_ms = %s WHERE id = %s", (paused, next_fire, now, schedule_id))
@@ -354,10 +352,9 @@ class PostgresScheduleRepository:
                 if record.waiting_fire_at_ms is _UNSET:
                     continue
                 now = database_now(self._cur)
-                active = self._active(schedule_id)
-                if active:
-                    if record.overlap is Overlap.REPLACE:
-                        to_cancel += [run_id for run_id, requested in active if not requested]
+                outcome, replaced = slot_decision(record.overlap, self._active(schedule_id))
+                if outcome is not FireOutcome.STARTED:  # still waiting for its active Runs to end
+                    to_cancel += replaced
                     continue
                 run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
                 self._cur.execute(

@@ -205,12 +205,34 @@ def plan_fire(
     due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms, zone)
     if due is None:
         return None
+    return FirePlan(due, *slot_decision(overlap, active))
+
+
+def slot_decision(overlap: Overlap, active: list[tuple[str, bool]]) -> tuple[FireOutcome, tuple[str, ...]]:
+    """What a slot does (a due fire, or ``schedule run``) given the schedule's active Runs as
+    ``(run_id, cancel_requested)``: start when none is active; else skip it (overlap skip) or wait
+    for them to end, and for overlap replace, the Runs whose cancel is still to be requested (each
+    after the slot's commit, in a transaction of its own, with :func:`replaced_reason`)."""
     if not active:
-        return FirePlan(due, FireOutcome.STARTED)
+        return FireOutcome.STARTED, ()
     if overlap is Overlap.SKIP:
-        return FirePlan(due, FireOutcome.SKIPPED)
+        return FireOutcome.SKIPPED, ()
     to_cancel = tuple(run_id for run_id, requested in active if not requested) if overlap is Overlap.REPLACE else ()
-    return FirePlan(due, FireOutcome.WAITING, to_cancel)
+    return FireOutcome.WAITING, to_cancel
+
+
+def replaced_reason(schedule_id: str) -> str:
+    """The cancel reason of a Run that a slot of its schedule replaces (overlap replace)."""
+    return f"replaced by schedule {schedule_id}"
+
+
+def next_fire_on_pause_change(record: ScheduleRecord, paused: bool, now_ms: int, zone: TimeZone) -> int:
+    """The next fire of ``record`` once paused or resumed: a pause keeps it; resuming restarts from
+    the first slot after now, so the slots missed while paused are not fired (a pause means "not
+    these")."""
+    if paused:
+        return record.next_fire_at_ms
+    return parse_schedule(record.expression).next_fire_after(now_ms, zone)
 
 
 class ScheduleAdmin(Protocol):

@@ -51,6 +51,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from edge_runtime.contract.stored_records import record_to_write, stored_record
 from edge_runtime.contract.transitions import dispatch_run_eligible
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
@@ -107,37 +108,27 @@ def record_from_row(row: tuple[Any, ...]) -> DispatchRecord:
     """
     (run_id, attempt_id, status, version, dispatch_count, next_at, owner, token, expires, last, last_at, created,
      updated) = row
-    try:
-        record = DispatchRecord(
-            run_id=run_id,
-            attempt_id=attempt_id,
-            # An unknown value falls through to the enum call, whose ValueError names it.
-            status=_STATUS_BY_VALUE.get(status) or DispatchStatus(status),
-            version=version,
-            dispatch_count=dispatch_count,
-            next_attempt_at_ms=_UNSET if next_at is None else next_at,
-            lease_owner=_UNSET if owner is None else owner,
-            lease_token_digest=project_stored_token(token),
-            lease_expires_at_ms=_UNSET if expires is None else expires,
-            last_result=_UNSET if last is None else (_RESULT_BY_VALUE.get(last) or DispatchResult(last)),
-            last_dispatched_at_ms=_UNSET if last_at is None else last_at,
-            created_at_ms=created,
-            updated_at_ms=updated,
-        )
-    except (ValueError, TypeError) as exc:
-        raise RepositoryError(f"stored dispatch of run {run_id!r} is malformed: {exc}") from None
-    problem = dispatch_record_problem(record)
-    if problem is not None:
-        raise RepositoryError(f"stored dispatch of run {run_id!r} breaks an invariant: {problem}")
-    return record
+    return stored_record(lambda: DispatchRecord(
+        run_id=run_id,
+        attempt_id=attempt_id,
+        # An unknown value falls through to the enum call, whose ValueError names it.
+        status=_STATUS_BY_VALUE.get(status) or DispatchStatus(status),
+        version=version,
+        dispatch_count=dispatch_count,
+        next_attempt_at_ms=_UNSET if next_at is None else next_at,
+        lease_owner=_UNSET if owner is None else owner,
+        lease_token_digest=project_stored_token(token),
+        lease_expires_at_ms=_UNSET if expires is None else expires,
+        last_result=_UNSET if last is None else (_RESULT_BY_VALUE.get(last) or DispatchResult(last)),
+        last_dispatched_at_ms=_UNSET if last_at is None else last_at,
+        created_at_ms=created,
+        updated_at_ms=updated,
+    ), f"dispatch of run {run_id!r}", RepositoryError, dispatch_record_problem)
 
 
 def _checked(record: DispatchRecord) -> DispatchRecord:
-    problem = dispatch_record_problem(record)
-    if problem is not None:
-        # Only reachable through a bug in this module; refuse to write a broken row.
-        raise RepositoryError(f"refusing to write dispatch of run {record.run_id!r}: {problem}")
-    return record
+    return record_to_write(record, dispatch_record_problem(record), f"dispatch of run {record.run_id!r}",
+                           RepositoryError)
 
 
 def _row_values(record: DispatchRecord) -> tuple[Any, ...]:

@@ -18,6 +18,7 @@ from edge_runtime.contract.runs import (
     RunRepositoryError,
     RunStatus,
 )
+from edge_runtime.contract.stored_records import stored_record
 from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
@@ -46,15 +47,16 @@ def _fields(names: tuple[str, ...], row: tuple[Any, ...]) -> dict[str, Any]:
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
     fields = _fields(_RUN_NAMES, row)
-    try:
+
+    def build() -> RunRecord:
         fields["status"] = RunStatus(fields["status"])
         if fields["command"] is not _UNSET:
             fields["command"] = _decode_argv(fields["command"])
         if fields["env"] is not _UNSET:
             fields["env"] = _decode_env(fields["env"])
         return RunRecord(**fields)
-    except (ValueError, msgspec.DecodeError) as exc:
-        raise RunRepositoryError(f"stored run {fields['id']!r} is malformed: {exc}") from None
+
+    return stored_record(build, f"run {fields['id']!r}", RunRepositoryError)
 
 
 _IDENTITY = ("pid", "pgid", "process_start_ticks", "boot_id")

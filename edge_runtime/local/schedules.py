@@ -31,8 +31,12 @@ from edge_runtime.contract.schedules import (
     ScheduleRepositoryError,
     RunNowOutcome,
     check_schedule_id,
+    next_fire_on_pause_change,
     plan_fire,
+    replaced_reason,
+    slot_decision,
 )
+from edge_runtime.contract.stored_records import stored_record
 from edge_runtime.contract.time_zones import TimeZone, time_zone, time_zone_text
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.contract.device import device_time_zone, read_boot_id
@@ -56,7 +60,8 @@ FIRE_BATCH = 64
 
 def _record(row: tuple[Any, ...]) -> ScheduleRecord:
     values = dict(zip(_COLUMNS.split(", "), row))
-    try:
+
+    def build() -> ScheduleRecord:
         values["command"] = _decode_argv(values["command"])
         if values["env"] is not None:
             values["env"] = _decode_env(values["env"])
@@ -64,8 +69,8 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
         camel = {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in values.items()
                  if k != "env"} | {"env": values["env"]}
         return msgspec.convert({k: v for k, v in camel.items() if v is not None}, ScheduleRecord)
-    except (ValueError, msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise ScheduleRepositoryError(f"stored schedule {values['id']!r} is malformed: {exc}") from None
+
+    return stored_record(build, f"schedule {values['id']!r}", ScheduleRepositoryError)
 
 
 #: Storage failures (and a bad clock value) become :class:`ScheduleRepositoryError`, retryable when
@@ -182,15 +187,12 @@ class LocalScheduleRepository:
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
             active = self._active(schedule_id)
-            if active:
-                ids = [run_id for run_id, _ in active]
-                if record.overlap is Overlap.SKIP:
-                    return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.SKIPPED, active_run_ids=ids)
+            outcome, to_cancel = slot_decision(record.overlap, active)
+            if outcome is FireOutcome.WAITING:
                 self._db.connection.execute(
                     "UPDATE schedules SET waiting_fire_at_ms = coalesce(waiting_fire_at_ms, ?), last_outcome = ?, "
                     "updated_at_ms = ? WHERE id = ?", (now, FireOutcome.WAITING.value, now, schedule_id))
-                to_cancel = [run_id for run_id, requested in active if not requested]
-            else:
+            elif outcome is FireOutcome.STARTED:
                 # One Run per (schedule, slot): a slot fired in this very millisecond moves this one on.
                 slot = now
                 while self._db.connection.execute(
@@ -202,10 +204,9 @@ class LocalScheduleRepository:
                     "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
                     (now, FireOutcome.STARTED.value, run_id, now, schedule_id))
                 return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.STARTED, run_id=run_id)
-        if record.overlap is Overlap.REPLACE:
-            for run_id in to_cancel:  # after the commit: each cancel is its own transaction
-                self.request_cancel(run_id, f"replaced by schedule {schedule_id}", actor_id=actor_id)
-        return RunNowOutcome(schedule_id=schedule_id, outcome=FireOutcome.WAITING, active_run_ids=ids)
+        for run_id in to_cancel:  # after the commit: each cancel is its own transaction
+            self.request_cancel(run_id, replaced_reason(schedule_id), actor_id=actor_id)
+        return RunNowOutcome(schedule_id=schedule_id, outcome=outcome, active_run_ids=[run_id for run_id, _ in active])
 
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
         """Pause or resume. Resuming restarts from the first slot after now: slots missed while
@@ -216,8 +217,7 @@ class LocalScheduleRepository:
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
             if record.paused != paused:
-                next_fire = record.next_fire_at_ms if paused else parse_schedule(record.expression).next_fire_after(
-                    now, self.zone_of(record))
+                next_fire = next_fire_on_pause_change(record, paused, now, self.zone_of(record))
                 self._db.connection.execute(
                     "UPDATE schedules SET paused = ?, next_fire_at_ms = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
                     "WHERE id = ?",
@@ -299,10 +299,9 @@ class LocalScheduleRepository:
                 record = self._row(schedule_id)
                 if record is None or record.waiting_fire_at_ms is _UNSET:
                     continue
-                active = self._active(schedule_id)
-                if active:
-                    if record.overlap is Overlap.REPLACE:
-                        to_cancel += [run_id for run_id, requested in active if not requested]
+                outcome, replaced = slot_decision(record.overlap, self._active(schedule_id))
+                if outcome is not FireOutcome.STARTED:  # still waiting for its active Runs to end
+                    to_cancel += replaced
                     continue
                 run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
                 self._db.connection.execute(

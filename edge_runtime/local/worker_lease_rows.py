@@ -27,6 +27,7 @@ from edge_runtime.contract.worker_lease import (
 from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
 from edge_runtime.contract.sql_vocabulary import sql_literal
+from edge_runtime.contract.stored_records import record_to_write, stored_record
 from edge_runtime.local.errors import StorageErrors
 
 _UNSET = msgspec.UNSET
@@ -97,16 +98,14 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
     """
     fields = dict(zip(_SESSION_NAMES, row))
     worker_id, text = fields["worker_id"], fields["capabilities"]
-    try:
+
+    def build() -> WorkerSessionRecord:
         fields["status"] = _SESSION_STATUS[fields["status"]]
         fields["capabilities"] = _decode_capabilities(text)
-        record = WorkerSessionRecord(**fields)
-    except (KeyError, ValueError, TypeError, msgspec.DecodeError) as exc:
-        raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} is malformed: {exc}") from None
-    problem = _session_problem(record, text)
-    if problem is not None:
-        raise WorkerLeaseRepositoryError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
-    return record
+        return WorkerSessionRecord(**fields)
+
+    return stored_record(build, f"session of worker {worker_id!r}", WorkerLeaseRepositoryError,
+                         lambda record: _session_problem(record, text))
 
 
 # Every claim, renew and release reads its worker's session row, which changes only on a heartbeat.
@@ -124,10 +123,8 @@ def read_session(connection: apsw.Connection, worker_id: str) -> WorkerSessionRe
 def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expected_version: int | None) -> None:
     """Insert (``expected_version`` None) or version-CAS update one checked session."""
     text = canonical_capabilities_unchecked(record.capabilities).decode()
-    problem = _session_problem(record, text)
-    if problem is not None:
-        # Only reachable through a bug in the repository; refuse to write a broken row.
-        raise WorkerLeaseRepositoryError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
+    record_to_write(record, _session_problem(record, text), f"session of worker {record.worker_id!r}",
+                    WorkerLeaseRepositoryError)
     values = _stored_values(tuple(
         text if name == "capabilities" else getattr(record, name) for name in _SESSION_NAMES[1:]
     ))
@@ -178,21 +175,18 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
         WorkerLeaseRepositoryError: the row breaks a contract invariant.
     """
     fields = dict(zip(_LEASE_NAMES, row))
-    attempt_id = fields["attempt_id"]
-    try:
+
+    def build() -> RunLeaseRecord:
         for name in _LEASE_OPTIONAL:
             if fields[name] is None:
                 fields[name] = _UNSET
         fields["status"] = _LEASE_STATUS[fields["status"]]
         if fields["release_reason"] is not _UNSET:
             fields["release_reason"] = _RELEASE_REASON[fields["release_reason"]]
-        record = RunLeaseRecord(**fields)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} is malformed: {exc}") from None
-    problem = lease_record_problem(record)
-    if problem is not None:
-        raise WorkerLeaseRepositoryError(f"stored lease of attempt {attempt_id!r} breaks an invariant: {problem}")
-    return record
+        return RunLeaseRecord(**fields)
+
+    return stored_record(build, f"lease of attempt {fields['attempt_id']!r}", WorkerLeaseRepositoryError,
+                         lease_record_problem)
 
 
 # Renew, release, start and complete each read back the row the step before wrote. A row tuple
@@ -236,9 +230,8 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     The identifiers of every record written here come from a checked record or a validated
     command, so only the state invariants are re-checked (the table's CHECKs back them too).
     """
-    problem = lease_record_problem(record)
-    if problem is not None:
-        raise WorkerLeaseRepositoryError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
+    record_to_write(record, lease_record_problem(record), f"lease of attempt {record.attempt_id!r}",
+                    WorkerLeaseRepositoryError)
     values = _stored_values(_lease_fields(record))
     _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
                f"lease of attempt {record.attempt_id!r}")

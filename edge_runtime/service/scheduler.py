@@ -15,7 +15,7 @@ on a mere restart of the service.
 
 from __future__ import annotations
 
-from edge_runtime.contract.schedules import TIMEOUT_REASON, ScheduleStore
+from edge_runtime.contract.schedules import TIMEOUT_REASON, ScheduleStore, replaced_reason
 from edge_runtime.service.journal import Journal
 
 ACTOR_ID = "scheduler"
@@ -53,7 +53,7 @@ class Scheduler:
                 "schedule.fired", schedule=schedule_id, slot_ms=plan.due.fire_at_ms, outcome=plan.outcome.value,
                 coalesced=plan.due.coalesced, next_ms=plan.due.next_fire_at_ms,
             )
-            self._cancel(plan.cancel_run_ids, f"replaced by schedule {schedule_id}")
+            self._cancel(plan.cancel_run_ids, replaced_reason(schedule_id))
         if self._cancel(self._store.start_waiting(actor_id=ACTOR_ID), "replaced by its schedule's next slot"):
             worked = True
         return self._cancel(self._store.timed_out_run_ids(), TIMEOUT_REASON) or worked
