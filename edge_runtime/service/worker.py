@@ -154,10 +154,7 @@ class WorkerSession:
         session = self.session
         self._session = self._repo.heartbeat(
             HeartbeatCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                generation=session.generation,
-                expected_version=session.version,
+                **self._session_at_version(),
                 available_slots=max(0, min(available_slots, session.max_concurrent_runs)),
                 lease_duration_ms=self._idle_session_lease_ms if idle else self._session_lease_ms,
             )
@@ -200,15 +197,14 @@ class WorkerSession:
         return max(1, self._session_lease_ms // 3)
 
     def offline(self) -> None:
+        self._session = self._repo.offline(OfflineCommand(**self._session_at_version()))
+
+    def _session_at_version(self) -> dict[str, object]:
+        """The fence of a session command (heartbeat, offline): this session at the version of
+        it this service last saw, so that a write it has not seen refuses the command."""
         session = self.session
-        self._session = self._repo.offline(
-            OfflineCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                generation=session.generation,
-                expected_version=session.version,
-            )
-        )
+        return {"worker_id": self.worker_id, "session_id": self.session_id, "generation": session.generation,
+                "expected_version": session.version}
 
     # ----------------------------------------------------------------- run leases
 
