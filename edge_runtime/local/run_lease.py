@@ -52,13 +52,7 @@ from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
-from edge_runtime.local.worker_lease_rows import (
-    count_other_active,
-    move_projection,
-    read_lease,
-    repository_errors,
-    store_lease,
-)
+from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
 from edge_runtime.local.worker_session import WorkerSessions, bump, expect
 
 
@@ -100,11 +94,16 @@ def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, now:
     current = read_lease(connection, attempt_id)
     if current is None or current.status is not LeaseStatus.LEASED:
         return None
-    lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
-                     completed_at_ms=now, updated_at_ms=now)
-    store_lease(connection, lease, current.version)
-    move_projection(connection, attempt_id, current, lease, now_ms=now)
-    return lease
+    return close_grant(connection, current, now)
+
+
+def close_grant(connection: apsw.Connection, lease: RunLeaseRecord, now: int) -> RunLeaseRecord:
+    """Complete the held grant ``lease`` now (its Attempt ended, or never started): the completed
+    grant, written with its Attempt's projection cleared."""
+    completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
+                         completed_at_ms=now, updated_at_ms=now)
+    write_grant(connection, lease, completed, now_ms=now)
+    return completed
 
 
 def lease_event(
@@ -213,8 +212,7 @@ class RunLeases:
                 acquired_at_ms=now,
                 updated_at_ms=now,
             )
-            store_lease(connection, lease, None if existing is None else existing.version)
-            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
             )
@@ -243,8 +241,7 @@ class RunLeases:
                 renewed_at_ms=now,
                 updated_at_ms=now,
             )
-            store_lease(self._db.connection, lease, current.version)
-            move_projection(self._db.connection, cmd.attempt_id, current, lease, now_ms=now)
+            write_grant(self._db.connection, current, lease, now_ms=now)
             return lease
 
     def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -272,8 +269,7 @@ class RunLeases:
                 release_reason=cmd.reason,
                 updated_at_ms=now,
             )
-            store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -307,10 +303,8 @@ class RunLeases:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(current, "started")
             lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
-            store_lease(connection, lease, current.version)
-            move_projection(
-                connection, cmd.attempt_id, current, lease, now_ms=now, set_status=AttemptStatus.STARTING, require_status=AttemptStatus.CLAIMED
-            )
+            write_grant(connection, current, lease, now_ms=now, set_status=AttemptStatus.STARTING,
+                        require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -333,15 +327,7 @@ class RunLeases:
                               session_generation=cmd.session_generation, lease_generation=cmd.lease_generation,
                               version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
-            lease = _replace(
-                current,
-                status=LeaseStatus.COMPLETED,
-                version=bump(current.version, "lease"),
-                completed_at_ms=now,
-                updated_at_ms=now,
-            )
-            store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now)
+            lease = close_grant(connection, current, now)
             attempt = read_attempt_fence(connection, cmd.attempt_id)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt.status)

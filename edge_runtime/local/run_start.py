@@ -52,19 +52,12 @@ from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
-from edge_runtime.local.run_lease import grant_held, lease_event, run_problem
+from edge_runtime.local.run_lease import close_grant, grant_held, lease_event, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted
-from edge_runtime.local.worker_lease_rows import (
-    count_other_active,
-    move_projection,
-    read_lease,
-    repository_errors,
-    store_lease,
-)
-from edge_runtime.local.worker_session import WorkerSessions, bump, expect
+from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
+from edge_runtime.local.worker_session import WorkerSessions, expect
 
-_UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 
 #: The executor every Local Attempt runs on.
@@ -170,12 +163,10 @@ class RunStarts:
                 offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
                 acquired_at_ms=now, updated_at_ms=now,
             )
-            store_lease(connection, claimed, None)
-            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
             started = _replace(claimed, version=2, started_at_ms=now)
-            store_lease(connection, started, 1)
-            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
-                            require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
+                        require_status=AttemptStatus.CLAIMED)
             event = lease_event(connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now,
                                 dedupe_key=attempt_event_key(number, "start"),
                                 **start_event_extra(number, cmd.offer_id))
@@ -247,10 +238,7 @@ class RunStarts:
         """Close the grant (if still held) and end the Attempt by :func:`end_unstarted`'s rule."""
         connection = self._db.connection
         if lease is not None and lease.status is LeaseStatus.LEASED:
-            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
-                                 completed_at_ms=now, updated_at_ms=now)
-            store_lease(connection, completed, lease.version)
-            move_projection(connection, attempt_id, lease, completed, now_ms=now)
+            completed = close_grant(connection, lease, now)
             lease_event(self._db.connection, None, completed, _new_event_id(), EVENT_LEASE_COMPLETED, "completed", now)
         row = connection.execute(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE id = (SELECT run_id FROM run_attempts WHERE id = ?)", (attempt_id,)

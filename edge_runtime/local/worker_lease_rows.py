@@ -308,6 +308,23 @@ def move_projection(
         )
 
 
+def write_grant(
+    connection: apsw.Connection,
+    old: RunLeaseRecord | None,
+    new: RunLeaseRecord,
+    *,
+    now_ms: int,
+    set_status: AttemptStatus | None = None,
+    require_status: AttemptStatus | None = None,
+) -> None:
+    """Replace the grant ``old`` of an Attempt (None: it has none yet) by ``new``: the lease row
+    (:func:`store_lease`, a CAS on ``old``'s version) and the Attempt's projection
+    (:func:`move_projection`) change together, in the caller's transaction."""
+    store_lease(connection, new, None if old is None else old.version)
+    move_projection(connection, new.attempt_id, old, new, now_ms=now_ms, set_status=set_status,
+                    require_status=require_status)
+
+
 # --------------------------------------------------------------------------- errors
 
 
