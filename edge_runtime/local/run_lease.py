@@ -49,11 +49,10 @@ from edge_runtime.contract.worker_lease import (
 from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.transitions import lease_mismatch, not_claimable
 from edge_runtime.contract.worker_session import SessionStatus
-from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
 from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
-from edge_runtime.local.worker_session import WorkerSessions, bump, expect
+from edge_runtime.local.worker_session import bump, expect
 
 
 _UNSET = msgspec.UNSET
@@ -137,13 +136,12 @@ def lease_event(
 
 class RunLeases:
     """The Run Lease authority: claim, renew, release, begin_start, complete; every grant is fenced
-    by the worker's current session, which it asks the session authority for."""
+    by the worker's current session, which it asks the session authority for.
 
-    __slots__ = ("_db", "_sessions")
+    A part of :class:`~edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`: the database
+    (``_db``) and the session fence (``_current_session``) are the session authority's, its base."""
 
-    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
-        self._db = db
-        self._sessions = sessions
+    __slots__ = ()
 
     # ================================================================= run leases
 
@@ -163,7 +161,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
             run = read_run_fence(connection, cmd.run_id)
             reason = run_problem(run)
             if reason is not None:
@@ -232,7 +230,7 @@ class RunLeases:
         expect(cmd, RenewRunLeaseCommand, "renew")
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
-            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             lease = _replace(
                 current,
@@ -258,7 +256,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._sessions.current(cmd, now, allowed=tuple(SessionStatus), require_live=False)
+            self._current_session(cmd, now, allowed=tuple(SessionStatus), require_live=False)
             current = self._fenced_lease(cmd, digest)
             self._require_claimed(current, "released")
             lease = _replace(
@@ -291,7 +289,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             if not current.is_live(now):
                 raise WorkerLeaseFenceRejectedError(

@@ -50,13 +50,12 @@ from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.local.database import LocalDatabase
 from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
 from edge_runtime.local.run_lease import close_grant, grant_held, lease_event, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
-from edge_runtime.local.worker_session import WorkerSessions, expect
+from edge_runtime.local.worker_session import expect
 
 _replace = msgspec.structs.replace
 
@@ -113,13 +112,12 @@ def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
 
 class RunStarts:
     """The composed start and its compensations, on the Run Lease authority's rows; see the module
-    docstring. Fenced by the worker's current session, which it asks the session authority for."""
+    docstring. Fenced by the worker's current session, which it asks the session authority for.
 
-    __slots__ = ("_db", "_sessions")
+    A part of :class:`~edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`, like
+    :class:`~edge_runtime.local.run_lease.RunLeases`."""
 
-    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
-        self._db = db
-        self._sessions = sessions
+    __slots__ = ()
 
     def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
         """Take a queued Run: its next Attempt, its Run Lease and the start barrier, in one step.
@@ -138,7 +136,7 @@ class RunStarts:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
             if session.version != cmd.session_version:
                 raise WorkerLeaseFenceRejectedError(
                     f"session {cmd.session_id!r} of worker {cmd.worker_id!r} is at version {session.version}, "
@@ -214,7 +212,7 @@ class RunStarts:
             if not _is_orphan(row, now, abandon_after_ms):
                 continue
             with repository_errors(), self._db.write() as now:
-                self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+                self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
                 fresh = self._db.connection.execute(_ONE_ORPHAN_CANDIDATE, (now, row[0])).fetchone()
                 if fresh is None or not _is_orphan(fresh, now, abandon_after_ms):
                     continue
