@@ -9,21 +9,19 @@ from typing import Any
 import msgspec
 
 from edge_runtime import operations
-from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_argument, print_json, secret_values
+from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_command, print_json, secret_values
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
-    parser = subparsers.add_parser(
-        "cancel",
+    parser = add_run_command(
+        subparsers, "cancel", run, stores,
         help=help_text,
         description="Record a durable cancel request. The service delivers it to the Run's process "
         "group (SIGTERM, then SIGKILL after the grace period), even across restarts.",
     )
-    add_run_argument(parser)
     parser.add_argument("--reason", help="why, kept with the Run")
     add_json_flag(parser)
-    parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:

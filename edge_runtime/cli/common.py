@@ -16,7 +16,7 @@ import argparse
 import contextlib
 import datetime as dt
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +67,30 @@ def add_run_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run_id", metavar="RUN", help="the Run id, or a unique prefix or suffix of it (12 characters at most)")
 
 
+def add_run_command(
+    subparsers: argparse._SubParsersAction, name: str, run: Callable[[argparse.Namespace], int], stores: Any,
+    **parser_options: Any,
+) -> argparse.ArgumentParser:
+    """The parser of a command about one Run: its positional ``RUN``, run by ``run`` on ``stores``.
+
+    ``parser_options`` go to ``add_parser`` (``help``, ``description``); the caller adds the
+    command's own options after ``RUN``.
+    """
+    parser = subparsers.add_parser(name, **parser_options)
+    add_run_argument(parser)
+    parser.set_defaults(run=run, stores=stores)
+    return parser
+
+
+@contextlib.contextmanager
+def open_run(args: argparse.Namespace, access: str) -> Iterator[Any]:
+    """The store of ``args`` opened for ``access``, with ``args.run_id`` made the full id of the
+    Run it names (:func:`resolve_run_id`: a unique prefix or suffix is enough)."""
+    with args.stores.open(args, access) as store:
+        args.run_id = resolve_run_id(store, args.run_id)
+        yield store
+
+
 def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 
@@ -104,5 +128,14 @@ def _with_offset(local: dt.datetime) -> str:
 
 def present(value: Any, default: str = "-") -> str:
     return default if value is msgspec.UNSET or value is None else printable(str(value))
+
+
+def write_cwd_and_env(out: Any, record: Any) -> None:
+    """The ``cwd`` and ``env`` lines of ``show`` and ``schedule show``: the run options a Run
+    and a schedule both keep (none for what was not given)."""
+    if record.cwd is not msgspec.UNSET:
+        out.write(f"cwd        {printable(record.cwd)}\n")
+    for name, value in ({} if record.env is msgspec.UNSET else record.env).items():
+        out.write(f"env        {name}={printable(value)}\n")
 
 

@@ -8,8 +8,7 @@ import uuid
 from typing import Any
 
 from edge_runtime.cli.common import (
-    resolve_run_id,
-    LOCAL_STORES, READ, WRITE, add_json_flag, add_run_argument, format_ms, present, print_json, wake_service,
+    LOCAL_STORES, READ, WRITE, add_json_flag, add_run_command, format_ms, open_run, present, print_json, wake_service,
 )
 
 
@@ -17,25 +16,20 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser = subparsers.add_parser("dispatch", help=help_text)
     actions = parser.add_subparsers(dest="dispatch_action", metavar="ACTION", required=True,
                                     parser_class=type(parser))
-    show = actions.add_parser("show", help="show the dispatch record (never the lease token)")
-    add_run_argument(show)
+    show = add_run_command(actions, "show", run_show, stores, help="show the dispatch record (never the lease token)")
     add_json_flag(show)
-    show.set_defaults(run=run_show, stores=stores)
-    rearm = actions.add_parser(
-        "rearm",
+    rearm = add_run_command(
+        actions, "rearm", run_rearm, stores,
         help="re-arm a blocked dispatch (exact version compare-and-set)",
         description="Move a blocked dispatch back to retry_wait, due now, if and only if it is still "
         "at --expected-version (see `dispatch show`).",
     )
-    add_run_argument(rearm)
     rearm.add_argument("--expected-version", type=int, required=True, metavar="V")
     add_json_flag(rearm)
-    rearm.set_defaults(run=run_rearm, stores=stores)
 
 
 def run_show(args: argparse.Namespace) -> int:
-    with args.stores.open(args, READ) as store:
-        args.run_id = resolve_run_id(store, args.run_id)
+    with open_run(args, READ) as store:
         record = store.dispatches.find_by_run_id(args.run_id)
         if record is None:
             store.runs.get(args.run_id)  # RunNotFoundError when there is no such Run
@@ -66,8 +60,7 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_rearm(args: argparse.Namespace) -> int:
-    with args.stores.open(args, WRITE) as store:
-        args.run_id = resolve_run_id(store, args.run_id)
+    with open_run(args, WRITE) as store:
         outcome = store.dispatches.rearm(args.run_id, args.expected_version, event_id=str(uuid.uuid4()), actor_id="cli")
         wake_service(store.wake_workers)
     if args.json:

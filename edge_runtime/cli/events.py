@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import (
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, print_json, resolve_run_id, secret_values,
+    LOCAL_STORES, READ, add_json_flag, add_run_command, format_ms, open_run, print_json, secret_values,
 )
 from edge_runtime.contract.environment import mask_text
 
@@ -18,15 +18,11 @@ _encode = msgspec.json.Encoder(order="sorted").encode
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
-    parser = subparsers.add_parser("events", help=help_text)
-    add_run_argument(parser)
-    add_json_flag(parser)
-    parser.set_defaults(run=run, stores=stores)
+    add_json_flag(add_run_command(subparsers, "events", run, stores, help=help_text))
 
 
 def run(args: argparse.Namespace) -> int:
-    with args.stores.open(args, READ) as store:
-        args.run_id = resolve_run_id(store, args.run_id)
+    with open_run(args, READ) as store:
         events = store.runs.events(args.run_id)
         secrets = secret_values(store)
     if args.json:

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime import operations
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_argument, resolve_run_id
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_command, open_run
 from edge_runtime.contract.environment import SecretMasker
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
 # Kept importable from here under their old names (tests, the cluster CLI).
@@ -35,14 +35,12 @@ class LogElsewhereError(RunStateConflictError, code="LOG_ON_OTHER_HOST"):
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
-    parser = subparsers.add_parser("logs", help=help_text)
-    add_run_argument(parser)
+    parser = add_run_command(subparsers, "logs", run, stores, help=help_text)
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     parser.add_argument("--follow", "-f", action="store_true",
                         help="keep printing the output as it is written until the Attempt ends, then exit 0")
     parser.add_argument("--log-dir", dest="log_dir",
                         help="the service's log directory (default: as serve resolves it from its configuration)")
-    parser.set_defaults(run=run, stores=stores)
 
 
 #: How often ``--follow`` looks for new output and for the Attempt's end.
@@ -51,8 +49,7 @@ _CHUNK = 64 * 1024
 
 
 def run(args: argparse.Namespace) -> int:
-    with args.stores.open(args, READ) as store:
-        args.run_id = resolve_run_id(store, args.run_id)
+    with open_run(args, READ) as store:
         store.runs.get(args.run_id)
         attempt = _attempt(store, args)
         # Every printed log masks the secrets' values (docs/environment.md).

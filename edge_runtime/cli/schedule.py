@@ -22,6 +22,7 @@ from edge_runtime.cli.common import (
     print_json,
     printable,
     secret_values,
+    write_cwd_and_env,
 )
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
@@ -203,10 +204,7 @@ def _show(repository: Any, r: ScheduleRecord) -> None:
     out.write(f"time zone  {printable(_zone_text(repository, r))}\n")
     out.write(f"command    {printable(shlex.join(r.command))}\noverlap    {r.overlap.value}\n")
     out.write(f"timeout    {'-' if r.timeout_ms is msgspec.UNSET else format_duration(r.timeout_ms)}\n")
-    if r.cwd is not msgspec.UNSET:
-        out.write(f"cwd        {printable(r.cwd)}\n")
-    for name, value in ({} if r.env is msgspec.UNSET else r.env).items():
-        out.write(f"env        {name}={printable(value)}\n")
+    write_cwd_and_env(out, r)
     if r.retries is not msgspec.UNSET:
         out.write(f"retries    {r.retries}\n")
     # A paused schedule has no next fire: resuming computes it from the first slot after then.

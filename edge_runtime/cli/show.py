@@ -11,23 +11,19 @@ import msgspec
 
 from edge_runtime import operations
 from edge_runtime.cli.common import (
-    resolve_run_id,
-    LOCAL_STORES, READ, add_json_flag, add_run_argument, format_ms, present, print_json, printable,
+    LOCAL_STORES, READ, add_json_flag, add_run_command, format_ms, open_run, present, print_json, printable,
+    write_cwd_and_env,
 )
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
-    parser = subparsers.add_parser("show", help=help_text)
-    add_run_argument(parser)
-    add_json_flag(parser)
-    parser.set_defaults(run=run, stores=stores)
+    add_json_flag(add_run_command(subparsers, "show", run, stores, help=help_text))
 
 
 def run(args: argparse.Namespace) -> int:
-    with args.stores.open(args, READ) as store:
-        args.run_id = resolve_run_id(store, args.run_id)
+    with open_run(args, READ) as store:
         repository = store.runs
         # A secret's value is never shown, even where a Run's own command, variable or reason repeats it.
         detail = operations.masked_detail(store, args.run_id)
@@ -51,10 +47,7 @@ def run(args: argparse.Namespace) -> int:
     if detail.timeout_ms is not msgspec.UNSET:
         timeout = detail.timeout_ms
         out.write(f"timeout    {format_duration(timeout) if timeout % 1000 == 0 else f'{timeout}ms'}\n")
-    if detail.cwd is not msgspec.UNSET:
-        out.write(f"cwd        {printable(detail.cwd)}\n")
-    for name, value in ({} if detail.env is msgspec.UNSET else detail.env).items():
-        out.write(f"env        {name}={printable(value)}\n")
+    write_cwd_and_env(out, detail)
     if detail.retries is not msgspec.UNSET:
         delay = DEFAULT_RETRY_DELAY_MS if detail.retry_delay_ms is msgspec.UNSET else detail.retry_delay_ms
         out.write(f"retries    {detail.retries} (first after {format_duration(delay)}, doubling)\n")

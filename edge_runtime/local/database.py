@@ -60,6 +60,26 @@ def _distrust_the_schema(connection: apsw.Connection) -> None:
     connection.config(apsw.SQLITE_DBCONFIG_DEFENSIVE, 1)
 
 
+def _connect(path: str, flags: int, vfs: str | None = None) -> apsw.Connection:
+    """SQLite's connection to ``path`` (``flags``: read-only or read-write; ``vfs`` None is the
+    default VFS).
+
+    Raises:
+        DatabaseUnusableError: SQLite cannot open it.
+    """
+    try:
+        return apsw.Connection(path, flags=flags, vfs=vfs)
+    except apsw.Error as exc:
+        raise DatabaseUnusableError(f"cannot open database {path}: {exc}") from exc
+
+
+def _take_connection_settings(connection: apsw.Connection, busy_timeout_ms: int) -> None:
+    """What every connection of ours sets before its first statement, whatever it opens for."""
+    _set_busy_timeout(connection, busy_timeout_ms)
+    _forbid_double_quoted_strings(connection)
+    _distrust_the_schema(connection)
+
+
 def _enable_foreign_keys(connection: apsw.Connection) -> None:
     """SQLite leaves foreign keys off per connection; the dispatch's Attempt binding relies on them."""
     connection.execute("PRAGMA foreign_keys = ON")
@@ -483,14 +503,9 @@ def open_database(
     journal = Path(f"{path}-journal")
     hot_journal = not read_only and journal.exists()
     flags = apsw.SQLITE_OPEN_READONLY if read_only else apsw.SQLITE_OPEN_READWRITE
+    connection = _connect(path, flags, vfs)
     try:
-        connection = apsw.Connection(path, flags=flags, vfs=vfs)
-    except apsw.Error as exc:
-        raise DatabaseUnusableError(f"cannot open database {path}: {exc}") from exc
-    try:
-        _set_busy_timeout(connection, busy_timeout_ms)
-        _forbid_double_quoted_strings(connection)
-        _distrust_the_schema(connection)
+        _take_connection_settings(connection, busy_timeout_ms)
         _check_readable(connection, path)
         known = known_migrations()
         with ReadSnapshot(connection):  # another process may be migrating the file right now
@@ -539,14 +554,9 @@ def open_peer(db: LocalDatabase, *, clock: Clock, busy_timeout_ms: int = DEFAULT
     Raises:
         DatabaseUnusableError: SQLite cannot open it.
     """
+    connection = _connect(db.path, apsw.SQLITE_OPEN_READWRITE)
     try:
-        connection = apsw.Connection(db.path, flags=apsw.SQLITE_OPEN_READWRITE)
-    except apsw.Error as exc:
-        raise DatabaseUnusableError(f"cannot open database {db.path}: {exc}") from exc
-    try:
-        _set_busy_timeout(connection, busy_timeout_ms)
-        _forbid_double_quoted_strings(connection)
-        _distrust_the_schema(connection)
+        _take_connection_settings(connection, busy_timeout_ms)
         _use_wal_with_full_sync(connection, busy_timeout_ms)
         _enable_foreign_keys(connection)
     except apsw.Error as exc:

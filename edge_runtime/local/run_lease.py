@@ -49,17 +49,10 @@ from edge_runtime.contract.worker_lease import (
 from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.transitions import lease_mismatch, not_claimable
 from edge_runtime.contract.worker_session import SessionStatus
-from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
-from edge_runtime.local.worker_lease_rows import (
-    count_other_active,
-    move_projection,
-    read_lease,
-    repository_errors,
-    store_lease,
-)
-from edge_runtime.local.worker_session import WorkerSessions, bump, expect
+from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
+from edge_runtime.local.worker_session import bump, expect
 
 
 _UNSET = msgspec.UNSET
@@ -100,11 +93,16 @@ def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, now:
     current = read_lease(connection, attempt_id)
     if current is None or current.status is not LeaseStatus.LEASED:
         return None
-    lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
-                     completed_at_ms=now, updated_at_ms=now)
-    store_lease(connection, lease, current.version)
-    move_projection(connection, attempt_id, current, lease, now_ms=now)
-    return lease
+    return close_grant(connection, current, now)
+
+
+def close_grant(connection: apsw.Connection, lease: RunLeaseRecord, now: int) -> RunLeaseRecord:
+    """Complete the held grant ``lease`` now (its Attempt ended, or never started): the completed
+    grant, written with its Attempt's projection cleared."""
+    completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
+                         completed_at_ms=now, updated_at_ms=now)
+    write_grant(connection, lease, completed, now_ms=now)
+    return completed
 
 
 def lease_event(
@@ -138,13 +136,12 @@ def lease_event(
 
 class RunLeases:
     """The Run Lease authority: claim, renew, release, begin_start, complete; every grant is fenced
-    by the worker's current session, which it asks the session authority for."""
+    by the worker's current session, which it asks the session authority for.
 
-    __slots__ = ("_db", "_sessions")
+    A part of :class:`~edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`: the database
+    (``_db``) and the session fence (``_current_session``) are the session authority's, its base."""
 
-    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
-        self._db = db
-        self._sessions = sessions
+    __slots__ = ()
 
     # ================================================================= run leases
 
@@ -164,7 +161,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
             run = read_run_fence(connection, cmd.run_id)
             reason = run_problem(run)
             if reason is not None:
@@ -213,8 +210,7 @@ class RunLeases:
                 acquired_at_ms=now,
                 updated_at_ms=now,
             )
-            store_lease(connection, lease, None if existing is None else existing.version)
-            move_projection(connection, cmd.attempt_id, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id
             )
@@ -234,7 +230,7 @@ class RunLeases:
         expect(cmd, RenewRunLeaseCommand, "renew")
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
-            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             lease = _replace(
                 current,
@@ -243,8 +239,7 @@ class RunLeases:
                 renewed_at_ms=now,
                 updated_at_ms=now,
             )
-            store_lease(self._db.connection, lease, current.version)
-            move_projection(self._db.connection, cmd.attempt_id, current, lease, now_ms=now)
+            write_grant(self._db.connection, current, lease, now_ms=now)
             return lease
 
     def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -261,7 +256,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._sessions.current(cmd, now, allowed=tuple(SessionStatus), require_live=False)
+            self._current_session(cmd, now, allowed=tuple(SessionStatus), require_live=False)
             current = self._fenced_lease(cmd, digest)
             self._require_claimed(current, "released")
             lease = _replace(
@@ -272,8 +267,7 @@ class RunLeases:
                 release_reason=cmd.reason,
                 updated_at_ms=now,
             )
-            store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, current, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
@@ -295,7 +289,7 @@ class RunLeases:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
+            self._current_session(cmd, now, allowed=(SessionStatus.ONLINE, SessionStatus.DRAINING))
             current = self._fenced_lease(cmd, digest)
             if not current.is_live(now):
                 raise WorkerLeaseFenceRejectedError(
@@ -307,10 +301,8 @@ class RunLeases:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(current, "started")
             lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
-            store_lease(connection, lease, current.version)
-            move_projection(
-                connection, cmd.attempt_id, current, lease, now_ms=now, set_status=AttemptStatus.STARTING, require_status=AttemptStatus.CLAIMED
-            )
+            write_grant(connection, current, lease, now_ms=now, set_status=AttemptStatus.STARTING,
+                        require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -333,15 +325,7 @@ class RunLeases:
                               session_generation=cmd.session_generation, lease_generation=cmd.lease_generation,
                               version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
-            lease = _replace(
-                current,
-                status=LeaseStatus.COMPLETED,
-                version=bump(current.version, "lease"),
-                completed_at_ms=now,
-                updated_at_ms=now,
-            )
-            store_lease(connection, lease, current.version)
-            move_projection(connection, cmd.attempt_id, current, lease, now_ms=now)
+            lease = close_grant(connection, current, now)
             attempt = read_attempt_fence(connection, cmd.attempt_id)
             run = read_run_fence(connection, current.run_id)
             event = lease_event(self._db.connection, run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now, attempt_status=attempt.status)

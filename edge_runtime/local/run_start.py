@@ -50,21 +50,13 @@ from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.local.database import LocalDatabase
 from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
-from edge_runtime.local.run_lease import grant_held, lease_event, run_problem
+from edge_runtime.local.run_lease import close_grant, grant_held, lease_event, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted
-from edge_runtime.local.worker_lease_rows import (
-    count_other_active,
-    move_projection,
-    read_lease,
-    repository_errors,
-    store_lease,
-)
-from edge_runtime.local.worker_session import WorkerSessions, bump, expect
+from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
+from edge_runtime.local.worker_session import expect
 
-_UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 
 #: The executor every Local Attempt runs on.
@@ -120,13 +112,12 @@ def _is_orphan(row: tuple[Any, ...], now: int, abandon_after_ms: int) -> bool:
 
 class RunStarts:
     """The composed start and its compensations, on the Run Lease authority's rows; see the module
-    docstring. Fenced by the worker's current session, which it asks the session authority for."""
+    docstring. Fenced by the worker's current session, which it asks the session authority for.
 
-    __slots__ = ("_db", "_sessions")
+    A part of :class:`~edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`, like
+    :class:`~edge_runtime.local.run_lease.RunLeases`."""
 
-    def __init__(self, db: LocalDatabase, sessions: WorkerSessions) -> None:
-        self._db = db
-        self._sessions = sessions
+    __slots__ = ()
 
     def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
         """Take a queued Run: its next Attempt, its Run Lease and the start barrier, in one step.
@@ -145,7 +136,7 @@ class RunStarts:
         digest = digest_run_lease_token(cmd.lease_token)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
-            session = self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+            session = self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
             if session.version != cmd.session_version:
                 raise WorkerLeaseFenceRejectedError(
                     f"session {cmd.session_id!r} of worker {cmd.worker_id!r} is at version {session.version}, "
@@ -170,12 +161,10 @@ class RunStarts:
                 offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
                 acquired_at_ms=now, updated_at_ms=now,
             )
-            store_lease(connection, claimed, None)
-            move_projection(connection, cmd.attempt_id, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
             started = _replace(claimed, version=2, started_at_ms=now)
-            store_lease(connection, started, 1)
-            move_projection(connection, cmd.attempt_id, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
-                            require_status=AttemptStatus.CLAIMED)
+            write_grant(connection, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
+                        require_status=AttemptStatus.CLAIMED)
             event = lease_event(connection, None, started, _new_event_id(), EVENT_ATTEMPT_STARTING, "starting", now,
                                 dedupe_key=attempt_event_key(number, "start"),
                                 **start_event_extra(number, cmd.offer_id))
@@ -223,7 +212,7 @@ class RunStarts:
             if not _is_orphan(row, now, abandon_after_ms):
                 continue
             with repository_errors(), self._db.write() as now:
-                self._sessions.current(cmd, now, allowed=(SessionStatus.ONLINE,))
+                self._current_session(cmd, now, allowed=(SessionStatus.ONLINE,))
                 fresh = self._db.connection.execute(_ONE_ORPHAN_CANDIDATE, (now, row[0])).fetchone()
                 if fresh is None or not _is_orphan(fresh, now, abandon_after_ms):
                     continue
@@ -247,10 +236,7 @@ class RunStarts:
         """Close the grant (if still held) and end the Attempt by :func:`end_unstarted`'s rule."""
         connection = self._db.connection
         if lease is not None and lease.status is LeaseStatus.LEASED:
-            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
-                                 completed_at_ms=now, updated_at_ms=now)
-            store_lease(connection, completed, lease.version)
-            move_projection(connection, attempt_id, lease, completed, now_ms=now)
+            completed = close_grant(connection, lease, now)
             lease_event(self._db.connection, None, completed, _new_event_id(), EVENT_LEASE_COMPLETED, "completed", now)
         row = connection.execute(
             f"SELECT {RUN_COLUMNS} FROM runs WHERE id = (SELECT run_id FROM run_attempts WHERE id = ?)", (attempt_id,)

@@ -1,9 +1,9 @@
 """Local Worker Session and Run Lease repository (spec §5, ADR-0057 Local Profile).
 
-:class:`LocalWorkerLeaseRepository` is the one public entry. It is composed of the spec's two
-authorities: the Worker Session authority (:mod:`edge_runtime.local.worker_session`) and the Run
-Lease authority (:mod:`edge_runtime.local.run_lease`, with its start sequence in
-:mod:`edge_runtime.local.run_start`), which fences every grant through the session authority.
+:class:`LocalWorkerLeaseRepository` is the one public entry. It is made of the spec's two
+authorities, one class each: the Worker Session authority (:mod:`edge_runtime.local.worker_session`,
+its base) and the Run Lease authority (:mod:`edge_runtime.local.run_lease`, with its start sequence
+in :mod:`edge_runtime.local.run_start`), which fences every grant through the session authority.
 The reads are below. Every mutation is one
 ``BEGIN IMMEDIATE`` transaction reading the injected clock after the lock is held.
 
@@ -13,33 +13,10 @@ expired lease does not mean that a process stopped, and no method reports "not r
 
 from __future__ import annotations
 
-from typing import Any
-
-from edge_runtime.contract.run_lease import (
-    BeginStartCommand,
-    ClaimRunCommand,
-    ClaimRunOutcome,
-    CompleteRunLeaseCommand,
-    LeaseTransitionOutcome,
-    ReleaseRunLeaseCommand,
-    RenewRunLeaseCommand,
-    RunLeaseRecord,
-    StartRunCommand,
-    StartRunOutcome,
-)
-from edge_runtime.contract.runs import RunStatus
+from edge_runtime.contract.run_lease import RunLeaseRecord
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.worker_lease import ATTEMPT_ID_MAX_LENGTH, WORKER_ID_MAX_LENGTH, reject
-from edge_runtime.contract.worker_session import (
-    DrainCommand,
-    HeartbeatCommand,
-    OfflineCommand,
-    RegisterOutcome,
-    RegisterWorkerCommand,
-    SessionStatus,
-    WorkerSessionRecord,
-)
-from edge_runtime.local.database import LocalDatabase
+from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord
 from edge_runtime.local.run_lease import RunLeases
 from edge_runtime.local.run_start import RunStarts
 from edge_runtime.local.worker_session import WorkerSessions
@@ -54,62 +31,18 @@ from edge_runtime.local.worker_lease_rows import (
 __all__ = ["LocalWorkerLeaseRepository"]
 
 
-class LocalWorkerLeaseRepository:
-    """Fenced Worker Sessions and Run Leases on a :class:`~edge_runtime.local.database.LocalDatabase`.
+class LocalWorkerLeaseRepository(WorkerSessions, RunLeases, RunStarts):
+    """Fenced Worker Sessions and Run Leases on a :class:`~edge_runtime.local.database.LocalDatabase`
+    (``LocalWorkerLeaseRepository(db)``).
 
-    Mutations: ``register``, ``heartbeat``, ``drain``, ``offline``, ``claim_run``, ``renew``,
-    ``release``, ``begin_start``, ``complete``, and the composed start sequence of
-    :mod:`edge_runtime.local.run_start` (``start_run``, ``abandon_start``, ``sweep_orphans``).
+    Mutations: ``register``, ``heartbeat``, ``drain``, ``offline`` (:class:`WorkerSessions`),
+    ``claim_run``, ``renew``, ``release``, ``begin_start``, ``complete`` (:class:`RunLeases`), and
+    the composed start sequence of :mod:`edge_runtime.local.run_start` (``start_run``,
+    ``abandon_start``, ``sweep_orphans``: :class:`RunStarts`); the reads are below.
     Not thread-safe (one connection).
     """
 
-    __slots__ = ("_db", "_sessions", "_leases", "_starts")
-
-    def __init__(self, db: LocalDatabase) -> None:
-        self._db = db
-        self._sessions = WorkerSessions(db)
-        self._leases = RunLeases(db, self._sessions)
-        self._starts = RunStarts(db, self._sessions)
-
-    # ================================================================= Worker Session authority
-
-    def register(self, cmd: RegisterWorkerCommand) -> RegisterOutcome:
-        return self._sessions.register(cmd)
-
-    def heartbeat(self, cmd: HeartbeatCommand) -> WorkerSessionRecord:
-        return self._sessions.heartbeat(cmd)
-
-    def drain(self, cmd: DrainCommand) -> WorkerSessionRecord:
-        return self._sessions.drain(cmd)
-
-    def offline(self, cmd: OfflineCommand) -> WorkerSessionRecord:
-        return self._sessions.offline(cmd)
-
-    # ================================================================= Run Lease authority
-
-    def claim_run(self, cmd: ClaimRunCommand) -> ClaimRunOutcome:
-        return self._leases.claim_run(cmd)
-
-    def renew(self, cmd: RenewRunLeaseCommand) -> RunLeaseRecord:
-        return self._leases.renew(cmd)
-
-    def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
-        return self._leases.release(cmd)
-
-    def begin_start(self, cmd: BeginStartCommand) -> LeaseTransitionOutcome:
-        return self._leases.begin_start(cmd)
-
-    def complete(self, cmd: CompleteRunLeaseCommand) -> LeaseTransitionOutcome:
-        return self._leases.complete(cmd)
-
-    def start_run(self, cmd: StartRunCommand) -> StartRunOutcome:
-        return self._starts.start_run(cmd)
-
-    def abandon_start(self, lease: RunLeaseRecord, *, reason: str, actor_id: str) -> RunStatus:
-        return self._starts.abandon_start(lease, reason=reason, actor_id=actor_id)
-
-    def sweep_orphans(self, cmd: Any, *, abandon_after_ms: int) -> list[tuple[str, RunStatus]]:
-        return self._starts.sweep_orphans(cmd, abandon_after_ms=abandon_after_ms)
+    __slots__ = ()
 
     # ================================================================= reads
 

@@ -268,9 +268,8 @@ def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
     )
 
 
-def move_projection(
+def write_grant(
     connection: apsw.Connection,
-    attempt_id: str,
     old: RunLeaseRecord | None,
     new: RunLeaseRecord,
     *,
@@ -278,26 +277,30 @@ def move_projection(
     set_status: AttemptStatus | None = None,
     require_status: AttemptStatus | None = None,
 ) -> None:
-    """CAS the Attempt's projection from what ``old`` put there to what ``new`` puts there.
+    """Replace an Attempt's grant ``old`` (None: it has none yet) by ``new``: the lease row
+    (:func:`store_lease`, a CAS on ``old``'s version) and, together with it, a CAS of the
+    Attempt's projection from what ``old`` put there to what ``new`` puts there (``set_status``:
+    the Attempt's new status; ``require_status``: the status it must have).
 
     Raises:
         WorkerLeaseFenceRejectedError: the Attempt's projection (or status) is not what the
             grant says it should be; the caller's transaction rolls back.
     """
+    store_lease(connection, new, None if old is None else old.version)
     sql = _SET_PROJECTION + ", updated_at_ms = ?"
     params: list[Any] = [*projection_of(new), now_ms]
     if set_status is not None:
         sql += ", status = ?"
         params.append(set_status.value)
     sql += " WHERE id = ? AND " + _PROJECTION_MATCH
-    params += [attempt_id, *projection_of(old)]
+    params += [new.attempt_id, *projection_of(old)]
     if require_status is not None:
         sql += " AND status = ?"
         params.append(require_status.value)
     connection.execute(sql, params)
     if connection.changes() != 1:
         raise WorkerLeaseFenceRejectedError(
-            f"the lease projection of attempt {attempt_id!r} does not match its lease; nothing was changed"
+            f"the lease projection of attempt {new.attempt_id!r} does not match its lease; nothing was changed"
         )
 
 

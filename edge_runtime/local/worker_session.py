@@ -51,7 +51,10 @@ def expect(cmd: Any, kind: type[LeaseCommand], operation: str) -> None:
 
 class WorkerSessions:
     """The Worker Session authority: register, heartbeat, drain, offline, and the session fence the
-    Run Lease authority checks every grant against (:meth:`current`)."""
+    Run Lease authority checks every grant against (:meth:`_current_session`).
+
+    The base of :class:`~edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`, which holds
+    the database (``_db``) for the Run Lease authority's parts too."""
 
     __slots__ = ("_db",)
 
@@ -222,7 +225,7 @@ class WorkerSessions:
                 f"session {session.session_id!r} of worker {session.worker_id!r} has an expired session lease"
             )
 
-    def current(
+    def _current_session(
         self, cmd: Any, now: int, *, allowed: tuple[SessionStatus, ...], require_live: bool = True
     ) -> WorkerSessionRecord:
         """The caller's session, fenced by worker, session id and generation (not version)."""

@@ -103,14 +103,13 @@ class CancellationDispatcher:
 
     def _dispatch_one(self, candidate: CancellationCandidate) -> bool:
         owner = self._owner()
-        token = secrets.token_urlsafe(32)
+        # Whose dispatch and who delivers it: the claim takes it, the result presents it again.
+        held = {"run_id": candidate.run_id, "attempt_id": candidate.attempt_id, "owner": owner}
         outcome = self._dispatches.claim(
             ClaimCommand(
-                run_id=candidate.run_id,
-                attempt_id=candidate.attempt_id,
+                **held,
                 requested_at_ms=candidate.requested_at_ms,
-                owner=owner,
-                lease_token=token,
+                lease_token=secrets.token_urlsafe(32),
                 lease_duration_ms=self._lease_ms,
             )
         )
@@ -129,9 +128,7 @@ class CancellationDispatcher:
         delay = retry_delay_ms(dispatch.dispatch_count, self._retry_base_ms, self._retry_max_ms) if retryable else None
         recorded = self._dispatches.record_result(
             RecordResultCommand(
-                run_id=candidate.run_id,
-                attempt_id=candidate.attempt_id,
-                owner=owner,
+                **held,
                 lease_token=outcome.lease_token,
                 expected_version=dispatch.version,
                 result=result,

@@ -154,10 +154,7 @@ class WorkerSession:
         session = self.session
         self._session = self._repo.heartbeat(
             HeartbeatCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                generation=session.generation,
-                expected_version=session.version,
+                **self._session_at_version(),
                 available_slots=max(0, min(available_slots, session.max_concurrent_runs)),
                 lease_duration_ms=self._idle_session_lease_ms if idle else self._session_lease_ms,
             )
@@ -200,35 +197,21 @@ class WorkerSession:
         return max(1, self._session_lease_ms // 3)
 
     def offline(self) -> None:
+        self._session = self._repo.offline(OfflineCommand(**self._session_at_version()))
+
+    def _session_at_version(self) -> dict[str, object]:
+        """The fence of a session command (heartbeat, offline): this session at the version of
+        it this service last saw, so that a write it has not seen refuses the command."""
         session = self.session
-        self._session = self._repo.offline(
-            OfflineCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                generation=session.generation,
-                expected_version=session.version,
-            )
-        )
+        return {"worker_id": self.worker_id, "session_id": self.session_id, "generation": session.generation,
+                "expected_version": session.version}
 
     # ----------------------------------------------------------------- run leases
 
     def claim(self, run_id: str, attempt_id: str) -> RunGrant | None:
         """Take the Run Lease of a ``claimed`` Attempt; None when not claimable or no capacity."""
-        token = secrets.token_urlsafe(32)
         asked_at = time.monotonic()
-        outcome = self._repo.claim_run(
-            ClaimRunCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=self.generation,
-                run_id=run_id,
-                attempt_id=attempt_id,
-                offer_id=str(uuid.uuid4()),
-                lease_token=token,
-                lease_duration_ms=self._run_lease_ms,
-                event_id=new_event_id(),
-            )
-        )
+        outcome = self._repo.claim_run(ClaimRunCommand(**self._lease_offer(run_id, attempt_id), event_id=new_event_id()))
         if isinstance(outcome, ClaimedRunOutcome):
             return RunGrant(outcome.lease, outcome.lease_token, asked_at=asked_at)
         return None
@@ -251,24 +234,21 @@ class WorkerSession:
         session = self.session
         if session.lease_expires_at_ms - session.heartbeat_at_ms > self._session_lease_ms:
             session = self.heartbeat(session.available_slots)
-        token = secrets.token_urlsafe(32)
         asked_at = time.monotonic()
         outcome = self._repo.start_run(
-            StartRunCommand(
-                worker_id=self.worker_id,
-                session_id=self.session_id,
-                session_generation=session.generation,
-                session_version=session.version,
-                run_id=run_id,
-                attempt_id=new_id(),
-                offer_id=str(uuid.uuid4()),
-                lease_token=token,
-                lease_duration_ms=self._run_lease_ms,
-            )
+            StartRunCommand(**self._lease_offer(run_id, new_id()), session_version=session.version)
         )
         if isinstance(outcome, ClaimedRunOutcome):
             return RunGrant(outcome.lease, outcome.lease_token, asked_at=asked_at)
         return outcome if isinstance(outcome, NoCapacityOutcome) else None
+
+    def _lease_offer(self, run_id: str, attempt_id: str) -> dict[str, object]:
+        """What a claim and a start both ask the lease authority for: a Run Lease on the Attempt
+        for this session, under a fresh offer id and bearer token (memory only), for the run lease
+        term."""
+        return {"worker_id": self.worker_id, "session_id": self.session_id, "session_generation": self.generation,
+                "run_id": run_id, "attempt_id": attempt_id, "offer_id": str(uuid.uuid4()),
+                "lease_token": secrets.token_urlsafe(32), "lease_duration_ms": self._run_lease_ms}
 
     def abandon_start(self, grant: RunGrant, reason: str) -> RunStatus:
         """Undo a start that spawned no process: the Run goes back to the queue (or ends

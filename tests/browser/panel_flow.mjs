@@ -42,6 +42,16 @@ try {
   await logout.waitFor();
   seen.heading = await page.locator("h1").textContent();
 
+  // Nothing yet: each list says so, in one cell across every column of its header.
+  seen.emptyLists = {};
+  for (const list of ["runs", "schedules"]) {
+    await page.locator(`#${list} tbody td`).first().waitFor();
+    seen.emptyLists[list] = await page.locator(`#${list}`).evaluate((table) => ({
+      text: table.tBodies[0].textContent, rows: table.tBodies[0].rows.length,
+      span: table.tBodies[0].rows[0].cells[0].colSpan, columns: table.tHead.rows[0].cells.length,
+    }));
+  }
+
   // Run a command and watch it succeed; then read its log.
   const newRun = page.getByRole("form", { name: "New run" });
   for (let i = 0; i < 3; i++) {

@@ -50,8 +50,14 @@ def test_the_panel_in_a_browser(harness, language) -> None:
     assert "hello-from-the-panel-2" in seen["log"]
     if language == "zh-CN":
         assert seen["heading"] == "边缘运行时" and seen["wrongPasswordText"] == "密码错误。"
+        none = {"runs": "暂无运行记录。", "schedules": "暂无定时任务。"}
     else:
         assert seen["heading"] == "Edge Runtime" and seen["wrongPasswordText"] == "Wrong password."
+        none = {"runs": "No runs yet.", "schedules": "No schedules."}
+    columns = {"runs": 6, "schedules": 5}
+    assert seen["emptyLists"] == {
+        name: {"text": none[name], "rows": 1, "span": columns[name], "columns": columns[name]} for name in none
+    }
     with open_database(harness.db_path, create=False) as db:
         runs = LocalRunRepository(db).list_runs(limit=10)
         statuses = sorted(r.status.value for r in runs)

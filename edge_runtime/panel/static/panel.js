@@ -151,33 +151,40 @@
     });
   }
 
-  function loadRuns() {
-    return api("GET", "/api/runs?limit=50").then(function (runs) {
-      var body = $("runs").tBodies[0];
+  // A list's table, filled from the API: a row per item (rowOf makes it), or one row across every
+  // column of its header saying there is none.
+  function loadTable(path, tableId, noneText, rowOf) {
+    return api("GET", path).then(function (items) {
+      var table = $(tableId);
+      var body = table.tBodies[0];
       body.textContent = "";
-      if (!runs.length) {
-        var empty = element("td", T.noRuns);
-        empty.colSpan = 6;
+      if (!items.length) {
+        var empty = element("td", noneText);
+        empty.colSpan = table.tHead.rows[0].cells.length;
         body.appendChild(element("tr")).appendChild(empty);
       }
-      runs.forEach(function (run) {
-        var row = element("tr");
-        row.setAttribute("data-run", run.id);
-        if (run.id === selected) { row.className = "selected"; }
-        row.appendChild(element("td", run.status, "status status-" + run.status));
-        row.appendChild(element("td", run.name || ""));
-        row.appendChild(element("td", commandText(run.command), "command"));
-        var exitCell = row.appendChild(element("td", exitCodes[run.id] !== undefined ? exitCodes[run.id] : ""));
-        row.appendChild(element("td", run.finishedAtMs ? duration(run.finishedAtMs - run.createdAtMs) : ""));
-        var actions = row.appendChild(element("td", null, "actions"));
-        actions.appendChild(button("Details", T.details, function () { select(run.id); }));
-        if (ACTIVE[run.status]) {
-          actions.appendChild(button("Cancel", T.cancel, function () { cancelRun(run.id); }, "danger"));
-        } else if (exitCodes[run.id] === undefined) {
-          exitCodeOf(run.id, exitCell);
-        }
-        body.appendChild(row);
-      });
+      items.forEach(function (item) { body.appendChild(rowOf(item)); });
+    });
+  }
+
+  function loadRuns() {
+    return loadTable("/api/runs?limit=50", "runs", T.noRuns, function (run) {
+      var row = element("tr");
+      row.setAttribute("data-run", run.id);
+      if (run.id === selected) { row.className = "selected"; }
+      row.appendChild(element("td", run.status, "status status-" + run.status));
+      row.appendChild(element("td", run.name || ""));
+      row.appendChild(element("td", commandText(run.command), "command"));
+      var exitCell = row.appendChild(element("td", exitCodes[run.id] !== undefined ? exitCodes[run.id] : ""));
+      row.appendChild(element("td", run.finishedAtMs ? duration(run.finishedAtMs - run.createdAtMs) : ""));
+      var actions = row.appendChild(element("td", null, "actions"));
+      actions.appendChild(button("Details", T.details, function () { select(run.id); }));
+      if (ACTIVE[run.status]) {
+        actions.appendChild(button("Cancel", T.cancel, function () { cancelRun(run.id); }, "danger"));
+      } else if (exitCodes[run.id] === undefined) {
+        exitCodeOf(run.id, exitCell);
+      }
+      return row;
     });
   }
 
@@ -239,35 +246,26 @@
   }
 
   function loadSchedules() {
-    return api("GET", "/api/schedules").then(function (schedules) {
-      var body = $("schedules").tBodies[0];
-      body.textContent = "";
-      if (!schedules.length) {
-        var empty = element("td", T.noSchedules);
-        empty.colSpan = 5;
-        body.appendChild(element("tr")).appendChild(empty);
-      }
-      schedules.forEach(function (s) {
-        var row = element("tr");
-        row.setAttribute("data-schedule", s.id);
-        row.appendChild(element("td", s.expression, "command"));
-        row.appendChild(element("td", s.name || ""));
-        row.appendChild(element("td", commandText(s.command), "command"));
-        row.appendChild(element("td", s.paused ? T.paused : when(s.nextFireAtMs)));
-        var actions = row.appendChild(element("td", null, "actions"));
-        var act = function (path) {
-          return function () {
-            api("POST", "/api/schedules/" + s.id + "/" + path, {}).then(refresh, function (e) { alert(e.message); });
-          };
+    return loadTable("/api/schedules", "schedules", T.noSchedules, function (s) {
+      var row = element("tr");
+      row.setAttribute("data-schedule", s.id);
+      row.appendChild(element("td", s.expression, "command"));
+      row.appendChild(element("td", s.name || ""));
+      row.appendChild(element("td", commandText(s.command), "command"));
+      row.appendChild(element("td", s.paused ? T.paused : when(s.nextFireAtMs)));
+      var actions = row.appendChild(element("td", null, "actions"));
+      var act = function (path) {
+        return function () {
+          api("POST", "/api/schedules/" + s.id + "/" + path, {}).then(refresh, function (e) { alert(e.message); });
         };
-        actions.appendChild(s.paused ? button("Resume", T.resume, act("resume")) : button("Pause", T.pause, act("pause")));
-        actions.appendChild(button("Run now", T.runNow, act("run")));
-        actions.appendChild(button("Remove", T.remove, function () {
-          if (!confirm(T.removeConfirm)) { return; }
-          api("DELETE", "/api/schedules/" + s.id).then(refresh, function (e) { alert(e.message); });
-        }, "danger"));
-        body.appendChild(row);
-      });
+      };
+      actions.appendChild(s.paused ? button("Resume", T.resume, act("resume")) : button("Pause", T.pause, act("pause")));
+      actions.appendChild(button("Run now", T.runNow, act("run")));
+      actions.appendChild(button("Remove", T.remove, function () {
+        if (!confirm(T.removeConfirm)) { return; }
+        api("DELETE", "/api/schedules/" + s.id).then(refresh, function (e) { alert(e.message); });
+      }, "danger"));
+      return row;
     });
   }
 
