@@ -11,7 +11,7 @@ Draining and offline sessions report zero available slots.
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 import msgspec
 
@@ -160,7 +160,6 @@ class RegisteredOutcome(Outcome, tag="registered"):
     ``replaced_session`` is true when an older session existed; its fences are now invalid.
     """
 
-    status: ClassVar[str] = "registered"
     session: WorkerSessionRecord
     replaced_session: bool
 
@@ -168,7 +167,6 @@ class RegisteredOutcome(Outcome, tag="registered"):
 class ReplayedOutcome(Outcome, tag="replayed"):
     """An identical registration of the live current session: nothing changed."""
 
-    status: ClassVar[str] = "replayed"
     session: WorkerSessionRecord
 
     @property
