@@ -24,23 +24,23 @@ import msgspec
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.validation import (
     MAX_SAFE_INTEGER,
+    AttemptId,
+    EventId,
+    LeaseToken,
     Outcome,
     PositiveCounter,
+    RunId,
     SafeInt,
+    Version,
     command_decoder,
     fields_problem,
     int_problem,
 )
 from edge_runtime.contract.worker_lease import (
-    AttemptId,
-    EventId,
-    LeaseToken,
     OfferId,
-    RunId,
     RunLeaseDurationMs,
     SessionId,
     Slots,
-    Version,
     WorkerId,
     InvalidWorkerLeaseCommandError,
     digest_problem,

@@ -28,8 +28,8 @@ from edge_runtime.contract.run_lease import (
     StartRunOutcome,
 )
 from edge_runtime.contract.runs import RunStatus
-from edge_runtime.contract.validation import identifier_problem
-from edge_runtime.contract.worker_lease import ATTEMPT_ID_MAX_LENGTH, WORKER_ID_MAX_LENGTH, reject
+from edge_runtime.contract.validation import ATTEMPT_ID_MAX_LENGTH, identifier_problem
+from edge_runtime.contract.worker_lease import WORKER_ID_MAX_LENGTH, reject
 from edge_runtime.contract.worker_session import (
     DrainCommand,
     HeartbeatCommand,

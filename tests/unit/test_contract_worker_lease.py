@@ -21,7 +21,6 @@ from edge_runtime.contract.worker_lease import (
     MAX_CONCURRENT_RUNS,
     MAX_RUN_LEASE_DURATION_MS,
     MAX_SESSION_LEASE_DURATION_MS,
-    MAX_VERSION,
     RUN_LEASE_TOKEN_DOMAIN,
     InvalidWorkerLeaseCommandError,
     RunNotStartableError,
@@ -33,9 +32,8 @@ from edge_runtime.contract.worker_lease import (
     canonical_capabilities,
     capabilities_hash,
     digest_run_lease_token,
-    encode,
 )
-from edge_runtime.contract.validation import identifier_problem, int_problem
+from edge_runtime.contract.validation import MAX_VERSION, encode, identifier_problem, int_problem
 
 UNSET = msgspec.UNSET
 DIGEST = "ab" * 32
