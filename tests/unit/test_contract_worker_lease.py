@@ -343,6 +343,18 @@ def test_outcomes_are_tagged_on_status_and_absent_fields_are_omitted() -> None:
     assert ws.ReplayedOutcome.status == "replayed"
 
 
+def test_every_outcome_status_is_its_tag_on_the_class_and_on_an_instance() -> None:
+    from edge_runtime.contract import cancellation_dispatch as cd
+    from edge_runtime.contract.validation import Outcome
+
+    outcomes = [kind for module in (cd, rl, ws) for kind in vars(module).values()
+                if isinstance(kind, type) and issubclass(kind, Outcome) and kind is not Outcome]
+    assert len(outcomes) == 12
+    for kind in outcomes:
+        assert type(kind.status) is str and kind.status == kind.__struct_config__.tag
+    assert ws.ReplayedOutcome(session=_session()).status == "replayed"
+
+
 def test_liveness_helpers_speak_of_authority_only() -> None:
     assert _session().is_live(19) and not _session().is_live(20)
     assert _lease().is_live(19) and not _lease().is_live(20)
