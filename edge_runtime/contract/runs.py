@@ -227,11 +227,11 @@ class RunOptions(Command, kw_only=True):
 
     def rule_problem(self) -> str | None:
         """Why the Run's own variables or working directory are invalid, or None."""
-        if self.env is not msgspec.UNSET:
-            problem = env_problem(self.env)
+        env, cwd = self.env, self.cwd
+        if env is not msgspec.UNSET:
+            problem = env_problem(env)
             if problem is not None:
                 return problem
-        cwd = self.cwd
         if cwd is not msgspec.UNSET:
             if type(cwd) is not str or not cwd.startswith("/") or "\x00" in cwd or len(cwd) > MAX_ARG_LENGTH:
                 return "the working directory must be an absolute path"

@@ -15,14 +15,7 @@ from typing import Any, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import (
-    Outcome,
-    PositiveCounter,
-    SafeInt,
-    Version,
-    command_decoder,
-    fields_problem,
-)
+from edge_runtime.contract.validation import Outcome, PositiveCounter, SafeInt, Version, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
     Capacity,
     SessionId,
