@@ -26,7 +26,8 @@ from edge_runtime.contract.run_lease import (
     lease_record_problem,
 )
 from edge_runtime.contract.runs import AttemptStatus
-from edge_runtime.contract.worker_lease import MAX_VERSION, WorkerLeaseFenceRejectedError
+from edge_runtime.contract.validation import MAX_VERSION
+from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
 from cluster_postgres.errors import ClusterLeaseStorageError
 from cluster_postgres.run_events import append_run_event
 

@@ -48,10 +48,9 @@ from edge_runtime.contract.run_lease import (
 )
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus, attempt_event_key
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
-from edge_runtime.contract.validation import identifier_problem
+from edge_runtime.contract.validation import ATTEMPT_ID_MAX_LENGTH, identifier_problem
 from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch, not_claimable
 from edge_runtime.contract.worker_lease import (
-    ATTEMPT_ID_MAX_LENGTH,
     WORKER_ID_MAX_LENGTH,
     InvalidWorkerLeaseCommandError,
     RunNotStartableError,

@@ -9,7 +9,7 @@ in Python), never ``null``. This module owns no connection, clock, timer or proc
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Union
+from typing import Union
 
 import msgspec
 
@@ -282,7 +282,6 @@ def dispatch_record_problem(record: DispatchRecord) -> str | None:
 class ClaimedOutcome(Outcome, tag="claimed"):
     """The caller now holds the lease. The only place the raw token ever appears."""
 
-    status: ClassVar[str] = "claimed"
     dispatch: DispatchRecord
     lease_token: str
 
@@ -293,26 +292,20 @@ class ClaimedOutcome(Outcome, tag="claimed"):
 class NotEligibleOutcome(Outcome, tag="not_eligible"):
     """The Run or Attempt is not (or no longer) one whose cancellation may be dispatched."""
 
-    status: ClassVar[str] = "not_eligible"
-
 
 class NotDueOutcome(Outcome, tag="not_due"):
-    status: ClassVar[str] = "not_due"
     dispatch: DispatchRecord
 
 
 class LeasedOutcome(Outcome, tag="leased"):
-    status: ClassVar[str] = "leased"
     dispatch: DispatchRecord
 
 
 class DispatchedOutcome(Outcome, tag="dispatched"):
-    status: ClassVar[str] = "dispatched"
     dispatch: DispatchRecord
 
 
 class BlockedOutcome(Outcome, tag="blocked"):
-    status: ClassVar[str] = "blocked"
     dispatch: DispatchRecord
 
 

@@ -17,30 +17,30 @@ stopped, and nothing here reports "not running".
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 import msgspec
 
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.validation import (
     MAX_SAFE_INTEGER,
+    AttemptId,
+    EventId,
+    LeaseToken,
     Outcome,
     PositiveCounter,
+    RunId,
     SafeInt,
+    Version,
     command_decoder,
     fields_problem,
     int_problem,
 )
 from edge_runtime.contract.worker_lease import (
-    AttemptId,
-    EventId,
-    LeaseToken,
     OfferId,
-    RunId,
     RunLeaseDurationMs,
     SessionId,
     Slots,
-    Version,
     WorkerId,
     InvalidWorkerLeaseCommandError,
     digest_problem,
@@ -323,7 +323,6 @@ class ClaimedRunOutcome(Outcome, tag="claimed", kw_only=True):
     ``run.lease_claimed`` event) is present only when this call wrote it.
     """
 
-    status: ClassVar[str] = "claimed"
     lease: RunLeaseRecord
     lease_token: str
     replayed: bool
@@ -339,21 +338,18 @@ class ClaimedRunOutcome(Outcome, tag="claimed", kw_only=True):
 class LeasedRunOutcome(Outcome, tag="leased"):
     """Another caller (or another offer of this one) holds a live grant on the Attempt."""
 
-    status: ClassVar[str] = "leased"
     lease: RunLeaseRecord
 
 
 class NotClaimableOutcome(Outcome, tag="not_claimable"):
     """The Run or Attempt may not be claimed; ``reason`` says which check failed."""
 
-    status: ClassVar[str] = "not_claimable"
     reason: NotClaimableReason
 
 
 class NoCapacityOutcome(Outcome, tag="no_capacity", kw_only=True):
     """The session's active leases already reach ``max_concurrent_runs`` or ``available_slots``."""
 
-    status: ClassVar[str] = "no_capacity"
     active_leases: Slots
     max_concurrent_runs: Slots
     available_slots: Slots

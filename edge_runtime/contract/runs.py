@@ -207,10 +207,13 @@ def argv_problem(argv: object) -> str | None:
     return None
 
 
-class SubmitRunCommand(_Command):
-    """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
+class RunOptions(Command, kw_only=True):
+    """The options a Run is given: by ``submit``, or by its schedule, which carries them and gives
+    them to each Run it fires (``schedule add`` / ``edit``). The commands that set them derive from
+    this one declaration and name their family's errors; these fields are keyword-only, so a
+    command's own fields come first.
+    """
 
-    argv: list[str]
     name: Name | msgspec.UnsetType = msgspec.UNSET
     #: Cancel the Run (reason ``timeout``) once its Attempt has run this long (docs/schedules.md: timeouts).
     timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
@@ -223,7 +226,25 @@ class SubmitRunCommand(_Command):
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
-        return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+        """Why the Run's own variables or working directory are invalid, or None."""
+        env, cwd = self.env, self.cwd
+        if env is not msgspec.UNSET:
+            problem = env_problem(env)
+            if problem is not None:
+                return problem
+        if cwd is not msgspec.UNSET:
+            if type(cwd) is not str or not cwd.startswith("/") or "\x00" in cwd or len(cwd) > MAX_ARG_LENGTH:
+                return "the working directory must be an absolute path"
+        return None
+
+
+class SubmitRunCommand(_Command, RunOptions):
+    """Run ``argv`` (no shell unless argv says so) as a new queued Run."""
+
+    argv: list[str]
+
+    def rule_problem(self) -> str | None:
+        return argv_problem(self.argv) or super().rule_problem()
 
 
 def require_submit_batch(cmds: object, operation: str = "submit_batch") -> None:
@@ -252,18 +273,6 @@ def retry_wait_ms(retries: int | None, retry_delay_ms: int | None, failed_attemp
         return None
     delay = DEFAULT_RETRY_DELAY_MS if retry_delay_ms is None else retry_delay_ms
     return capped_backoff(delay, failed_attempt, MAX_RETRY_DELAY_MS)
-
-
-def run_options_problem(env: object, cwd: object) -> str | None:
-    """Why a Run's (or schedule's) own variables or working directory are invalid, or None."""
-    if env is not msgspec.UNSET:
-        problem = env_problem(env)
-        if problem is not None:
-            return problem
-    if cwd is not msgspec.UNSET:
-        if type(cwd) is not str or not cwd.startswith("/") or "\x00" in cwd or len(cwd) > MAX_ARG_LENGTH:
-            return "the working directory must be an absolute path"
-    return None
 
 
 class CancelRunCommand(_Command):

@@ -15,15 +15,8 @@ import msgspec
 from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.time_zones import TimeZone, time_zone_text
-from edge_runtime.contract.runs import (
-    Name,
-    RetryDelayMs,
-    Retries,
-    TimeoutMs,
-    argv_problem,
-    run_options_problem,
-)
-from edge_runtime.contract.validation import Command, SafeInt, identifier_problem
+from edge_runtime.contract.runs import RunOptions, argv_problem
+from edge_runtime.contract.validation import SafeInt, identifier_problem
 
 SCHEDULE_ID_MAX_LENGTH = 36
 #: Reason of the cancel request a timeout makes (shown by ``show`` and in the events).
@@ -69,34 +62,28 @@ class ScheduleRepositoryError(ScheduleError, code="SCHEDULE_REPOSITORY_FAILED"):
     """The store could not read or write the schedule."""
 
 
-class AddScheduleCommand(Command):
-    """A new schedule; ``expression`` is parsed (and refused whole) before anything is stored."""
+class AddScheduleCommand(RunOptions):
+    """A new schedule; ``expression`` is parsed (and refused whole) before anything is stored. Its
+    Run options (:class:`~edge_runtime.contract.runs.RunOptions`) are given to each Run it fires."""
 
     error = InvalidScheduleCommandError
     field_errors = {"name": InvalidScheduleNameError}
 
     expression: str
     argv: list[str]
-    name: Name | msgspec.UnsetType = msgspec.UNSET
     overlap: Overlap = Overlap.SKIP
-    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
     #: The zone its fire times are computed in (docs/schedules.md); unset: the device's zone,
     #: which the store resolves and stores when it adds the schedule.
     time_zone: str | msgspec.UnsetType = msgspec.UNSET
-    #: Given to each Run it fires: its own variables, working directory and retries.
-    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
-    cwd: str | msgspec.UnsetType = msgspec.UNSET
-    retries: Retries | msgspec.UnsetType = msgspec.UNSET
-    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
         if self.time_zone is not msgspec.UNSET:
             time_zone_text(self.time_zone)  # InvalidTimeZoneError says what to write instead
-        return argv_problem(self.argv) or run_options_problem(self.env, self.cwd)
+        return argv_problem(self.argv) or super().rule_problem()
 
 
-class EditScheduleCommand(Command):
+class EditScheduleCommand(RunOptions):
     """Change a schedule in place (``schedule edit``): only the given fields change; its id, its
     counts and its Runs stay. A new expression moves the next fire to its first slot after now.
     ``env`` replaces the schedule's own variables as a whole."""
@@ -107,13 +94,7 @@ class EditScheduleCommand(Command):
     schedule_id: str
     expression: str | msgspec.UnsetType = msgspec.UNSET
     argv: list[str] | msgspec.UnsetType = msgspec.UNSET
-    name: Name | msgspec.UnsetType = msgspec.UNSET
     overlap: Overlap | msgspec.UnsetType = msgspec.UNSET
-    timeout_ms: TimeoutMs | msgspec.UnsetType = msgspec.UNSET
-    env: dict[str, str] | msgspec.UnsetType = msgspec.UNSET
-    cwd: str | msgspec.UnsetType = msgspec.UNSET
-    retries: Retries | msgspec.UnsetType = msgspec.UNSET
-    retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         problem = identifier_problem("schedule_id", self.schedule_id, SCHEDULE_ID_MAX_LENGTH)
@@ -128,7 +109,7 @@ class EditScheduleCommand(Command):
         if all(getattr(self, f) is msgspec.UNSET for f in self.__struct_fields__ if f != "schedule_id"):
             return "nothing to change: give at least one of --cron, --name, --timeout, --overlap, --env, --cwd, " \
                    "--retries, --retry-delay or -- CMD ARGS"
-        return run_options_problem(self.env, self.cwd)
+        return super().rule_problem()
 
     def changes(self) -> dict[str, object]:
         """The given fields by name (``argv`` as ``command``), for the adapter's UPDATE."""

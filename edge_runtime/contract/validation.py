@@ -232,11 +232,19 @@ class Command(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen
         return f"{type(self).__name__}({', '.join(shown)})"
 
 
+class _OutcomeTag:
+    """The ``status`` of an outcome, read on its class or on an instance: the msgspec tag its class
+    line gives (``class X(Outcome, tag="claimed")``), so the status is stated once."""
+
+    def __get__(self, outcome: object, kind: type[msgspec.Struct]) -> str:
+        return kind.__struct_config__.tag
+
+
 class Outcome(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, tag_field="status"):
     """Base of the tagged results of the lease, session and dispatch operations: ``status`` (the
     tag) names which one it is."""
 
-    status: ClassVar[str]
+    status: ClassVar[str] = _OutcomeTag()  # on a subclass: its tag, a str
 
 
 # --------------------------------------------------------------------------- wire

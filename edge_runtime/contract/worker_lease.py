@@ -21,26 +21,13 @@ from typing import Any
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-# The shared limits and the wire helpers are re-exported for the two authorities' modules.
-from edge_runtime.contract.validation import (  # noqa: F401
-    ATTEMPT_ID_MAX_LENGTH,
-    EVENT_ID_MAX_LENGTH,
-    LEASE_TOKEN_MAX_LENGTH,
+from edge_runtime.contract.validation import (
     MAX_SAFE_INTEGER,
-    MAX_VERSION,
-    RUN_ID_MAX_LENGTH,
-    AttemptId,
-    EventId,
-    LeaseToken,
-    RunId,
-    Version,
     Command,
     bounded_int_type,
-    encode,
     identifier_problem,
     identifier_type,
     is_digest,
-    lease_token_problem,
     token_digester,
 )
 

@@ -11,17 +11,16 @@ Draining and offline sessions report zero available slots.
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar, Union
+from typing import Any, Union
 
 import msgspec
 
-from edge_runtime.contract.validation import Outcome, PositiveCounter, SafeInt, command_decoder, fields_problem
+from edge_runtime.contract.validation import Outcome, PositiveCounter, SafeInt, Version, command_decoder, fields_problem
 from edge_runtime.contract.worker_lease import (
     Capacity,
     SessionId,
     SessionLeaseDurationMs,
     Slots,
-    Version,
     WorkerId,
     capabilities_hash,
     capabilities_problem,
@@ -160,7 +159,6 @@ class RegisteredOutcome(Outcome, tag="registered"):
     ``replaced_session`` is true when an older session existed; its fences are now invalid.
     """
 
-    status: ClassVar[str] = "registered"
     session: WorkerSessionRecord
     replaced_session: bool
 
@@ -168,7 +166,6 @@ class RegisteredOutcome(Outcome, tag="registered"):
 class ReplayedOutcome(Outcome, tag="replayed"):
     """An identical registration of the live current session: nothing changed."""
 
-    status: ClassVar[str] = "replayed"
     session: WorkerSessionRecord
 
     @property

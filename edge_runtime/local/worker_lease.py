@@ -14,8 +14,8 @@ expired lease does not mean that a process stopped, and no method reports "not r
 from __future__ import annotations
 
 from edge_runtime.contract.run_lease import RunLeaseRecord
-from edge_runtime.contract.validation import identifier_problem
-from edge_runtime.contract.worker_lease import ATTEMPT_ID_MAX_LENGTH, WORKER_ID_MAX_LENGTH, reject
+from edge_runtime.contract.validation import ATTEMPT_ID_MAX_LENGTH, identifier_problem
+from edge_runtime.contract.worker_lease import WORKER_ID_MAX_LENGTH, reject
 from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord
 from edge_runtime.local.run_lease import RunLeases
 from edge_runtime.local.run_start import RunStarts

@@ -12,8 +12,8 @@ from typing import Any
 
 import msgspec
 
+from edge_runtime.contract.validation import MAX_VERSION
 from edge_runtime.contract.worker_lease import (
-    MAX_VERSION,
     InvalidWorkerLeaseCommandError,
     LeaseCommand,
     WorkerLeaseFenceRejectedError,

@@ -21,7 +21,6 @@ from edge_runtime.contract.worker_lease import (
     MAX_CONCURRENT_RUNS,
     MAX_RUN_LEASE_DURATION_MS,
     MAX_SESSION_LEASE_DURATION_MS,
-    MAX_VERSION,
     RUN_LEASE_TOKEN_DOMAIN,
     InvalidWorkerLeaseCommandError,
     RunNotStartableError,
@@ -33,9 +32,8 @@ from edge_runtime.contract.worker_lease import (
     canonical_capabilities,
     capabilities_hash,
     digest_run_lease_token,
-    encode,
 )
-from edge_runtime.contract.validation import identifier_problem, int_problem
+from edge_runtime.contract.validation import MAX_VERSION, encode, identifier_problem, int_problem
 
 UNSET = msgspec.UNSET
 DIGEST = "ab" * 32
@@ -343,6 +341,18 @@ def test_outcomes_are_tagged_on_status_and_absent_fields_are_omitted() -> None:
     assert json.loads(encode(registered))["replacedSession"] is True
     assert ws.ReplayedOutcome(session=_session()).replaced_session is False
     assert ws.ReplayedOutcome.status == "replayed"
+
+
+def test_every_outcome_status_is_its_tag_on_the_class_and_on_an_instance() -> None:
+    from edge_runtime.contract import cancellation_dispatch as cd
+    from edge_runtime.contract.validation import Outcome
+
+    outcomes = [kind for module in (cd, rl, ws) for kind in vars(module).values()
+                if isinstance(kind, type) and issubclass(kind, Outcome) and kind is not Outcome]
+    assert len(outcomes) == 12
+    for kind in outcomes:
+        assert type(kind.status) is str and kind.status == kind.__struct_config__.tag
+    assert ws.ReplayedOutcome(session=_session()).status == "replayed"
 
 
 def test_liveness_helpers_speak_of_authority_only() -> None:
