@@ -35,7 +35,10 @@ from edge_runtime.contract.validation import (  # noqa: F401
     command_decoder,
     encode,
     fields_problem,
+    first_problem,
+    identifier_problem,
     identifier_type,
+    int_problem,
     is_digest,
     lease_token_problem,
     token_digester,
@@ -150,6 +153,19 @@ def classify_result(result: DispatchResult) -> tuple[DispatchStatus, str]:
 def dedupe_key_for(attempt_id: str, dispatch_count: int) -> str:
     """The event dedupe key of the result of one dispatch of an Attempt."""
     return f"cancel-dispatch:{attempt_id}:{dispatch_count}"
+
+
+def check_rearm(run_id: object, expected_version: object, event_id: object, actor_id: object) -> None:
+    """Refuse a re-arm (``dispatch rearm``) whose arguments are not a run id, a version written
+    at least once, an event id and an actor, with :class:`InvalidCommandError` naming the first."""
+    problem = first_problem(
+        identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH),
+        int_problem("expected_version", expected_version, 1, MAX_VERSION),
+        identifier_problem("event_id", event_id, EVENT_ID_MAX_LENGTH),
+        identifier_problem("actor_id", actor_id, OWNER_MAX_LENGTH),
+    )
+    if problem is not None:
+        raise InvalidCommandError(problem)
 
 
 # --------------------------------------------------------------------------- commands

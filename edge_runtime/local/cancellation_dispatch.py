@@ -19,10 +19,9 @@ import apsw
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import (
+    check_rearm,
     CONTROLLER_NOT_INVOKED_RESULTS,
     EVENT_DISPATCH_REARMED,
-    EVENT_ID_MAX_LENGTH,
-    OWNER_MAX_LENGTH,
     MAX_VERSION,
     RETRYABLE_RESULTS,
     RUN_ID_MAX_LENGTH,
@@ -50,7 +49,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     is_lease_token_digest,
 )
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
-from edge_runtime.contract.validation import first_problem, identifier_problem, int_problem
+from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.stored_records import record_to_write, stored_record
 from edge_runtime.contract.transitions import dispatch_run_eligible
 from edge_runtime.local.database import LocalDatabase
@@ -355,14 +354,7 @@ class LocalCancellationDispatchRepository:
             InvalidCommandError: bad run id, version, event id or actor.
             FenceRejectedError: no dispatch, not blocked, or not at ``expected_version``.
         """
-        problem = first_problem(
-            identifier_problem("run_id", run_id, RUN_ID_MAX_LENGTH),
-            int_problem("expected_version", expected_version, 1, MAX_VERSION),
-            identifier_problem("event_id", event_id, EVENT_ID_MAX_LENGTH),
-            identifier_problem("actor_id", actor_id, OWNER_MAX_LENGTH),
-        )
-        if problem is not None:
-            raise InvalidCommandError(problem)
+        check_rearm(run_id, expected_version, event_id, actor_id)
         with repository_errors(), self._db.write() as now:
             connection = self._db.connection
             run = read_run_version(connection, run_id)
