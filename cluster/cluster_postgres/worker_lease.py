@@ -75,7 +75,7 @@ from edge_runtime.contract.worker_session import (
     session_record_problem,
 )
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
-from cluster_postgres.lease_rows import (
+from cluster_postgres.worker_lease_rows import (
     LEASE_COLUMNS,
     LOCK_ATTEMPT,
     LOCK_LEASE,
