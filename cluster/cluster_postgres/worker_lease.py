@@ -89,7 +89,8 @@ from cluster_postgres.worker_lease_rows import (
     store_lease,
 )
 from cluster_postgres.run_events import clamp, database_now
-from cluster_postgres.runs import RUN_COLUMNS, end_run, end_unstarted, insert_attempt, run_from_row
+from cluster_postgres.run_rows import RUN_COLUMNS, run_from_row
+from cluster_postgres.runs import end_run, end_unstarted, insert_attempt
 
 
 _UNSET = msgspec.UNSET
