@@ -1,14 +1,14 @@
-"""Run Lease rows in ``ql3``: the one place that reads a grant's row, writes it, and moves the
-Attempt's fence projection of it (the authority's scans, such as the capacity count, stay in
-:mod:`cluster_postgres.worker_lease`).
+"""Worker Session and Run Lease rows in ``ql3``: the one place that reads a session's or a grant's
+row, writes it, and moves the Attempt's fence projection of a grant, with the capacity count
+(:data:`COUNT_ACTIVE`) the authority compares a session's slots with.
 
-Shared by the Run Lease authority (:mod:`cluster_postgres.worker_lease`) and by the run store,
-whose ``finish_attempt`` completes a grant still held in the transaction that ends its Attempt
-(:func:`complete_held_grant`; the Local store does the same). Every function runs inside the
-caller's transaction, with the Run and the Attempt already locked (lock order Worker -> Run ->
-Attempt -> Run Lease).
+Shared by the two authorities (:mod:`cluster_postgres.worker_session`,
+:mod:`cluster_postgres.run_lease`, :mod:`cluster_postgres.run_start`), the reads of
+:mod:`cluster_postgres.worker_lease`, and the run store, whose ``finish_attempt`` completes a grant
+still held in the transaction that ends its Attempt (:func:`complete_held_grant`; the Local store
+does the same). Every function runs inside the caller's transaction, with the rows it changes
+already locked (lock order Worker -> Run -> Attempt -> Run Lease).
 """
-
 from __future__ import annotations
 
 from typing import Any
@@ -26,7 +26,13 @@ from edge_runtime.contract.run_lease import (
     lease_record_problem,
 )
 from edge_runtime.contract.runs import AttemptStatus
-from edge_runtime.contract.worker_lease import MAX_VERSION, WorkerLeaseFenceRejectedError
+from edge_runtime.contract.sql_vocabulary import sql_literal
+from edge_runtime.contract.worker_lease import (
+    MAX_VERSION,
+    WorkerLeaseFenceRejectedError,
+    canonical_capabilities_unchecked,
+)
+from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
 from cluster_postgres.errors import ClusterLeaseStorageError
 from cluster_postgres.run_events import append_run_event
 
@@ -34,6 +40,27 @@ _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 _LEASE_STATUS = {s.value: s for s in LeaseStatus}
 _RELEASE_REASON = {r.value: r for r in ReleaseReason}
+_SESSION_STATUS = {s.value: s for s in SessionStatus}
+_decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
+
+SESSION_COLUMNS = (
+    "worker_id, session_id, generation, status, version, capabilities, capabilities_hash, max_concurrent_runs, "
+    "available_slots, heartbeat_at_ms, lease_expires_at_ms, created_at_ms, updated_at_ms"
+)
+SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM ql3.worker_sessions WHERE worker_id = %s"
+LOCK_SESSION = SELECT_SESSION + " FOR NO KEY UPDATE"
+_INSERT_SESSION = f"INSERT INTO ql3.worker_sessions ({SESSION_COLUMNS}) VALUES ({', '.join(['%s'] * 13)})"
+_UPDATE_SESSION = (
+    "UPDATE ql3.worker_sessions SET session_id = %s, generation = %s, status = %s, version = %s, capabilities = %s, "
+    "capabilities_hash = %s, max_concurrent_runs = %s, available_slots = %s, heartbeat_at_ms = %s, "
+    "lease_expires_at_ms = %s, created_at_ms = %s, updated_at_ms = %s WHERE worker_id = %s AND version = %s"
+)
+#: The ``leased`` grants of one session generation of a worker, except the Attempt named (``''`` excepts none).
+COUNT_ACTIVE = (
+    "SELECT count(*) FROM ql3.run_dispatch_leases "
+    f"WHERE worker_id = %s AND session_generation = %s AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> %s"
+)
 
 LEASE_COLUMNS = (
     "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
@@ -62,6 +89,43 @@ _SET_PROJECTION = (
     "lease_generation = %s, lease_version = %s, lease_token_digest = %s, lease_offer_id = %s, "
     "lease_expires_at_ms = %s, updated_at_ms = %s, status = coalesce(%s, status) WHERE id = %s"
 )
+
+
+def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
+    """Project one row selected with :data:`SESSION_COLUMNS`; a malformed row is a storage error."""
+    worker_id = row[0]
+    try:
+        record = WorkerSessionRecord(
+            worker_id=worker_id, session_id=row[1], generation=row[2], status=_SESSION_STATUS[row[3]],
+            version=row[4], capabilities=_decode_capabilities(row[5]), capabilities_hash=row[6],
+            max_concurrent_runs=row[7], available_slots=row[8], heartbeat_at_ms=row[9],
+            lease_expires_at_ms=row[10], created_at_ms=row[11], updated_at_ms=row[12],
+        )
+    except (KeyError, ValueError, TypeError, msgspec.DecodeError) as exc:
+        raise ClusterLeaseStorageError(f"stored session of worker {worker_id!r} is malformed: {exc!r}") from None
+    problem = session_record_problem(record)
+    if problem is None and canonical_capabilities_unchecked(record.capabilities).decode() != row[5]:
+        problem = "capabilities are not stored in canonical form"
+    if problem is not None:
+        raise ClusterLeaseStorageError(f"stored session of worker {worker_id!r} breaks an invariant: {problem}")
+    return record
+
+
+def store_session(cur: psycopg.Cursor[Any], record: WorkerSessionRecord, expected_version: int | None) -> None:
+    """Insert the session (``expected_version`` None) or CAS it from ``expected_version``."""
+    problem = session_record_problem(record)
+    if problem is not None:
+        raise ClusterLeaseStorageError(f"refusing to write session of worker {record.worker_id!r}: {problem}")
+    text = canonical_capabilities_unchecked(record.capabilities).decode()
+    values = (record.session_id, record.generation, record.status.value, record.version, text,
+              record.capabilities_hash, record.max_concurrent_runs, record.available_slots, record.heartbeat_at_ms,
+              record.lease_expires_at_ms, record.created_at_ms, record.updated_at_ms)
+    if expected_version is None:
+        cur.execute(_INSERT_SESSION, (record.worker_id, *values))
+        return
+    cur.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+    if cur.rowcount != 1:
+        raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
 
 
 def bump(version: int, what: str) -> int:
