@@ -120,12 +120,20 @@ def store_session(cur: psycopg.Cursor[Any], record: WorkerSessionRecord, expecte
     values = (record.session_id, record.generation, record.status.value, record.version, text,
               record.capabilities_hash, record.max_concurrent_runs, record.available_slots, record.heartbeat_at_ms,
               record.lease_expires_at_ms, record.created_at_ms, record.updated_at_ms)
+    _write_row(cur, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
+               f"session of worker {record.worker_id!r}")
+
+
+def _write_row(cur: psycopg.Cursor[Any], insert: str, update: str, key: str, values: tuple[Any, ...],
+               expected_version: int | None, what: str) -> None:
+    """Insert a row (``expected_version`` None) or update it only at ``expected_version`` (CAS),
+    as :func:`edge_runtime.local.worker_lease_rows._write_row` does; ``what`` names it in the error."""
     if expected_version is None:
-        cur.execute(_INSERT_SESSION, (record.worker_id, *values))
+        cur.execute(insert, (key, *values))
         return
-    cur.execute(_UPDATE_SESSION, (*values, record.worker_id, expected_version))
+    cur.execute(update, (*values, key, expected_version))
     if cur.rowcount != 1:
-        raise ClusterLeaseStorageError(f"session of worker {record.worker_id!r} changed concurrently (CAS missed)")
+        raise ClusterLeaseStorageError(f"{what} changed concurrently (CAS missed)")
 
 
 def bump(version: int, what: str) -> int:
@@ -180,12 +188,8 @@ def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_versi
               record.expires_at_ms, record.acquired_at_ms, null(record.renewed_at_ms), null(record.started_at_ms),
               null(record.released_at_ms), None if record.release_reason is _UNSET else record.release_reason.value,
               null(record.completed_at_ms), record.updated_at_ms)
-    if expected_version is None:
-        cur.execute(_INSERT_LEASE, (record.attempt_id, *values))
-        return
-    cur.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
-    if cur.rowcount != 1:
-        raise ClusterLeaseStorageError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+    _write_row(cur, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
+               f"lease of attempt {record.attempt_id!r}")
 
 
 def move_projection(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,
