@@ -6,6 +6,7 @@ the last lock, and each event is the Run's version CAS + sequence + insert of
 :func:`cluster_postgres.run_events.append_run_event`, so a failure rolls all of it back. The scans
 the service polls are plain reads that decide nothing; the queue scan skips Runs another
 transaction holds (``SKIP LOCKED``), and the transition that follows re-checks under its locks.
+Rows become records in :mod:`cluster_postgres.run_rows`.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from edge_runtime.contract.runs import (
     RunDetail,
     RunNotFoundError,
     RunRecord,
-    RunRepositoryError,
     RunStateConflictError,
     RunStatus,
     SubmitRunCommand,
@@ -66,8 +66,9 @@ from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import NOTIFY_WAKE, WAKE_CHANNEL  # noqa: F401 (WAKE_CHANNEL: re-exported)
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
-from cluster_postgres.lease_rows import complete_held_grant, held_grant, lease_event
+from cluster_postgres.worker_lease_rows import complete_held_grant, held_grant, lease_event
 from cluster_postgres.run_events import append_run_event, clamp, database_now
+from cluster_postgres.run_rows import ATTEMPT_COLUMNS, RUN_COLUMNS, absent, attempt_from_row, run_from_row
 
 _UNSET = msgspec.UNSET
 _encode_json = msgspec.json.Encoder().encode
@@ -78,64 +79,12 @@ EXECUTOR_LOCAL_PROCESS = "local_process"
 _ESCAPED_PIDS_KEPT = 32
 
 
-RUN_COLUMNS = (
-    "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
-    "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms, "
-    "env, cwd, retries, retry_delay_ms, retry_at_ms"
-)
-ATTEMPT_COLUMNS = (
-    "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
-    "log_path, started_at_ms, term_sent_at_ms, kill_deadline_at_ms, killed_at_ms, finished_at_ms, created_at_ms"
-)
 _SELECT_RUN = f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s"
 _LOCK_RUN = _SELECT_RUN + " FOR NO KEY UPDATE"
 _SELECT_ATTEMPT = f"SELECT {ATTEMPT_COLUMNS} FROM ql3.run_attempts WHERE id = %s"
 _LOCK_ATTEMPT = _SELECT_ATTEMPT + " FOR NO KEY UPDATE"
 _ATTEMPT_RUN_ID = "SELECT run_id FROM ql3.run_attempts WHERE id = %s"  # immutable: read before locking the Run
 _EVENT_COLUMNS = "id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload, created_at_ms"
-
-
-def _absent(value: Any) -> Any:
-    return _UNSET if value is None else value
-
-
-def run_from_row(row: tuple[Any, ...]) -> RunRecord:
-    (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
-     schedule_id, scheduled_for, timeout, env, cwd, retries, retry_delay, retry_at) = row
-    try:
-        if command is not None and not (isinstance(command, list) and all(type(a) is str for a in command)):
-            raise ValueError("command is not a list of strings")
-        if env is not None and not (isinstance(env, dict) and all(type(v) is str for v in env.values())):
-            raise ValueError("env is not an object of strings")
-        return RunRecord(
-            id=run_id, execution_owner=owner, status=RunStatus(status), version=version, event_sequence=sequence,
-            name=_absent(name), command=_absent(command), cancel_requested_at_ms=_absent(requested),
-            cancel_reason=_absent(reason), created_at_ms=created, updated_at_ms=_absent(updated),
-            finished_at_ms=_absent(finished), schedule_id=_absent(schedule_id),
-            scheduled_for_ms=_absent(scheduled_for), timeout_ms=_absent(timeout), env=_absent(env),
-            cwd=_absent(cwd), retries=_absent(retries), retry_delay_ms=_absent(retry_delay),
-            retry_at_ms=_absent(retry_at),
-        )
-    except ValueError as exc:
-        raise RunRepositoryError(f"stored run {run_id!r} is malformed: {exc}") from None
-
-
-def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:
-    (attempt_id, run_id, number, status, executor, pid, pgid, ticks, boot_id, exit_code, reason, log_path,
-     started, term_sent, deadline, killed, finished, created) = row
-    try:
-        status = AttemptStatus(status)
-    except ValueError:
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has unknown status {status!r}") from None
-    if len({pid is None, pgid is None, ticks is None, boot_id is None}) != 1:
-        raise RunRepositoryError(f"stored attempt {attempt_id!r} has a partial process identity")
-    return AttemptRecord(
-        id=attempt_id, run_id=run_id, attempt=number, status=status, executor_type=executor, pid=_absent(pid),
-        pgid=_absent(pgid), process_start_ticks=_absent(ticks), boot_id=_absent(boot_id),
-        exit_code=_absent(exit_code), end_reason=_absent(reason), log_path=_absent(log_path),
-        started_at_ms=_absent(started), term_sent_at_ms=_absent(term_sent), kill_deadline_at_ms=_absent(deadline),
-        killed_at_ms=_absent(killed), finished_at_ms=_absent(finished), created_at_ms=created,
-    )
 
 
 def _check_run_id(run_id: object) -> None:
@@ -249,7 +198,7 @@ class PostgresRunRepository:
                 f"SELECT {_EVENT_COLUMNS} FROM ql3.run_events WHERE run_id = %s ORDER BY sequence", (run_id,)
             ).fetchall()
         return [RunEvent(id=r[0], run_id=r[1], sequence=r[2], type=r[3], dedupe_key=r[4], actor_type=r[5],
-                         actor_id=r[6], attempt_id=_absent(r[7]),
+                         actor_id=r[6], attempt_id=absent(r[7]),
                          payload=r[8] if isinstance(r[8], dict) else _decode_payload(r[8]), created_at_ms=r[9])
                 for r in rows]
 

@@ -83,8 +83,8 @@ def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, now:
     or None when none is held (never granted, or already completed or released).
 
     One commit where the port's ``finish_attempt`` + ``complete`` would take two (the PostgreSQL
-    store does the same: ``cluster_postgres.lease_rows.complete_held_grant``). Any holder's grant
-    is closed: once its Attempt ended a grant can fence nothing, and the service
+    store does the same: ``cluster_postgres.worker_lease_rows.complete_held_grant``). Any
+    holder's grant is closed: once its Attempt ended a grant can fence nothing, and the service
     always completes it next anyway (its ``complete`` then finds nothing left to do). The row and
     projection are those :meth:`LocalRunLeases.complete` writes; the caller records the completion
     in the Run's end event (:func:`completed_grant_extra`), or appends ``run.lease_completed`` with

@@ -19,6 +19,7 @@ def take_queued_run(runs: Any, run_id: str, *, actor_id: str) -> AttemptRecord |
     next Attempt as ``claimed``, unfenced, through ``runs`` (a ``PostgresRunRepository``: its
     connection, transaction and error mapping); None when the Run is not such a Run."""
     from cluster_postgres import runs as pg_runs
+    from cluster_postgres.run_rows import run_from_row
 
     pg_runs._check_run_id(run_id)
     with runs._tx():
@@ -26,7 +27,7 @@ def take_queued_run(runs: Any, run_id: str, *, actor_id: str) -> AttemptRecord |
         row = cur.execute(pg_runs._LOCK_RUN, (run_id,)).fetchone()
         if row is None:
             return None
-        run = pg_runs.run_from_row(row)
+        run = run_from_row(row)
         if (run.status is not RunStatus.QUEUED or run.cancel_requested_at_ms is not pg_runs._UNSET
                 or run.execution_owner != "runtime"):
             return None

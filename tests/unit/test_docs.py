@@ -5,7 +5,9 @@
 - the configuration table in docs/operating.md lists exactly the keys of ``ServiceConfig``, each
   with its real default;
 - the command table in README.md names every ``edge-runtime`` subcommand (nested ones too) and
-  only real ones, each option it shows being one that command accepts.
+  only real ones, each option it shows being one that command accepts;
+- the adapter table in docs/architecture.md names each module of edge_runtime/local/ and of
+  cluster/cluster_postgres/ once, and a concept only one adapter has says so.
 """
 
 from __future__ import annotations
@@ -179,3 +181,28 @@ def test_the_command_table_matches_the_cli() -> None:
     )
     for name, flags in documented.items():
         assert flags <= known[name], f"edge-runtime {' '.join(name)}: no such option {sorted(flags - known[name])}"
+
+
+_ADAPTERS = {"local": ROOT / "edge_runtime" / "local", "cluster": ROOT / "cluster" / "cluster_postgres"}
+
+
+def _adapter_files(cell: str) -> list[str]:
+    """The adapter's files a cell of the adapter table names: its ``*.py`` code spans outside
+    parentheses (a parenthesis says where the other adapter does it, or adds a detail)."""
+    return [span for span in re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cell)) if span.endswith(".py")]
+
+
+def test_the_adapter_table_names_every_module_of_both_adapters_once() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named: dict[str, list[str]] = {"local": [], "cluster": []}
+    header = "| concept | `edge_runtime/local/` | `cluster/cluster_postgres/` |"
+    for concept, local_cell, cluster_cell in _table(text, header):
+        local, cluster = _adapter_files(local_cell), _adapter_files(cluster_cell)
+        assert local or cluster, f"{concept}: names a file of neither adapter"
+        assert bool(local) or local_cell.startswith("cluster only"), f"{concept}: say it is cluster only"
+        assert bool(cluster) or cluster_cell.startswith("local only"), f"{concept}: say it is local only"
+        named["local"] += local
+        named["cluster"] += cluster
+    for adapter, package in _ADAPTERS.items():
+        modules = sorted(str(path.relative_to(package)) for path in package.rglob("*.py"))
+        assert sorted(named[adapter]) == modules, f"docs/architecture.md, the adapter table: {adapter} files"

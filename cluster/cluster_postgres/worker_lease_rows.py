@@ -1,14 +1,14 @@
-"""Run Lease rows in ``ql3``: the one place that reads a grant's row, writes it, and moves the
-Attempt's fence projection of it (the authority's scans, such as the capacity count, stay in
-:mod:`cluster_postgres.worker_lease`).
+"""Worker Session and Run Lease rows in ``ql3``: the one place that reads a session's or a grant's
+row, writes it, and moves the Attempt's fence projection of a grant, with the capacity count
+(:data:`COUNT_ACTIVE`) the authority compares a session's slots with.
 
-Shared by the Run Lease authority (:mod:`cluster_postgres.worker_lease`) and by the run store,
-whose ``finish_attempt`` completes a grant still held in the transaction that ends its Attempt
-(:func:`complete_held_grant`; the Local store does the same). Every function runs inside the
-caller's transaction, with the Run and the Attempt already locked (lock order Worker -> Run ->
-Attempt -> Run Lease).
+Shared by the two authorities (:mod:`cluster_postgres.worker_session`,
+:mod:`cluster_postgres.run_lease`, :mod:`cluster_postgres.run_start`), the reads of
+:mod:`cluster_postgres.worker_lease`, and the run store, whose ``finish_attempt`` completes a grant
+still held in the transaction that ends its Attempt (:func:`complete_held_grant`; the Local store
+does the same). Every function runs inside the caller's transaction, with the rows it changes
+already locked (lock order Worker -> Run -> Attempt -> Run Lease).
 """
-
 from __future__ import annotations
 
 from typing import Any
@@ -26,8 +26,14 @@ from edge_runtime.contract.run_lease import (
     lease_record_problem,
 )
 from edge_runtime.contract.runs import AttemptStatus
+from edge_runtime.contract.sql_vocabulary import sql_literal
+from edge_runtime.contract.stored_records import record_to_write, stored_record
 from edge_runtime.contract.validation import MAX_VERSION
-from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError
+from edge_runtime.contract.worker_lease import (
+    WorkerLeaseFenceRejectedError,
+    canonical_capabilities_unchecked,
+)
+from edge_runtime.contract.worker_session import SessionStatus, WorkerSessionRecord, session_record_problem
 from cluster_postgres.errors import ClusterLeaseStorageError
 from cluster_postgres.run_events import append_run_event
 
@@ -35,6 +41,27 @@ _UNSET = msgspec.UNSET
 _replace = msgspec.structs.replace
 _LEASE_STATUS = {s.value: s for s in LeaseStatus}
 _RELEASE_REASON = {r.value: r for r in ReleaseReason}
+_SESSION_STATUS = {s.value: s for s in SessionStatus}
+_decode_capabilities = msgspec.json.Decoder(dict[str, Any]).decode
+
+SESSION_COLUMNS = (
+    "worker_id, session_id, generation, status, version, capabilities, capabilities_hash, max_concurrent_runs, "
+    "available_slots, heartbeat_at_ms, lease_expires_at_ms, created_at_ms, updated_at_ms"
+)
+SELECT_SESSION = f"SELECT {SESSION_COLUMNS} FROM ql3.worker_sessions WHERE worker_id = %s"
+LOCK_SESSION = SELECT_SESSION + " FOR NO KEY UPDATE"
+_INSERT_SESSION = f"INSERT INTO ql3.worker_sessions ({SESSION_COLUMNS}) VALUES ({', '.join(['%s'] * 13)})"
+_UPDATE_SESSION = (
+    "UPDATE ql3.worker_sessions SET session_id = %s, generation = %s, status = %s, version = %s, capabilities = %s, "
+    "capabilities_hash = %s, max_concurrent_runs = %s, available_slots = %s, heartbeat_at_ms = %s, "
+    "lease_expires_at_ms = %s, created_at_ms = %s, updated_at_ms = %s WHERE worker_id = %s AND version = %s"
+)
+#: The ``leased`` grants of one session generation of a worker, except the Attempt named (``''`` excepts none).
+COUNT_ACTIVE = (
+    "SELECT count(*) FROM ql3.run_dispatch_leases "
+    f"WHERE worker_id = %s AND session_generation = %s AND status = {sql_literal(LeaseStatus.LEASED)} "
+    "AND attempt_id <> %s"
+)
 
 LEASE_COLUMNS = (
     "attempt_id, run_id, worker_id, session_id, session_generation, lease_generation, version, token_digest, "
@@ -65,6 +92,47 @@ _SET_PROJECTION = (
 )
 
 
+def _session_problem(record: WorkerSessionRecord, stored_capabilities: str) -> str | None:
+    problem = session_record_problem(record)
+    if problem is None and canonical_capabilities_unchecked(record.capabilities).decode() != stored_capabilities:
+        problem = "capabilities are not stored in canonical form"
+    return problem
+
+
+def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
+    """Project one row selected with :data:`SESSION_COLUMNS`; a malformed row is a storage error."""
+    return stored_record(lambda: WorkerSessionRecord(
+        worker_id=row[0], session_id=row[1], generation=row[2], status=_SESSION_STATUS[row[3]],
+        version=row[4], capabilities=_decode_capabilities(row[5]), capabilities_hash=row[6],
+        max_concurrent_runs=row[7], available_slots=row[8], heartbeat_at_ms=row[9],
+        lease_expires_at_ms=row[10], created_at_ms=row[11], updated_at_ms=row[12],
+    ), f"session of worker {row[0]!r}", ClusterLeaseStorageError, lambda record: _session_problem(record, row[5]))
+
+
+def store_session(cur: psycopg.Cursor[Any], record: WorkerSessionRecord, expected_version: int | None) -> None:
+    """Insert the session (``expected_version`` None) or CAS it from ``expected_version``."""
+    record_to_write(record, session_record_problem(record), f"session of worker {record.worker_id!r}",
+                    ClusterLeaseStorageError)
+    text = canonical_capabilities_unchecked(record.capabilities).decode()
+    values = (record.session_id, record.generation, record.status.value, record.version, text,
+              record.capabilities_hash, record.max_concurrent_runs, record.available_slots, record.heartbeat_at_ms,
+              record.lease_expires_at_ms, record.created_at_ms, record.updated_at_ms)
+    _write_row(cur, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
+               f"session of worker {record.worker_id!r}")
+
+
+def _write_row(cur: psycopg.Cursor[Any], insert: str, update: str, key: str, values: tuple[Any, ...],
+               expected_version: int | None, what: str) -> None:
+    """Insert a row (``expected_version`` None) or update it only at ``expected_version`` (CAS),
+    as :func:`edge_runtime.local.worker_lease_rows._write_row` does; ``what`` names it in the error."""
+    if expected_version is None:
+        cur.execute(insert, (key, *values))
+        return
+    cur.execute(update, (*values, key, expected_version))
+    if cur.rowcount != 1:
+        raise ClusterLeaseStorageError(f"{what} changed concurrently (CAS missed)")
+
+
 def bump(version: int, what: str) -> int:
     """``version + 1``; a row at the contract's maximum version is a storage error."""
     if version >= MAX_VERSION:
@@ -77,22 +145,14 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
     def absent(value: Any) -> Any:
         return _UNSET if value is None else value
 
-    attempt_id = row[0]
-    try:
-        record = RunLeaseRecord(
-            attempt_id=attempt_id, run_id=row[1], worker_id=row[2], session_id=row[3], session_generation=row[4],
-            lease_generation=row[5], version=row[6], token_digest=row[7], offer_id=row[8],
-            status=_LEASE_STATUS[row[9]], expires_at_ms=row[10], acquired_at_ms=row[11], renewed_at_ms=absent(row[12]),
-            started_at_ms=absent(row[13]), released_at_ms=absent(row[14]),
-            release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
-            completed_at_ms=absent(row[16]), updated_at_ms=row[17],
-        )
-    except (KeyError, ValueError, TypeError) as exc:
-        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} is malformed: {exc!r}") from None
-    problem = lease_record_problem(record)
-    if problem is not None:
-        raise ClusterLeaseStorageError(f"stored lease of attempt {attempt_id!r} breaks an invariant: {problem}")
-    return record
+    return stored_record(lambda: RunLeaseRecord(
+        attempt_id=row[0], run_id=row[1], worker_id=row[2], session_id=row[3], session_generation=row[4],
+        lease_generation=row[5], version=row[6], token_digest=row[7], offer_id=row[8],
+        status=_LEASE_STATUS[row[9]], expires_at_ms=row[10], acquired_at_ms=row[11], renewed_at_ms=absent(row[12]),
+        started_at_ms=absent(row[13]), released_at_ms=absent(row[14]),
+        release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
+        completed_at_ms=absent(row[16]), updated_at_ms=row[17],
+    ), f"lease of attempt {row[0]!r}", ClusterLeaseStorageError, lease_record_problem)
 
 
 def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
@@ -105,9 +165,8 @@ def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
 
 def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_version: int | None) -> None:
     """Insert the grant (``expected_version`` None) or CAS it from ``expected_version``."""
-    problem = lease_record_problem(record)
-    if problem is not None:
-        raise ClusterLeaseStorageError(f"refusing to write lease of attempt {record.attempt_id!r}: {problem}")
+    record_to_write(record, lease_record_problem(record), f"lease of attempt {record.attempt_id!r}",
+                    ClusterLeaseStorageError)
 
     def null(value: Any) -> Any:
         return None if value is _UNSET else value
@@ -117,12 +176,8 @@ def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_versi
               record.expires_at_ms, record.acquired_at_ms, null(record.renewed_at_ms), null(record.started_at_ms),
               null(record.released_at_ms), None if record.release_reason is _UNSET else record.release_reason.value,
               null(record.completed_at_ms), record.updated_at_ms)
-    if expected_version is None:
-        cur.execute(_INSERT_LEASE, (record.attempt_id, *values))
-        return
-    cur.execute(_UPDATE_LEASE, (*values, record.attempt_id, expected_version))
-    if cur.rowcount != 1:
-        raise ClusterLeaseStorageError(f"lease of attempt {record.attempt_id!r} changed concurrently (CAS missed)")
+    _write_row(cur, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
+               f"lease of attempt {record.attempt_id!r}")
 
 
 def move_projection(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,
