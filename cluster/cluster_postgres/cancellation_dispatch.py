@@ -46,7 +46,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.stored_records import record_to_write, stored_record
-from edge_runtime.contract.transitions import dispatch_run_eligible
+from edge_runtime.contract.transitions import dispatch_run_eligible, require_dispatch_fence
 from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterDispatchStorageError, Transaction, reading
 from cluster_postgres.run_events import append_run_event, clamp, database_now
@@ -210,17 +210,7 @@ class PostgresCancellationDispatchRepository:
                 raise FenceRejectedError(f"no cancellation dispatch exists for run {cmd.run_id!r}")
             db_now = database_now(cur)
             current = _record(row)
-            if (
-                current.attempt_id != cmd.attempt_id
-                or current.status is not DispatchStatus.LEASED
-                or current.version != cmd.expected_version
-                or current.lease_owner != cmd.owner
-                or not hmac.compare_digest(current.lease_token_digest, digest)
-            ):
-                raise FenceRejectedError(
-                    f"lease of run {cmd.run_id!r} at version {cmd.expected_version} by {cmd.owner!r} "
-                    f"no longer fences the dispatch (now {current.status.value} at version {current.version})"
-                )
+            require_dispatch_fence(current, cmd, digest)
             run = [run_row[3], run_row[4]]
             now = clamp(cur, db_now, current.updated_at_ms, run, cmd.run_id, cmd.owner)
             result = cmd.result

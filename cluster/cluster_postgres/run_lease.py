@@ -11,7 +11,6 @@ evidence that a process stopped. Used through
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import msgspec
@@ -30,7 +29,6 @@ from edge_runtime.contract.run_lease import (
     LeasedRunOutcome,
     LeaseStatus,
     LeaseTransitionOutcome,
-    NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
     ReleaseRunLeaseCommand,
@@ -38,7 +36,14 @@ from edge_runtime.contract.run_lease import (
     RunLeaseRecord,
 )
 from edge_runtime.contract.runs import AttemptStatus
-from edge_runtime.contract.transitions import lease_mismatch, not_claimable
+from edge_runtime.contract.transitions import (
+    capacity_refusal,
+    claim_replayed,
+    grant_held,
+    lease_mismatch,
+    new_grant,
+    not_claimable,
+)
 from edge_runtime.contract.worker_lease import (
     RunNotStartableError,
     StartBarrierPassedError,
@@ -137,25 +142,16 @@ class RunLeases:
                         f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
                     )
                 if existing.is_live(now):
-                    if (
-                        existing.worker_id == cmd.worker_id and existing.session_id == cmd.session_id
-                        and existing.session_generation == cmd.session_generation
-                        and existing.offer_id == cmd.offer_id and hmac.compare_digest(existing.token_digest, digest)
-                    ):
+                    if claim_replayed(existing, cmd, digest):
                         return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
                     return LeasedRunOutcome(lease=existing)
             active = cur.execute(COUNT_ACTIVE, (cmd.worker_id, session.generation, cmd.attempt_id)).fetchone()[0]
-            if active >= session.max_concurrent_runs or active >= session.available_slots:
-                return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
-                                         available_slots=session.available_slots)
-            lease = RunLeaseRecord(
-                attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
-                session_generation=cmd.session_generation,
-                lease_generation=1 if existing is None else bump(existing.lease_generation, "lease generation"),
-                version=1 if existing is None else bump(existing.version, "lease"), token_digest=digest,
-                offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
-                acquired_at_ms=now, updated_at_ms=now,
-            )
+            refusal = capacity_refusal(session, active)
+            if refusal is not None:
+                return refusal
+            lease = new_grant(cmd, digest, now) if existing is None else new_grant(
+                cmd, digest, now, lease_generation=bump(existing.lease_generation, "lease generation"),
+                version=bump(existing.version, "lease"))
             store_lease(self._cur, lease, None if existing is None else existing.version)
             move_projection(self._cur, attempt, existing, lease, now)
             event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
@@ -225,12 +221,9 @@ class RunLeases:
             run = run_version(run_row)
             row = cur.execute(LOCK_LEASE, (cmd.attempt_id,)).fetchone()
             current = None if row is None else lease_from_row(row)
-            if (
-                current is None or current.status is not LeaseStatus.LEASED or current.worker_id != cmd.worker_id
-                or current.session_generation != cmd.session_generation
-                or current.lease_generation != cmd.lease_generation or current.version != cmd.expected_version
-                or not hmac.compare_digest(current.token_digest, cmd.token_digest)
-            ):
+            if not grant_held(current, cmd.token_digest, worker_id=cmd.worker_id,
+                              session_generation=cmd.session_generation, lease_generation=cmd.lease_generation,
+                              version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             now = clamp(cur, database_now(cur), current.updated_at_ms, run, current.run_id, cmd.worker_id)
             lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
@@ -250,11 +243,8 @@ class RunLeases:
         now = clamp(cur, database_now(cur), None if current is None else current.updated_at_ms, run,
                     "" if current is None else current.run_id, cmd.worker_id)
         self._sessions.current(session_row, cmd, now, allowed, require_live)
-        if (
-            current is None or current.status is not LeaseStatus.LEASED or current.worker_id != cmd.worker_id
-            or current.session_id != cmd.session_id or current.session_generation != cmd.session_generation
-            or current.version != cmd.expected_version or not hmac.compare_digest(current.token_digest, digest)
-        ):
+        if not grant_held(current, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                          session_generation=cmd.session_generation, version=cmd.expected_version):
             raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
         return current, now
 

@@ -16,7 +16,6 @@ Lock order as everywhere: Worker -> Run -> Attempt -> Run Lease. Used through
 
 from __future__ import annotations
 
-import hmac
 import uuid
 from typing import Any
 
@@ -33,7 +32,6 @@ from edge_runtime.contract.run_lease import (
     REASON_WORKER_GONE,
     ClaimedRunOutcome,
     LeaseStatus,
-    NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
     RunLeaseRecord,
@@ -43,7 +41,7 @@ from edge_runtime.contract.run_lease import (
 )
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, AttemptStatus, RunStatus, attempt_event_key
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
-from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
+from edge_runtime.contract.transitions import capacity_refusal, grant_held, is_orphan_start, lease_mismatch, new_grant
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from cluster_postgres.errors import ClusterLeaseStorageError, Transaction, reading
@@ -152,18 +150,13 @@ class RunStarts:
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
             active = cur.execute(COUNT_ACTIVE, (cmd.worker_id, session.generation, "")).fetchone()[0]
-            if active >= session.max_concurrent_runs or active >= session.available_slots:
-                return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
-                                         available_slots=session.available_slots)
+            refusal = capacity_refusal(session, active)
+            if refusal is not None:
+                return refusal
             run = run_version(run_row)
             cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, cmd.run_id))
             number = insert_attempt(cur, cmd.run_id, cmd.attempt_id, now=now)
-            claimed = RunLeaseRecord(
-                attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
-                session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,
-                offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
-                acquired_at_ms=now, updated_at_ms=now,
-            )
+            claimed = new_grant(cmd, digest, now)
             store_lease(self._cur, claimed, None)
             move_projection(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *NO_PROJECTION), None, claimed, now)
             started = _replace(claimed, version=2, started_at_ms=now)
@@ -193,12 +186,9 @@ class RunStarts:
             now = database_now(cur)
             if current is not None and current.status is LeaseStatus.COMPLETED and current.version == lease.version + 1:
                 return RunStatus(run_row[1])  # our own earlier attempt at this committed
-            if (
-                current is None or current.status is not LeaseStatus.LEASED or current.worker_id != lease.worker_id
-                or current.session_generation != lease.session_generation
-                or current.lease_generation != lease.lease_generation or current.version != lease.version
-                or not hmac.compare_digest(current.token_digest, lease.token_digest)
-            ):
+            if not grant_held(current, lease.token_digest, worker_id=lease.worker_id,
+                              session_generation=lease.session_generation,
+                              lease_generation=lease.lease_generation, version=lease.version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(lease.attempt_id, current))
             run = run_version(run_row)
             now = clamp(cur, now, current.updated_at_ms, run, current.run_id, actor_id)

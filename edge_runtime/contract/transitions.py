@@ -9,9 +9,11 @@ tests/unit/test_transitions.py pins each decision on its own.
 from __future__ import annotations
 
 import enum
+import hmac
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from edge_runtime.contract.run_lease import LeaseStatus, NotClaimableReason
+from edge_runtime.contract.cancellation_dispatch import DispatchStatus, FenceRejectedError
+from edge_runtime.contract.run_lease import LeaseStatus, NoCapacityOutcome, NotClaimableReason, RunLeaseRecord
 from edge_runtime.contract.runs import (
     ACTIVE_RUN_STATUSES,
     RUN_STATUS_AFTER_ATTEMPT,
@@ -21,8 +23,10 @@ from edge_runtime.contract.runs import (
 )
 
 if TYPE_CHECKING:
-    from edge_runtime.contract.run_lease import RunLeaseRecord
+    from edge_runtime.contract.cancellation_dispatch import DispatchRecord, RecordResultCommand
+    from edge_runtime.contract.run_lease import ClaimRunCommand, StartRunCommand
     from edge_runtime.contract.runs import RunRecord
+    from edge_runtime.contract.worker_session import WorkerSessionRecord
 
 #: Who executes a Run that the runtime's workers may start (``runs.execution_owner``).
 RUNTIME_OWNER = "runtime"
@@ -113,6 +117,64 @@ def dispatch_run_eligible(execution_owner: str, status: str, cancel_requested_at
     be claimed for this Run: the runtime's, still active, and that request still the Run's."""
     return (execution_owner == RUNTIME_OWNER and status in ACTIVE_RUN_STATUSES
             and cancel_requested_at_ms == requested_at_ms)
+
+
+def require_dispatch_fence(current: DispatchRecord, cmd: RecordResultCommand, token_digest: str) -> None:
+    """Refuse a dispatch result whose lease no longer fences the dispatch: another Attempt, not
+    ``leased``, another version or owner, or another token (compared in constant time). An expired
+    lease that nobody took over is still fenced by version, owner and digest only."""
+    if (
+        current.attempt_id != cmd.attempt_id
+        or current.status is not DispatchStatus.LEASED
+        or current.version != cmd.expected_version
+        or current.lease_owner != cmd.owner
+        or not hmac.compare_digest(current.lease_token_digest, token_digest)
+    ):
+        raise FenceRejectedError(
+            f"lease of run {cmd.run_id!r} at version {cmd.expected_version} by {cmd.owner!r} "
+            f"no longer fences the dispatch (now {current.status.value} at version {current.version})"
+        )
+
+
+def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: object) -> bool:
+    """Whether ``current`` is a live grant (``leased``) whose fields equal ``fence`` and whose token
+    digest is ``token_digest`` (compared in constant time). The session fence names the session
+    (``session_id``), the grant fence the grant (``lease_generation``): the rule is the same."""
+    return (
+        current is not None
+        and current.status is LeaseStatus.LEASED
+        and all(getattr(current, name) == value for name, value in fence.items())
+        and hmac.compare_digest(current.token_digest, token_digest)
+    )
+
+
+def claim_replayed(existing: RunLeaseRecord | None, cmd: ClaimRunCommand, token_digest: str) -> bool:
+    """Whether a claim is the replay of the one that made ``existing`` (same session, offer and
+    token): it answers with that grant again instead of refusing it as leased."""
+    return grant_held(existing, token_digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
+                      session_generation=cmd.session_generation, offer_id=cmd.offer_id)
+
+
+def capacity_refusal(session: WorkerSessionRecord, active_leases: int) -> NoCapacityOutcome | None:
+    """The refusal of a new grant when the session's other active leases already reach its
+    ``max_concurrent_runs`` or its ``available_slots``; None when there is room."""
+    if active_leases >= session.max_concurrent_runs or active_leases >= session.available_slots:
+        return NoCapacityOutcome(active_leases=active_leases, max_concurrent_runs=session.max_concurrent_runs,
+                                 available_slots=session.available_slots)
+    return None
+
+
+def new_grant(cmd: ClaimRunCommand | StartRunCommand, token_digest: str, now_ms: int, *,
+              lease_generation: int = 1, version: int = 1) -> RunLeaseRecord:
+    """The ``leased`` grant a claim (or the fenced start) makes at ``now_ms``: the first of its
+    Attempt at generation and version 1, or one after an expired or released grant at the next
+    ones (the store bumps them, refusing to pass the maximum)."""
+    return RunLeaseRecord(
+        attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
+        session_generation=cmd.session_generation, lease_generation=lease_generation, version=version,
+        token_digest=token_digest, offer_id=cmd.offer_id, status=LeaseStatus.LEASED,
+        expires_at_ms=now_ms + cmd.lease_duration_ms, acquired_at_ms=now_ms, updated_at_ms=now_ms,
+    )
 
 
 class UnstartedRunAction(enum.Enum):

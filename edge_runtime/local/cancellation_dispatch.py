@@ -12,7 +12,6 @@ never leaves this module and is never written by this runtime.
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import apsw
@@ -51,7 +50,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES
 from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.stored_records import record_to_write, stored_record
-from edge_runtime.contract.transitions import dispatch_run_eligible
+from edge_runtime.contract.transitions import dispatch_run_eligible, require_dispatch_fence
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 from edge_runtime.local.run_events import append_run_event, read_run_version
@@ -284,7 +283,7 @@ class LocalCancellationDispatchRepository:
             if run is None or row is None:
                 raise FenceRejectedError(f"no cancellation dispatch exists for run {cmd.run_id!r}")
             current = record_from_row(row)
-            self._fence(current, cmd, digest)
+            require_dispatch_fence(current, cmd, digest)
 
             result = cmd.result
             status, event_type = classify_result(result)
@@ -325,21 +324,6 @@ class LocalCancellationDispatchRepository:
                 run_version=run,
             )
             return RecordResultOutcome(dispatch=updated, event=event)
-
-    @staticmethod
-    def _fence(current: DispatchRecord, cmd: RecordResultCommand, digest: str) -> None:
-        # An expired lease that nobody took over is still fenced by version, owner and digest only.
-        if (
-            current.attempt_id != cmd.attempt_id
-            or current.status is not DispatchStatus.LEASED
-            or current.version != cmd.expected_version
-            or current.lease_owner != cmd.owner
-            or not hmac.compare_digest(current.lease_token_digest, digest)
-        ):
-            raise FenceRejectedError(
-                f"lease of run {cmd.run_id!r} at version {cmd.expected_version} by {cmd.owner!r} "
-                f"no longer fences the dispatch (now {current.status.value} at version {current.version})"
-            )
 
     # ----------------------------------------------------------------- rearm
 

@@ -10,7 +10,6 @@ Used through :class:`edge_runtime.local.worker_lease.LocalWorkerLeaseRepository`
 
 from __future__ import annotations
 
-import hmac
 from typing import Any
 
 import apsw
@@ -30,7 +29,6 @@ from edge_runtime.contract.run_lease import (
     LeasedRunOutcome,
     LeaseStatus,
     LeaseTransitionOutcome,
-    NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
     ReleaseRunLeaseCommand,
@@ -47,7 +45,14 @@ from edge_runtime.contract.worker_lease import (
     digest_run_lease_token,
 )
 from edge_runtime.contract.runs import AttemptStatus
-from edge_runtime.contract.transitions import lease_mismatch, not_claimable
+from edge_runtime.contract.transitions import (
+    capacity_refusal,
+    claim_replayed,
+    grant_held,
+    lease_mismatch,
+    new_grant,
+    not_claimable,
+)
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.run_events import append_run_event
 from edge_runtime.local.run_rows import RunFence, read_attempt_fence, read_run_fence
@@ -64,18 +69,6 @@ def run_problem(run: RunFence | None) -> NotClaimableReason | None:
     if run is None:
         return NotClaimableReason.RUN_MISSING
     return not_claimable(run.execution_owner, run.status, run.cancel_requested_at_ms)
-
-
-def grant_held(current: RunLeaseRecord | None, token_digest: str, **fence: object) -> bool:
-    """Whether ``current`` is a live grant (``leased``) whose fields equal ``fence`` and whose token
-    digest is ``token_digest`` (compared in constant time). The session fence names the session
-    (``session_id``), the grant fence the grant (``lease_generation``): the rule is the same."""
-    return (
-        current is not None
-        and current.status is LeaseStatus.LEASED
-        and all(getattr(current, name) == value for name, value in fence.items())
-        and hmac.compare_digest(current.token_digest, token_digest)
-    )
 
 
 def complete_with_attempt_end(connection: apsw.Connection, attempt_id: str, now: int) -> RunLeaseRecord | None:
@@ -181,35 +174,19 @@ class RunLeases:
                         f"attempt {cmd.attempt_id!r} is claimed but its lease was started; it fails closed"
                     )
                 if existing.is_live(now):
-                    if grant_held(existing, digest, worker_id=cmd.worker_id, session_id=cmd.session_id,
-                                  session_generation=cmd.session_generation, offer_id=cmd.offer_id):
+                    if claim_replayed(existing, cmd, digest):
                         return ClaimedRunOutcome(lease=existing, lease_token=cmd.lease_token, replayed=True)
                     return LeasedRunOutcome(lease=existing)
                 # An expired grant that never started, or a released one: a new grant may follow.
 
             active = count_other_active(connection, cmd.worker_id, session.generation, cmd.attempt_id)
-            if active >= session.max_concurrent_runs or active >= session.available_slots:
-                return NoCapacityOutcome(
-                    active_leases=active,
-                    max_concurrent_runs=session.max_concurrent_runs,
-                    available_slots=session.available_slots,
-                )
+            refusal = capacity_refusal(session, active)
+            if refusal is not None:
+                return refusal
 
-            lease = RunLeaseRecord(
-                attempt_id=cmd.attempt_id,
-                run_id=cmd.run_id,
-                worker_id=cmd.worker_id,
-                session_id=cmd.session_id,
-                session_generation=cmd.session_generation,
-                lease_generation=1 if existing is None else bump(existing.lease_generation, "lease generation"),
-                version=1 if existing is None else bump(existing.version, "lease"),
-                token_digest=digest,
-                offer_id=cmd.offer_id,
-                status=LeaseStatus.LEASED,
-                expires_at_ms=now + cmd.lease_duration_ms,
-                acquired_at_ms=now,
-                updated_at_ms=now,
-            )
+            lease = new_grant(cmd, digest, now) if existing is None else new_grant(
+                cmd, digest, now, lease_generation=bump(existing.lease_generation, "lease generation"),
+                version=bump(existing.version, "lease"))
             write_grant(connection, existing, lease, now_ms=now, require_status=AttemptStatus.CLAIMED)
             event = lease_event(self._db.connection, 
                 run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id

@@ -34,7 +34,6 @@ from edge_runtime.contract.run_lease import (
     EVENT_LEASE_COMPLETED,
     ClaimedRunOutcome,
     LeaseStatus,
-    NoCapacityOutcome,
     NotClaimableOutcome,
     NotClaimableReason,
     REASON_ORPHAN_STARTING,
@@ -50,8 +49,8 @@ from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, sql_literal
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, digest_run_lease_token
 from edge_runtime.contract.worker_session import SessionStatus
 from edge_runtime.local.clock import read_now_ms
-from edge_runtime.contract.transitions import is_orphan_start, lease_mismatch
-from edge_runtime.local.run_lease import close_grant, grant_held, lease_event, run_problem
+from edge_runtime.contract.transitions import capacity_refusal, grant_held, is_orphan_start, lease_mismatch, new_grant
+from edge_runtime.local.run_lease import close_grant, lease_event, run_problem
 from edge_runtime.local.run_rows import RUN_COLUMNS, read_run_fence, run_from_row
 from edge_runtime.local.runs import end_unstarted
 from edge_runtime.local.worker_lease_rows import count_other_active, read_lease, repository_errors, write_grant
@@ -149,18 +148,13 @@ class RunStarts:
             if reason is not None:
                 return NotClaimableOutcome(reason=reason)
             active = count_other_active(connection, cmd.worker_id, session.generation, "")
-            if active >= session.max_concurrent_runs or active >= session.available_slots:
-                return NoCapacityOutcome(active_leases=active, max_concurrent_runs=session.max_concurrent_runs,
-                                         available_slots=session.available_slots)
+            refusal = capacity_refusal(session, active)
+            if refusal is not None:
+                return refusal
             connection.execute("UPDATE runs SET status = ? WHERE id = ? AND status = ?",
                                (RunStatus.DISPATCHING.value, cmd.run_id, RunStatus.QUEUED.value))
             number = _insert_attempt(connection, cmd.run_id, cmd.attempt_id, now=now)
-            claimed = RunLeaseRecord(
-                attempt_id=cmd.attempt_id, run_id=cmd.run_id, worker_id=cmd.worker_id, session_id=cmd.session_id,
-                session_generation=cmd.session_generation, lease_generation=1, version=1, token_digest=digest,
-                offer_id=cmd.offer_id, status=LeaseStatus.LEASED, expires_at_ms=now + cmd.lease_duration_ms,
-                acquired_at_ms=now, updated_at_ms=now,
-            )
+            claimed = new_grant(cmd, digest, now)
             write_grant(connection, None, claimed, now_ms=now, require_status=AttemptStatus.CLAIMED)
             started = _replace(claimed, version=2, started_at_ms=now)
             write_grant(connection, claimed, started, now_ms=now, set_status=AttemptStatus.STARTING,
