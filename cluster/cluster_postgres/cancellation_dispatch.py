@@ -88,11 +88,11 @@ def _record(row: tuple[Any, ...]) -> DispatchRecord:
         last_result=_UNSET if last is None else _RESULT[last],
         last_dispatched_at_ms=_UNSET if last_at is None else last_at,
         created_at_ms=created, updated_at_ms=updated,
-    ), f"dispatch of run {run_id!r}", ClusterDispatchStorageError, dispatch_record_problem)
+    ), "dispatch of run", run_id, ClusterDispatchStorageError, dispatch_record_problem)
 
 
 def _checked(record: DispatchRecord) -> DispatchRecord:
-    return record_to_write(record, dispatch_record_problem(record), f"dispatch of run {record.run_id!r}",
+    return record_to_write(record, dispatch_record_problem(record), "dispatch of run", record.run_id,
                            ClusterDispatchStorageError)
 
 

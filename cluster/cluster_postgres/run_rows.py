@@ -51,7 +51,7 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
             retry_at_ms=absent(retry_at),
         )
 
-    return stored_record(build, f"run {run_id!r}", RunRepositoryError)
+    return stored_record(build, "run", run_id, RunRepositoryError)
 
 
 def attempt_from_row(row: tuple[Any, ...]) -> AttemptRecord:

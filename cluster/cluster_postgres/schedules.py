@@ -85,7 +85,7 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
     values = dict(zip(_FIELDS, row))
     return stored_record(lambda: msgspec.convert({_camel(k): v for k, v in values.items() if v is not None},
                                                  ScheduleRecord),
-                         f"schedule {values['id']!r}", ScheduleRepositoryError)
+                         "schedule", values["id"], ScheduleRepositoryError)
 
 
 def _refuse_boot(expression: Any) -> None:

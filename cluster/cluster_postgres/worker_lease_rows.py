@@ -106,19 +106,19 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
         version=row[4], capabilities=_decode_capabilities(row[5]), capabilities_hash=row[6],
         max_concurrent_runs=row[7], available_slots=row[8], heartbeat_at_ms=row[9],
         lease_expires_at_ms=row[10], created_at_ms=row[11], updated_at_ms=row[12],
-    ), f"session of worker {row[0]!r}", ClusterLeaseStorageError, lambda record: _session_problem(record, row[5]))
+    ), "session of worker", row[0], ClusterLeaseStorageError, lambda record: _session_problem(record, row[5]))
 
 
 def store_session(cur: psycopg.Cursor[Any], record: WorkerSessionRecord, expected_version: int | None) -> None:
     """Insert the session (``expected_version`` None) or CAS it from ``expected_version``."""
-    record_to_write(record, session_record_problem(record), f"session of worker {record.worker_id!r}",
+    record_to_write(record, session_record_problem(record), "session of worker", record.worker_id,
                     ClusterLeaseStorageError)
     text = canonical_capabilities_unchecked(record.capabilities).decode()
     values = (record.session_id, record.generation, record.status.value, record.version, text,
               record.capabilities_hash, record.max_concurrent_runs, record.available_slots, record.heartbeat_at_ms,
               record.lease_expires_at_ms, record.created_at_ms, record.updated_at_ms)
     _write_row(cur, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
-               f"session of worker {record.worker_id!r}")
+               "session of worker")
 
 
 def _write_row(cur: psycopg.Cursor[Any], insert: str, update: str, key: str, values: tuple[Any, ...],
@@ -130,7 +130,7 @@ def _write_row(cur: psycopg.Cursor[Any], insert: str, update: str, key: str, val
         return
     cur.execute(update, (*values, key, expected_version))
     if cur.rowcount != 1:
-        raise ClusterLeaseStorageError(f"{what} changed concurrently (CAS missed)")
+        raise ClusterLeaseStorageError(f"{what} {key!r} changed concurrently (CAS missed)")
 
 
 def bump(version: int, what: str) -> int:
@@ -152,7 +152,7 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
         started_at_ms=absent(row[13]), released_at_ms=absent(row[14]),
         release_reason=_UNSET if row[15] is None else _RELEASE_REASON[row[15]],
         completed_at_ms=absent(row[16]), updated_at_ms=row[17],
-    ), f"lease of attempt {row[0]!r}", ClusterLeaseStorageError, lease_record_problem)
+    ), "lease of attempt", row[0], ClusterLeaseStorageError, lease_record_problem)
 
 
 def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
@@ -165,7 +165,7 @@ def projection_of(lease: RunLeaseRecord | None) -> tuple[Any, ...]:
 
 def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_version: int | None) -> None:
     """Insert the grant (``expected_version`` None) or CAS it from ``expected_version``."""
-    record_to_write(record, lease_record_problem(record), f"lease of attempt {record.attempt_id!r}",
+    record_to_write(record, lease_record_problem(record), "lease of attempt", record.attempt_id,
                     ClusterLeaseStorageError)
 
     def null(value: Any) -> Any:
@@ -177,7 +177,7 @@ def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_versi
               null(record.released_at_ms), None if record.release_reason is _UNSET else record.release_reason.value,
               null(record.completed_at_ms), record.updated_at_ms)
     _write_row(cur, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
-               f"lease of attempt {record.attempt_id!r}")
+               "lease of attempt")
 
 
 def move_projection(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,

@@ -22,27 +22,28 @@ if TYPE_CHECKING:
 MALFORMED_ROW_ERRORS = (KeyError, ValueError, TypeError)
 
 
-def stored_record(build: Callable[[], R], what: str, error: Callable[[str], Exception],
+def stored_record(build: Callable[[], R], what: str, key: object, error: Callable[[str], Exception],
                   problem_of: Callable[[R], str | None] | None = None) -> R:
     """The record ``build`` makes of a stored row, checked by ``problem_of`` (the contract's
     invariant check of that record, or None where the record type has none beyond its fields).
 
-    ``what`` names the row for the message (``"lease of attempt 'a1'"``); ``error`` is the store's
-    repository error. Raises it for a malformed row and for one that breaks an invariant.
+    ``what`` and ``key`` name the row in the message (``"lease of attempt"``, ``"a1"``; formatted
+    only when there is one: every read passes here); ``error`` is the store's repository error.
+    Raises it for a malformed row and for one that breaks an invariant.
     """
     try:
         record = build()
     except MALFORMED_ROW_ERRORS as exc:
-        raise error(f"stored {what} is malformed: {exc}") from None
+        raise error(f"stored {what} {key!r} is malformed: {exc}") from None
     problem = None if problem_of is None else problem_of(record)
     if problem is not None:
-        raise error(f"stored {what} breaks an invariant: {problem}")
+        raise error(f"stored {what} {key!r} breaks an invariant: {problem}")
     return record
 
 
-def record_to_write(record: R, problem: str | None, what: str, error: Callable[[str], Exception]) -> R:
+def record_to_write(record: R, problem: str | None, what: str, key: object, error: Callable[[str], Exception]) -> R:
     """``record`` when its invariant check found no ``problem``; else the store's ``error``: a
     broken record is refused before it is written."""
     if problem is not None:
-        raise error(f"refusing to write {what}: {problem}")
+        raise error(f"refusing to write {what} {key!r}: {problem}")
     return record

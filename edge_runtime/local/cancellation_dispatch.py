@@ -121,11 +121,11 @@ def record_from_row(row: tuple[Any, ...]) -> DispatchRecord:
         last_dispatched_at_ms=_UNSET if last_at is None else last_at,
         created_at_ms=created,
         updated_at_ms=updated,
-    ), f"dispatch of run {run_id!r}", RepositoryError, dispatch_record_problem)
+    ), "dispatch of run", run_id, RepositoryError, dispatch_record_problem)
 
 
 def _checked(record: DispatchRecord) -> DispatchRecord:
-    return record_to_write(record, dispatch_record_problem(record), f"dispatch of run {record.run_id!r}",
+    return record_to_write(record, dispatch_record_problem(record), "dispatch of run", record.run_id,
                            RepositoryError)
 
 

@@ -56,7 +56,7 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
             fields["env"] = _decode_env(fields["env"])
         return RunRecord(**fields)
 
-    return stored_record(build, f"run {fields['id']!r}", RunRepositoryError)
+    return stored_record(build, "run", fields["id"], RunRepositoryError)
 
 
 _IDENTITY = ("pid", "pgid", "process_start_ticks", "boot_id")

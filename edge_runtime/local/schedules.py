@@ -70,7 +70,7 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
                  if k != "env"} | {"env": values["env"]}
         return msgspec.convert({k: v for k, v in camel.items() if v is not None}, ScheduleRecord)
 
-    return stored_record(build, f"schedule {values['id']!r}", ScheduleRepositoryError)
+    return stored_record(build, "schedule", values["id"], ScheduleRepositoryError)
 
 
 #: Storage failures (and a bad clock value) become :class:`ScheduleRepositoryError`, retryable when

@@ -104,7 +104,7 @@ def session_from_row(row: tuple[Any, ...]) -> WorkerSessionRecord:
         fields["capabilities"] = _decode_capabilities(text)
         return WorkerSessionRecord(**fields)
 
-    return stored_record(build, f"session of worker {worker_id!r}", WorkerLeaseRepositoryError,
+    return stored_record(build, "session of worker", worker_id, WorkerLeaseRepositoryError,
                          lambda record: _session_problem(record, text))
 
 
@@ -123,13 +123,13 @@ def read_session(connection: apsw.Connection, worker_id: str) -> WorkerSessionRe
 def store_session(connection: apsw.Connection, record: WorkerSessionRecord, expected_version: int | None) -> None:
     """Insert (``expected_version`` None) or version-CAS update one checked session."""
     text = canonical_capabilities_unchecked(record.capabilities).decode()
-    record_to_write(record, _session_problem(record, text), f"session of worker {record.worker_id!r}",
+    record_to_write(record, _session_problem(record, text), "session of worker", record.worker_id,
                     WorkerLeaseRepositoryError)
     values = _stored_values(tuple(
         text if name == "capabilities" else getattr(record, name) for name in _SESSION_NAMES[1:]
     ))
     _write_row(connection, _INSERT_SESSION, _UPDATE_SESSION, record.worker_id, values, expected_version,
-               f"session of worker {record.worker_id!r}")
+               "session of worker")
 
 
 def _write_row(connection: apsw.Connection, insert: str, update: str, key: str, values: tuple[Any, ...],
@@ -140,7 +140,7 @@ def _write_row(connection: apsw.Connection, insert: str, update: str, key: str, 
         return
     connection.execute(update, (*values, key, expected_version))
     if connection.changes() != 1:
-        raise WorkerLeaseRepositoryError(f"{what} changed concurrently (CAS missed)")
+        raise WorkerLeaseRepositoryError(f"{what} {key!r} changed concurrently (CAS missed)")
 
 
 # --------------------------------------------------------------------------- leases
@@ -185,7 +185,7 @@ def lease_from_row(row: tuple[Any, ...]) -> RunLeaseRecord:
             fields["release_reason"] = _RELEASE_REASON[fields["release_reason"]]
         return RunLeaseRecord(**fields)
 
-    return stored_record(build, f"lease of attempt {fields['attempt_id']!r}", WorkerLeaseRepositoryError,
+    return stored_record(build, "lease of attempt", fields["attempt_id"], WorkerLeaseRepositoryError,
                          lease_record_problem)
 
 
@@ -230,11 +230,11 @@ def store_lease(connection: apsw.Connection, record: RunLeaseRecord, expected_ve
     The identifiers of every record written here come from a checked record or a validated
     command, so only the state invariants are re-checked (the table's CHECKs back them too).
     """
-    record_to_write(record, lease_record_problem(record), f"lease of attempt {record.attempt_id!r}",
+    record_to_write(record, lease_record_problem(record), "lease of attempt", record.attempt_id,
                     WorkerLeaseRepositoryError)
     values = _stored_values(_lease_fields(record))
     _write_row(connection, _INSERT_LEASE, _UPDATE_LEASE, record.attempt_id, values, expected_version,
-               f"lease of attempt {record.attempt_id!r}")
+               "lease of attempt")
     _remember_lease((record.attempt_id, *values), record)
 
 

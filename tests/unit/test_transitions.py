@@ -204,14 +204,14 @@ class _StoreError(Exception):
 
 
 def test_a_stored_row_that_makes_no_record_or_a_broken_one_fails_closed_and_a_broken_record_is_not_written() -> None:
-    assert stored_record(lambda: {"ok": 1}, "thing 'x'", _StoreError) == {"ok": 1}
+    assert stored_record(lambda: {"ok": 1}, "thing", "x", _StoreError) == {"ok": 1}
     with pytest.raises(_StoreError, match=r"^stored thing 'x' is malformed: 'status'$"):
-        stored_record(lambda: {}["status"], "thing 'x'", _StoreError)
+        stored_record(lambda: {}["status"], "thing", "x", _StoreError)
     with pytest.raises(_StoreError, match=r"^stored thing 'x' breaks an invariant: too old$"):
-        stored_record(lambda: 5, "thing 'x'", _StoreError, lambda value: "too old" if value < 9 else None)
-    assert record_to_write("r", None, "thing 'x'", _StoreError) == "r"
+        stored_record(lambda: 5, "thing", "x", _StoreError, lambda value: "too old" if value < 9 else None)
+    assert record_to_write("r", None, "thing", "x", _StoreError) == "r"
     with pytest.raises(_StoreError, match=r"^refusing to write thing 'x': too old$"):
-        record_to_write("r", "too old", "thing 'x'", _StoreError)
+        record_to_write("r", "too old", "thing", "x", _StoreError)
 
 
 # --------------------------------------------------------------------------- schedules
