@@ -59,10 +59,10 @@ from cluster_postgres.worker_lease_rows import (
     LOCK_LEASE,
     LOCK_SESSION,
     bump,
+    close_grant,
     lease_event,
     lease_from_row,
-    move_projection,
-    store_lease,
+    write_grant,
 )
 from cluster_postgres.worker_session import WorkerSessions, expect
 
@@ -152,8 +152,7 @@ class RunLeases:
             lease = new_grant(cmd, digest, now) if existing is None else new_grant(
                 cmd, digest, now, lease_generation=bump(existing.lease_generation, "lease generation"),
                 version=bump(existing.version, "lease"))
-            store_lease(self._cur, lease, None if existing is None else existing.version)
-            move_projection(self._cur, attempt, existing, lease, now)
+            write_grant(self._cur, attempt, existing, lease, now)
             event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_CLAIMED, "claimed", now, offer_id=cmd.offer_id)
             return ClaimedRunOutcome(lease=lease, lease_token=cmd.lease_token, replayed=False, event=event)
 
@@ -167,8 +166,7 @@ class RunLeases:
             current, now = self._locked_lease(cmd, digest, session_row, (SessionStatus.ONLINE, SessionStatus.DRAINING))
             lease = _replace(current, version=bump(current.version, "lease"), expires_at_ms=now + cmd.lease_duration_ms,
                              renewed_at_ms=now, updated_at_ms=now)
-            store_lease(self._cur, lease, current.version)
-            move_projection(self._cur, attempt, current, lease, now)
+            write_grant(self._cur, attempt, current, lease, now)
             return lease
 
     def release(self, cmd: ReleaseRunLeaseCommand) -> LeaseTransitionOutcome:
@@ -183,8 +181,7 @@ class RunLeases:
             self._require_claimed(attempt, current, "released")
             lease = _replace(current, status=LeaseStatus.RELEASED, version=bump(current.version, "lease"),
                              released_at_ms=now, release_reason=cmd.reason, updated_at_ms=now)
-            store_lease(self._cur, lease, current.version)
-            move_projection(self._cur, attempt, current, lease, now)
+            write_grant(self._cur, attempt, current, lease, now)
             event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_RELEASED, "released", now, reason=cmd.reason.value)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -207,8 +204,7 @@ class RunLeases:
                 raise RunNotStartableError(f"run {current.run_id!r} may not start: {reason.value}")
             self._require_claimed(attempt, current, "started")
             lease = _replace(current, version=bump(current.version, "lease"), started_at_ms=now, updated_at_ms=now)
-            store_lease(self._cur, lease, current.version)
-            move_projection(self._cur, attempt, current, lease, now, set_status=AttemptStatus.STARTING)
+            write_grant(self._cur, attempt, current, lease, now, set_status=AttemptStatus.STARTING)
             event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_ATTEMPT_STARTING, "starting", now)
             return LeaseTransitionOutcome(lease=lease, event=event)
 
@@ -226,10 +222,7 @@ class RunLeases:
                               version=cmd.expected_version):
                 raise WorkerLeaseFenceRejectedError(lease_mismatch(cmd.attempt_id, current))
             now = clamp(cur, database_now(cur), current.updated_at_ms, run, current.run_id, cmd.worker_id)
-            lease = _replace(current, status=LeaseStatus.COMPLETED, version=bump(current.version, "lease"),
-                             completed_at_ms=now, updated_at_ms=now)
-            store_lease(self._cur, lease, current.version)
-            move_projection(self._cur, attempt, current, lease, now)
+            lease = close_grant(self._cur, attempt, current, now)
             event = lease_event(self._cur, run, lease, cmd.event_id, EVENT_LEASE_COMPLETED, "completed", now,
                                 attempt_status=attempt[1])
             return LeaseTransitionOutcome(lease=lease, event=event)

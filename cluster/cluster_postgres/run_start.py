@@ -54,12 +54,11 @@ from cluster_postgres.worker_lease_rows import (
     LOCK_LEASE,
     LOCK_SESSION,
     NO_PROJECTION,
-    bump,
+    close_grant,
     lease_event,
     lease_from_row,
-    move_projection,
     projection_of,
-    store_lease,
+    write_grant,
 )
 from cluster_postgres.worker_session import WorkerSessions, expect
 
@@ -157,12 +156,10 @@ class RunStarts:
             cur.execute("UPDATE ql3.runs SET status = %s WHERE id = %s", (RunStatus.DISPATCHING.value, cmd.run_id))
             number = insert_attempt(cur, cmd.run_id, cmd.attempt_id, now=now)
             claimed = new_grant(cmd, digest, now)
-            store_lease(self._cur, claimed, None)
-            move_projection(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *NO_PROJECTION), None, claimed, now)
+            write_grant(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *NO_PROJECTION), None, claimed, now)
             started = _replace(claimed, version=2, started_at_ms=now)
-            store_lease(self._cur, started, 1)
-            move_projection(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *projection_of(claimed)), claimed, started, now,
-                                  set_status=AttemptStatus.STARTING)
+            write_grant(self._cur, (cmd.run_id, AttemptStatus.CLAIMED, *projection_of(claimed)), claimed, started, now,
+                        set_status=AttemptStatus.STARTING)
             event = lease_event(self._cur, run, started, str(uuid.uuid4()), EVENT_ATTEMPT_STARTING, "starting", now,
                                 dedupe_key=attempt_event_key(number, "start"),
                                 **start_event_extra(number, cmd.offer_id))
@@ -273,10 +270,7 @@ class RunStarts:
         if run is None or attempt is None:
             raise ClusterLeaseStorageError(f"attempt {attempt_id!r} has no run")
         if lease is not None and lease.status is LeaseStatus.LEASED:
-            completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"),
-                                 completed_at_ms=now, updated_at_ms=now)
-            store_lease(self._cur, completed, lease.version)
-            move_projection(self._cur, attempt, lease, completed, now)
+            completed = close_grant(self._cur, attempt, lease, now)
             lease_event(self._cur, run, completed, str(uuid.uuid4()), EVENT_LEASE_COMPLETED, "completed", now)
         record = run_from_row(self._cur.execute(f"SELECT {RUN_COLUMNS} FROM ql3.runs WHERE id = %s",
                                                 (attempt[0],)).fetchone())

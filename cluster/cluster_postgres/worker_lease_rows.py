@@ -180,8 +180,8 @@ def store_lease(cur: psycopg.Cursor[Any], record: RunLeaseRecord, expected_versi
                "lease of attempt")
 
 
-def move_projection(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,
-                    new: RunLeaseRecord, now: int, *, set_status: AttemptStatus | None = None) -> None:
+def _move_projection(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,
+                     new: RunLeaseRecord, now: int, *, set_status: AttemptStatus | None = None) -> None:
     """Move the Attempt's projection (``attempt``: its row as :data:`LOCK_ATTEMPT` locked it) from
     ``old``'s fence to ``new``'s, whole; a projection that does not match ``old`` is a fence
     rejection."""
@@ -200,15 +200,31 @@ def held_grant(cur: psycopg.Cursor[Any], attempt_id: str) -> RunLeaseRecord | No
     return lease if lease is not None and lease.status is LeaseStatus.LEASED else None
 
 
+def write_grant(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, old: RunLeaseRecord | None,
+                new: RunLeaseRecord, now: int, *, set_status: AttemptStatus | None = None) -> None:
+    """Replace an Attempt's grant ``old`` (None: it has none yet) by ``new``: the lease row (a CAS
+    on ``old``'s version) and, together with it, the Attempt's projection moved from ``old``'s
+    fence to ``new``'s (``attempt``: its row as :data:`LOCK_ATTEMPT` locked it), as
+    :func:`edge_runtime.local.worker_lease_rows.write_grant` does."""
+    store_lease(cur, new, None if old is None else old.version)
+    _move_projection(cur, attempt, old, new, now, set_status=set_status)
+
+
+def close_grant(cur: psycopg.Cursor[Any], attempt: tuple[Any, ...] | None, lease: RunLeaseRecord,
+                now: int) -> RunLeaseRecord:
+    """Complete the held grant ``lease`` now (its Attempt ended, or never started): the completed
+    grant, written with its Attempt's projection cleared."""
+    completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"), completed_at_ms=now,
+                         updated_at_ms=now)
+    write_grant(cur, attempt, lease, completed, now)
+    return completed
+
+
 def complete_held_grant(cur: psycopg.Cursor[Any], lease: RunLeaseRecord, now: int) -> RunLeaseRecord:
     """Complete ``lease`` (from :func:`held_grant`) because its Attempt ends in this transaction:
     the row and the projection ``complete`` writes; the caller records it in the Run's end event
     (``completed_grant_extra``). Any holder's grant: once its Attempt ended it can fence nothing."""
-    completed = _replace(lease, status=LeaseStatus.COMPLETED, version=bump(lease.version, "lease"), completed_at_ms=now,
-                         updated_at_ms=now)
-    store_lease(cur, completed, lease.version)
-    move_projection(cur, cur.execute(LOCK_ATTEMPT, (lease.attempt_id,)).fetchone(), lease, completed, now)
-    return completed
+    return close_grant(cur, cur.execute(LOCK_ATTEMPT, (lease.attempt_id,)).fetchone(), lease, now)
 
 
 def lease_event(cur: psycopg.Cursor[Any], run: list[int] | None, lease: RunLeaseRecord, event_id: str,
