@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import signal
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity
 from edge_runtime.service.worker import RunGrant
@@ -91,17 +91,6 @@ class AwaitingKill(NamedTuple):
 AttemptState = Unrecorded | Watching | Doomed | Exited | AwaitingKill
 
 
-def _state_field(kinds: type | tuple[type, ...], field: str, doc: str) -> property:
-    """A read-only view of a :class:`RunningAttempt`: its state's ``field`` while the state is one
-    of ``kinds``, None in any other state (``doc`` says what the value is)."""
-
-    def read(attempt: RunningAttempt) -> Any:
-        state = attempt.state
-        return getattr(state, field) if isinstance(state, kinds) else None
-
-    return property(read, doc=doc + " None in any other state.")
-
-
 class RunningAttempt:
     """What the service holds in memory for one Attempt whose process it watches: who it is, how
     it is watched, and its ``state`` (one of the types above; the properties below read it)."""
@@ -127,11 +116,29 @@ class RunningAttempt:
 
     # Read-only views of the state, for the supervisor's and the service's questions.
 
-    record_by = _state_field(Unrecorded, "record_by", "When an unrecorded identity must be given up (monotonic).")
-    record_error = _state_field(Unrecorded, "error", "Why recording its identity failed last (while unrecorded).")
-    failure = _state_field((Doomed, Exited), "failure", "Why the process was killed (its identity could not be recorded).")
-    deferred = _state_field(AwaitingKill, "end", "Its end (a ``DeferredEnd``), held until its SIGKILL step is done.")
-    exited_since = _state_field(Exited, "since", "When its leader was seen gone (monotonic), its end still to be read.")
+    @property
+    def record_by(self) -> float | None:
+        """When an unrecorded identity must be given up (monotonic); None once recorded."""
+        return self.state.record_by if isinstance(self.state, Unrecorded) else None
+
+    @property
+    def record_error(self) -> str | None:
+        return self.state.error if isinstance(self.state, Unrecorded) else None
+
+    @property
+    def failure(self) -> str | None:
+        """Why the process was killed (its identity could not be recorded), if it was."""
+        return self.state.failure if isinstance(self.state, (Doomed, Exited)) else None
+
+    @property
+    def deferred(self) -> DeferredEnd | None:
+        """Its end, held until its SIGKILL step is done."""
+        return self.state.end if isinstance(self.state, AwaitingKill) else None
+
+    @property
+    def exited_since(self) -> float | None:
+        """When its leader was seen gone (monotonic), while its end is still to be read."""
+        return self.state.since if isinstance(self.state, Exited) else None
 
     @property
     def unrecorded(self) -> bool:
