@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
+#: Where the DSN comes from when ``--dsn`` is not given, for ``serve`` and every user command (a
+#: password is better in ~/.pgpass or $PGPASSFILE than in either: a command line is visible to
+#: every user in ``ps``).
+DSN_ENV_VAR = "EDGE_RUNTIME_CLUSTER_DSN"
 #: Sent by every runtime connection, and also set on the ql3_runtime role by ``bootstrap``.
 RUNTIME_SETTINGS = {"statement_timeout": "5s", "lock_timeout": "1s", "idle_in_transaction_session_timeout": "10s"}
 #: The channel a sleeping service LISTENs on (``cluster_postgres.store``). Every change a worker
@@ -25,6 +30,24 @@ NETWORK_DEFAULTS = {"connect_timeout": "5", "keepalives": "1", "keepalives_idle"
 
 #: What of a DSN may be shown in a log or an error: never the password or other secrets.
 _SHOWN = ("host", "hostaddr", "port", "dbname", "user")
+
+
+def given_dsn(dsn: str | None, env: Mapping[str, str]) -> str:
+    """``--dsn`` (``dsn``), else ``$EDGE_RUNTIME_CLUSTER_DSN`` of ``env``: the one rule ``serve``
+    and the user commands follow. A DSN that is given but malformed is refused at connect
+    (``CLUSTER_DSN_INVALID``).
+
+    Raises:
+        ConfigError: neither gives one (``CONFIG_INVALID``).
+    """
+    if dsn:
+        return dsn
+    found = env.get(DSN_ENV_VAR)
+    if not found:
+        from edge_runtime.service.config import ConfigError
+
+        raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
+    return found
 
 
 def parse_dsn(dsn: str) -> dict[str, str]:

@@ -22,7 +22,7 @@ import pytest
 
 from cluster_postgres import cli as cluster_cli
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
-from cluster_postgres.serve import DSN_ENV_VAR
+from cluster_postgres.connection import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
 from edge_runtime.cli import main as edge_main
 from edge_runtime.cli.common import NO_SERVICE_NOTE
