@@ -42,6 +42,8 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
     "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
+    # The locks only the runtime role may take (0009): locking a row needs UPDATE.
+    "runtime_locks": {RUNTIME_ROLE: ("SELECT", "UPDATE"), ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
 #: The server's large-object functions (``pg_catalog``). PostgreSQL lets PUBLIC execute most of

@@ -1,18 +1,28 @@
-"""What any role that can connect may do beyond the privilege matrix: flood the wake channel
-(``NOTIFY ql3_wake`` needs no privilege) and store large objects (``lo_from_bytea``, executable
-by PUBLIC unless revoked). A flood is coalesced into a bounded number of wake-ups; bootstrap
-revokes the large-object functions and ``check`` fails closed while any role still has one."""
+"""What any role that can connect may do beyond the privilege matrix: take advisory locks, flood
+the wake channel (``NOTIFY ql3_wake`` needs no privilege) and store large objects
+(``lo_from_bytea``, executable by PUBLIC unless revoked). No operation of the runtime waits on an
+advisory lock (``env set`` and a worker's registration serialise on rows of
+``ql3.runtime_locks``, migration 0009, which only the runtime role may lock); a flood is coalesced
+into a bounded number of wake-ups; bootstrap revokes the large-object functions and ``check``
+fails closed while any role still has one."""
 
 from __future__ import annotations
 
+import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 
+import cluster_postgres
+from cluster_postgres.environment import PostgresEnvironment
 from cluster_postgres.readiness import readiness
 from cluster_postgres.store import WAKE_MIN_INTERVAL_S, PostgresWake, WakeCoalescer
+from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.environment import MAX_VARIABLES, InvalidVariableError
+from edge_runtime.contract.worker_session import RegisterWorkerCommand
 
 
 class FakeClock:
@@ -100,6 +110,94 @@ def test_a_flood_of_notify_from_any_role_is_one_wake_up_per_interval(pg_database
         assert (wake.coalescer.wakeups, wake.drain()) == (2, 0)
     finally:
         wake.close()
+
+
+# --------------------------------------------------------------------------- locks another role can hold
+
+
+def _held_by_admin(pg_database: Any, statement: str, params: tuple[Any, ...] = ()) -> psycopg.Connection[Any]:
+    """An admin-role connection inside a transaction that holds what ``statement`` takes."""
+    admin = psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True)
+    admin.execute("BEGIN")
+    admin.execute(statement, params)
+    return admin
+
+
+def test_the_admin_role_holding_the_old_env_lock_blocks_no_env_set(pg_database: Any, owner: Any, runtime: Any) -> None:
+    # The advisory key env set once took: any role may hold it, and every set then timed out.
+    admin = _held_by_admin(pg_database, "SELECT pg_advisory_xact_lock(%s)", (0x716C_3300_0006,))
+    try:
+        env = PostgresEnvironment(runtime())
+        assert env.set("HELD", "1", secret=False).name == "HELD"
+        assert env.set("HELD", "2", secret=True).secret
+        env.remove("HELD")
+    finally:
+        admin.close()
+
+
+def test_the_admin_role_holding_a_worker_s_old_registration_lock_blocks_no_registration(
+        pg_database: Any, owner: Any, runtime: Any) -> None:
+    admin = _held_by_admin(pg_database, "SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))",
+                           ("edge-host-1",))
+    try:
+        repo = PostgresWorkerLeaseRepository(runtime())
+        for session in ("s-1", "s-2"):  # a first registration, then a replacement
+            outcome = repo.register(RegisterWorkerCommand(worker_id="edge-host-1", session_id=session, capabilities={},
+                                                          max_concurrent_runs=1, lease_duration_ms=60_000))
+            assert outcome.session.session_id == session
+    finally:
+        admin.close()
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT 1 FROM ql3.runtime_locks FOR KEY SHARE",
+    "LOCK TABLE ql3.runtime_locks IN ACCESS SHARE MODE",
+    "LOCK TABLE ql3.shared_env IN ACCESS SHARE MODE",
+    "LOCK TABLE ql3.worker_sessions IN ACCESS SHARE MODE",
+    "LOCK TABLE ql3.runs IN SHARE ROW EXCLUSIVE MODE",  # it may read runs: ACCESS SHARE only
+    "SELECT 1 FROM ql3.runs FOR KEY SHARE",
+    "SELECT 1 FROM ql3.shared_env FOR UPDATE",
+])
+def test_the_admin_role_may_take_no_lock_a_runtime_write_waits_for(pg_database: Any, statement: str) -> None:
+    with psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True) as admin:
+        with pytest.raises(psycopg.Error) as caught, admin.transaction():
+            admin.execute(statement)
+    assert caught.value.sqlstate == "42501", caught.value
+
+
+def test_no_operation_of_the_runtime_waits_on_an_advisory_lock() -> None:
+    """Every role may take every advisory lock: only ``migrate`` (the owner's, at an operator's
+    hand) still uses one; the runtime serialises on rows of ``ql3.runtime_locks``."""
+    package = Path(cluster_postgres.__file__).parent
+    users = sorted(str(path.relative_to(package)) for path in package.rglob("*.py")
+                   if "pg_advisory" in path.read_text())
+    assert users == ["migrations/__init__.py"]
+
+
+def test_env_sets_of_new_names_racing_at_the_limit_store_exactly_one(pg_database: Any, owner: Any,
+                                                                      runtime: Any) -> None:
+    # What the lock is for: two sets of new names must not both pass the count below the limit.
+    owner.execute("INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) "
+                  "SELECT 'V' || n, 'x', false, 0 FROM generate_series(1, %s) AS n", (MAX_VARIABLES - 1,))
+    racers = [PostgresEnvironment(runtime()) for _ in range(4)]
+    barrier = threading.Barrier(len(racers))
+    results: dict[int, str] = {}
+
+    def race(index: int) -> None:
+        barrier.wait(timeout=30)
+        try:
+            racers[index].set(f"NEW{index}", "1", secret=False)
+            results[index] = "stored"
+        except InvalidVariableError:
+            results[index] = "refused"
+
+    threads = [threading.Thread(target=race, args=(index,)) for index in range(len(racers))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results.values()) == ["refused", "refused", "refused", "stored"]
+    assert owner.execute("SELECT count(*) FROM ql3.shared_env WHERE value IS NOT NULL").fetchone()[0] == MAX_VARIABLES
 
 
 # --------------------------------------------------------------------------- large objects
