@@ -353,7 +353,8 @@ def test_submit_cancel_and_rearm_notify_the_workers_on_commit_and_only_then(
     dsn: str, capsys: pytest.CaptureFixture[str], owner: Any
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute("LISTEN ql3_wake")
+        channel = owner.execute("SELECT name FROM ql3.wake_channel").fetchone()[0]
+        listener.execute(f"LISTEN {channel}")
         run_id = run_cluster(capsys, "submit", "--", "true")[1].strip()
         assert _notified(listener) == 1
         assert run_cluster(capsys, "cancel", run_id)[0] == 0

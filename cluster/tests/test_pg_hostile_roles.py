@@ -1,10 +1,15 @@
-"""What any role that can connect may do beyond the privilege matrix: take advisory locks, flood
-the wake channel (``NOTIFY ql3_wake`` needs no privilege) and store large objects
-(``lo_from_bytea``, executable by PUBLIC unless revoked). No operation of the runtime waits on an
-advisory lock (``env set`` and a worker's registration serialise on rows of
-``ql3.runtime_locks``, migration 0009, which only the runtime role may lock); a flood is coalesced
-into a bounded number of wake-ups; bootstrap revokes the large-object functions and ``check``
-fails closed while any role still has one."""
+"""What any role that can connect may do beyond the privilege matrix, and why it gains nothing.
+
+- **Locks.** PostgreSQL lets every role take any advisory lock, so no operation of the runtime may
+  wait on one: ``env set`` and a worker's registration serialise on rows of
+  ``ql3.runtime_locks`` (migration 0009), which only a role that may UPDATE it can lock (the
+  runtime role); the admin role can take no lock a runtime write waits for.
+- **The wake channel.** ``NOTIFY`` needs no privilege, so the channel is named by a secret only the
+  runtime role may read (``ql3.wake_channel``, migration 0008): a flood on any other channel never
+  reaches a worker's connection; the runtime's own notifications are coalesced.
+- **Large objects** (``lo_from_bytea``, executable by PUBLIC unless revoked): bootstrap revokes
+  them and ``check`` fails closed while any role still has one.
+"""
 
 from __future__ import annotations
 
@@ -19,9 +24,10 @@ import pytest
 import cluster_postgres
 from cluster_postgres.environment import PostgresEnvironment
 from cluster_postgres.readiness import readiness
-from cluster_postgres.store import WAKE_MIN_INTERVAL_S, PostgresWake, WakeCoalescer
+from cluster_postgres.store import WAKE_MIN_INTERVAL_S, PostgresStore, PostgresWake, WakeCoalescer
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 from edge_runtime.contract.environment import MAX_VARIABLES, InvalidVariableError
+from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.contract.worker_session import RegisterWorkerCommand
 
 
@@ -86,19 +92,24 @@ def _wait(predicate: Any, what: str, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("role_dsn", ["cluster_admin_dsn", "runtime_dsn", "owner_dsn"])
-def test_a_flood_of_notify_from_any_role_is_one_wake_up_per_interval(pg_database: Any, role_dsn: str) -> None:
-    """The listener's clock stands still while the flood lasts: however many notifications
-    arrive, one wake-up is passed on at once and the rest wait for the interval's end; then
-    exactly one more. Counted, not timed."""
+def _wake_channel(owner: Any) -> str:
+    return owner.execute("SELECT name FROM ql3.wake_channel").fetchone()[0]
+
+
+@pytest.mark.parametrize("role_dsn", ["runtime_dsn", "owner_dsn"])
+def test_a_flood_on_the_wake_channel_is_one_wake_up_per_interval(pg_database: Any, owner: Any, role_dsn: str) -> None:
+    """The roles that may read the channel's name (the workers' own, the owner): however many
+    notifications arrive while the listener's clock stands still, one wake-up is passed on at
+    once and the rest wait for the interval's end; then exactly one more. Counted, not timed."""
+    channel = _wake_channel(owner)
     clock = FakeClock()
     wake = PostgresWake(pg_database.runtime_dsn, coalescer=WakeCoalescer(WAKE_MIN_INTERVAL_S, clock=clock))
     try:
         with psycopg.connect(getattr(pg_database, role_dsn), autocommit=True) as flooder:
             for _ in range(500):  # one transaction each: each is a notification of its own
-                flooder.execute("NOTIFY ql3_wake")
+                flooder.execute("SELECT pg_notify(%s, '')", (channel,))
             with flooder.transaction():  # and 5000 in one transaction (distinct payloads are not folded)
-                flooder.execute("SELECT pg_notify('ql3_wake', n::text) FROM generate_series(1, 5000) AS n")
+                flooder.execute("SELECT pg_notify(%s, n::text) FROM generate_series(1, 5000) AS n", (channel,))
         _wait(lambda: wake.coalescer.notified == 5500, "the listener to receive every notification")
         assert wake.coalescer.wakeups == 1
         _wait(lambda: wake.drain() > 0, "the first wake-up on the socket")
@@ -110,6 +121,47 @@ def test_a_flood_of_notify_from_any_role_is_one_wake_up_per_interval(pg_database
         assert (wake.coalescer.wakeups, wake.drain()) == (2, 0)
     finally:
         wake.close()
+
+
+def test_the_admin_role_cannot_learn_the_wake_channel(pg_database: Any, owner: Any) -> None:
+    with psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True) as admin:
+        with pytest.raises(psycopg.Error) as caught:
+            admin.execute("SELECT name FROM ql3.wake_channel")
+        assert caught.value.sqlstate == "42501"
+        # Nor from what the workers' sessions run: their statements are hidden from another role.
+        store = PostgresStore(pg_database.runtime_dsn)
+        wake = store.open_wake()
+        try:
+            shown = [row[0] for row in admin.execute(
+                "SELECT query FROM pg_stat_activity WHERE usename = 'ql3_runtime' AND datname = current_database()")]
+            assert shown and set(shown) == {"<insufficient privilege>"}
+        finally:
+            wake.close()
+            store.close()
+    channel = _wake_channel(owner)
+    assert channel.startswith("ql3_wake_") and channel not in wake.where
+
+
+def test_a_flood_from_the_admin_role_never_reaches_an_idle_worker(pg_database: Any, owner: Any) -> None:
+    """The read-only role floods every channel it can name (the old fixed one among them): the
+    worker's listener reads nothing of it. Its notifications are committed before a submit's,
+    and PostgreSQL delivers in commit order, so when the submit's wake-up has arrived, anything
+    of the flood that reached the worker would have been read and counted before it."""
+    store = PostgresStore(pg_database.runtime_dsn)
+    wake = store.open_wake()
+    try:
+        with psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True) as flooder:
+            for _ in range(500):
+                flooder.execute("NOTIFY ql3_wake")
+            with flooder.transaction():
+                flooder.execute("SELECT pg_notify(c, n::text) FROM unnest(ARRAY['ql3_wake', 'ql3_wake_', "
+                                "'ql3_wake_00000000000000000000000000000000']) AS c, generate_series(1, 2000) AS n")
+        store.runs.submit(SubmitRunCommand(argv=["true"]))
+        _wait(lambda: wake.coalescer.notified >= 1, "the submit's wake-up")
+        assert (wake.coalescer.notified, wake.reads) == (1, 1)
+    finally:
+        wake.close()
+        store.close()
 
 
 # --------------------------------------------------------------------------- locks another role can hold
@@ -255,3 +307,25 @@ def test_check_reports_a_large_object_left_owned_by_a_role_and_lo_compat_privile
         finally:
             admin.execute("SELECT lo_unlink(%s)", (oid,))
     assert all(c.ok for c in readiness(pg_database.runtime_dsn))
+
+
+def test_check_fails_while_the_admin_role_may_read_the_runtime_s_statements(pg_database: Any) -> None:
+    # pg_read_all_stats shows every session's statement text, the workers' LISTEN among them.
+    # Roles are global to the server: granted inside a transaction that is rolled back, so no
+    # other session ever sees it.
+    from cluster_postgres.readiness import _privileges
+
+    with psycopg.connect(pg_database.superuser_dsn, autocommit=True) as admin:
+        assert [c.ok for c in _privileges(admin)] == [True]
+        with pytest.raises(_RolledBack), admin.transaction():
+            admin.execute("GRANT pg_monitor TO ql3_cluster_admin")
+            (check,) = _privileges(admin)
+            raise _RolledBack
+        assert not check.ok and check.detail == (
+            "ql3_cluster_admin may read every session's statements (pg_read_all_stats), the workers' wake "
+            "channel among them")
+        assert [c.ok for c in _privileges(admin)] == [True]
+
+
+class _RolledBack(Exception):
+    """Leaves a transaction by rolling it back."""
