@@ -8,8 +8,10 @@ ended. So a figure is the workers' rate (start, process, capture, end, lease com
 submitter's. Idle: one registered worker with nothing to do, its own CPU time (``/proc/<pid>/stat``
 utime + stime) over ``--idle-seconds``, and its RSS at the end.
 Flood (printed first; ``--flood-only`` stops there): the same idle worker while the read-only
-admin role sends ``NOTIFY ql3_wake`` as fast as one connection can for ``--flood-seconds``: its
-CPU, the scans of ``ql3`` tables its ticks make and the database's other commits.
+admin role sends ``NOTIFY ql3_wake`` (the channel workers listened on before the secret one of
+migration 0008, and the only one it can name) as fast as one connection can for
+``--flood-seconds``: its CPU, the scans of ``ql3`` tables its ticks make and the database's other
+commits.
 
 Figures are printed, never asserted (the machine is shared and noisy); the load average is printed
 beside them. A private database is created through ``EDGE_PG_ADMIN_DSN`` and dropped at the end; the

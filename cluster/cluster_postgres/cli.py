@@ -34,12 +34,11 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser("check", help="readiness: migration checksums, privilege matrix, settings; exit 1 when not ready")
     check.add_argument("--dsn", required=True)
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
-    from cluster_postgres import retention, serve
+    from cluster_postgres import commands as user_commands
+    from cluster_postgres import serve
 
     serve.register(commands)
-    retention.register(commands)
-    from cluster_postgres import commands as user_commands
-
+    user_commands.register_retention(commands)
     user_commands.register(commands)
     return parser
 
@@ -80,9 +79,9 @@ def _main(argv: list[str] | None) -> int:
 
             return serve.run(args)
         if args.command == "retention":
-            from cluster_postgres import retention
+            from cluster_postgres.commands import run_retention
 
-            return retention.run(args)
+            return run_retention(args)
         if args.command == "bootstrap":
             from cluster_postgres.readiness import bootstrap
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from cluster_postgres.errors import Transaction, reading
+from cluster_postgres.errors import LOCK_SHARED_ENV_SET, Transaction, reading, take_runtime_lock
 from cluster_postgres.run_events import database_now
 from edge_runtime.contract.environment import (
     MAX_VARIABLES,
@@ -28,10 +28,6 @@ from edge_runtime.contract.environment import (
 class ClusterEnvironmentStorageError(EnvironmentRepositoryError, code="CLUSTER_STORAGE_FAILED"):
     """PostgreSQL failed under a shared-variable operation."""
 
-
-#: One advisory lock serializes the sets of new names, so two of them cannot both pass the
-#: ``MAX_VARIABLES`` count (a replaced variable's row lock is enough for the rest).
-_SET_LOCK_KEY = 0x716C_3300_0006
 
 _UPSERT = (
     "INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) VALUES (%s, %s, %s, %s) "
@@ -54,7 +50,9 @@ class PostgresEnvironment:
             raise InvalidVariableError(problem)
         with Transaction(self._conn, ClusterEnvironmentStorageError):
             cur = self._conn.cursor()
-            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_SET_LOCK_KEY,))
+            # Sets serialise, so two of new names cannot both pass the count (a lock only the
+            # runtime role may take: no other role can stall them); a replaced row is locked too.
+            take_runtime_lock(cur, LOCK_SHARED_ENV_SET, ClusterEnvironmentStorageError)
             exists = cur.execute("SELECT 1 FROM ql3.shared_env WHERE name = %s AND value IS NOT NULL "
                                  "FOR NO KEY UPDATE", (name,)).fetchone()
             if exists is None:

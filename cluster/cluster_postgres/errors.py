@@ -118,6 +118,26 @@ class Transaction:
         return False
 
 
+#: The rows of ``ql3.runtime_locks`` (migration 0009), one per serialisation that no row lock
+#: gives: a worker's first registration (its row does not exist yet) and ``env set`` (the count of
+#: variables against their limit).
+LOCK_WORKER_REGISTRATION = "worker_registration"
+LOCK_SHARED_ENV_SET = "shared_env_set"
+
+
+def take_runtime_lock(cur: psycopg.Cursor[Any], name: str, kind: type[EdgeRuntimeError]) -> None:
+    """Lock the row ``name`` of ``ql3.runtime_locks`` until the transaction ends.
+
+    Not an advisory lock: any role that can connect may take any advisory key and keep it, while
+    this row may be locked only by a role that may UPDATE the table, the runtime role alone.
+
+    Raises:
+        kind: the row is missing (migration 0009 not applied), or the lock failed.
+    """
+    if cur.execute("SELECT 1 FROM ql3.runtime_locks WHERE name = %s FOR NO KEY UPDATE", (name,)).fetchone() is None:
+        raise kind(f"ql3.runtime_locks has no row {name!r}: is migration 0009 applied?")
+
+
 def reading(kind: type[EdgeRuntimeError]) -> "_Reading":
     """Map failures of a read outside a transaction."""
     return _Reading(kind)

@@ -42,6 +42,10 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
     "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
+    # The wake channel's name (0008): a secret of the workers, whom any role could flood otherwise.
+    "wake_channel": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
+    # The locks only the runtime role may take (0009): locking a row needs UPDATE.
+    "runtime_locks": {RUNTIME_ROLE: ("SELECT", "UPDATE"), ADMIN_ROLE: ()},
     **{table: {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()} for table in _LEASE_TABLES},
 }
 #: The server's large-object functions (``pg_catalog``). PostgreSQL lets PUBLIC execute most of
@@ -193,6 +197,11 @@ def _privileges(conn: psycopg.Connection[Any]) -> list[Check]:
                                     "superuser, CREATEROLE, CREATEDB or BYPASSRLS")):
             if flag:
                 wrong.append(f"{role} has {what}")
+    # pg_read_all_stats (also through pg_monitor) shows every session's statement text, and so the
+    # workers' LISTEN on the secret wake channel.
+    if conn.execute("SELECT pg_has_role(%s, 'pg_read_all_stats', 'MEMBER')", (ADMIN_ROLE,)).fetchone()[0]:
+        wrong.append(f"{ADMIN_ROLE} may read every session's statements (pg_read_all_stats), the workers' wake "
+                     "channel among them")
     public = conn.execute(
         "SELECT has_database_privilege('public', current_database(), 'CREATE'),"
         " has_database_privilege('public', current_database(), 'TEMP'),"

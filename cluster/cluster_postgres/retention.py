@@ -12,15 +12,14 @@ once take different Runs.
 Each worker bounds its own log directory as a device does (:mod:`edge_runtime.contract.log_files`,
 ``log_total_max_bytes``), and removes at once the logs of the Attempts a batch it ran deleted.
 
-``edge-runtime-cluster retention set [--runs N] [--days D]`` and ``retention show [--json]`` read
-and change the policy; ``check`` reports it with what is kept.
+``edge-runtime-cluster retention set [--runs N] [--days D]`` and ``retention show [--json]``
+(:mod:`cluster_postgres.commands`) read and change the policy; ``check`` reports it with what is
+kept.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -199,56 +198,3 @@ class PostgresRetention:
                                       min_age_ms=LOG_MIN_AGE_MS)
         finally:
             os.close(fd)
-
-
-# ----------------------------------------------------------------------- the CLI
-
-
-def register(commands: argparse._SubParsersAction) -> None:
-    from cluster_postgres.serve import DSN_ENV_VAR
-    from edge_runtime.cli.common import add_json_flag
-
-    parser = commands.add_parser("retention", help="show or set how much finished history the database keeps",
-                                 description="The policy is kept once in the database; every worker prunes by "
-                                 "it, by database time. Unfinished Runs are never removed.")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True, parser_class=type(parser))
-    show = actions.add_parser("show", help="the policy and what the history holds now")
-    change = actions.add_parser("set", help="change the policy (only what is given)")
-    change.add_argument("--runs", type=int, metavar="N", help="keep at most N finished Runs")
-    change.add_argument("--days", type=int, metavar="D", help="keep no finished Run older than D days")
-    for sub in (show, change):
-        add_json_flag(sub)
-        sub.add_argument("--dsn", help=f"ql3_runtime connection string (default: ${DSN_ENV_VAR})")
-
-
-def run(args: argparse.Namespace) -> int:
-    from cluster_postgres.commands import command_dsn
-    from cluster_postgres.store import PostgresStore
-    from edge_runtime.cli.common import print_json
-
-    store = PostgresStore(command_dsn(args))
-    try:
-        if args.action == "set":
-            settings = store.retention.set_policy(retain_runs=args.runs, retain_days=args.days)
-        else:
-            settings = store.retention.settings()
-    finally:
-        store.close()
-    if args.json:
-        print_json(settings)
-    else:
-        sys.stdout.write(describe(settings))
-    return 0
-
-
-def describe(s: RetentionSettings) -> str:
-    from edge_runtime.cli.common import format_ms
-
-    sizes = "  ".join(f"{table}={size}" for table, size in s.table_bytes.items())
-    return (f"retain runs  {s.retain_runs} (finished Runs kept at most)\n"
-            f"retain days  {s.retain_days} (no finished Run kept longer)\n"
-            f"updated      {format_ms(s.updated_at_ms)}\n"
-            f"finished     {s.finished_runs} (oldest {format_ms(s.oldest_finished_at_ms)}); "
-            f"{s.runs_beyond_policy} beyond the policy, pruned by the workers\n"
-            f"active       {s.active_runs} (never pruned)\n"
-            f"bytes        {sizes}\n")

@@ -64,7 +64,7 @@ from edge_runtime.contract.transitions import (
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
-from cluster_postgres.connection import NOTIFY_WAKE, WAKE_CHANNEL  # noqa: F401 (WAKE_CHANNEL: re-exported)
+from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
 from cluster_postgres.worker_lease_rows import complete_held_grant, held_grant, lease_event
 from cluster_postgres.run_events import append_run_event, clamp, database_now

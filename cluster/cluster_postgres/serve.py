@@ -25,12 +25,10 @@ from typing import Any
 
 import msgspec
 
+from cluster_postgres.connection import DSN_ENV_VAR, describe_dsn, given_dsn
 from edge_runtime.cli.serve import add_service_flags, service_overrides
 from edge_runtime.service.config import CONFIG_ENV_VAR, ConfigError, ServiceConfig, load_config
 
-#: Where the DSN comes from when ``--dsn`` is not given (a password is better in ~/.pgpass or
-#: $PGPASSFILE than in either: the command line is visible to every user in ``ps``).
-DSN_ENV_VAR = "EDGE_RUNTIME_CLUSTER_DSN"
 #: Per-Attempt logs when neither --log-dir nor the setting is given: under the state directory.
 DEFAULT_LOG_SUBDIR = Path("edge-runtime-cluster") / "logs"
 
@@ -56,9 +54,7 @@ def register(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     env = os.environ if env is None else env
-    dsn = args.dsn or env.get(DSN_ENV_VAR)
-    if not dsn:
-        raise ConfigError(f"no database: give --dsn or set ${DSN_ENV_VAR}")
+    dsn = given_dsn(args.dsn, env)
     # Validate the whole configuration before connecting.
     config = load_config(args.config, env=env, overrides=service_overrides(args))
     if config.panel_listen is not msgspec.UNSET:
@@ -83,7 +79,7 @@ def resolved_log_dir(config: ServiceConfig, env: Mapping[str, str]) -> Path:
 def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: Any = None) -> Any:
     """The device service on the PostgreSQL store at ``dsn``, with schedules, timeouts and retention."""
     from cluster_postgres.retention import PostgresRetention
-    from cluster_postgres.store import describe_dsn, postgres_store_opener
+    from cluster_postgres.store import postgres_store_opener
     from edge_runtime.contract.device import read_boot_id
     from edge_runtime.service.journal import Journal
     from edge_runtime.service.scheduler import Scheduler

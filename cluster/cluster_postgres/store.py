@@ -1,8 +1,9 @@
 """The PostgreSQL adapter of the service's ``Store`` port (edge_runtime/contract/ports.py).
 
-Time is the database's (``ql3.now_ms()``), so there is no watermark to keep; the wake-up is
-``LISTEN ql3_wake`` on a connection of its own, which the run store NOTIFYs inside the transaction
-of a ``submit`` or ``cancel`` (delivered on commit, to every listening service of the database).
+Time is the database's (``ql3.now_ms()``), so there is no watermark to keep; the wake-up is a
+``LISTEN`` on a connection of its own, on the database's secret wake channel (``ql3.wake_channel``:
+only the runtime role may read its name), which the run store notifies inside the transaction of
+a ``submit`` or ``cancel`` (delivered on commit, to every listening service of the database).
 Only a composition root builds it.
 
 A worker outlives its database connections: when one is lost (the server restarted, a failover,
@@ -23,10 +24,11 @@ from collections.abc import Callable
 from typing import Any
 
 import psycopg
+from psycopg import sql
 
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
-from cluster_postgres.connection import connect, describe_dsn
+from cluster_postgres.connection import WAKE_CHANNEL_SQL, connect, describe_dsn
 from cluster_postgres.environment import ClusterEnvironmentStorageError, PostgresEnvironment
 from cluster_postgres.errors import (
     ClusterDsnError,
@@ -36,7 +38,7 @@ from cluster_postgres.errors import (
     ClusterScheduleStorageError,
     reading,
 )
-from cluster_postgres.runs import WAKE_CHANNEL, PostgresRunRepository
+from cluster_postgres.runs import PostgresRunRepository
 from cluster_postgres.retention import PostgresRetentionRepository
 from cluster_postgres.schedules import PostgresScheduleRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
@@ -52,9 +54,9 @@ _ONLINE = sql_literal(SessionStatus.ONLINE)
 LISTEN_RETRY_FIRST_S = 0.2
 LISTEN_RETRY_MAX_S = 5.0
 
-#: Wake-ups passed to the service are at least this far apart: any role that can connect may
-#: ``NOTIFY ql3_wake`` (PostgreSQL has no privilege for it), and each wake-up costs the service a
-#: tick of queries, so a flood of notifications is at most this many ticks per second. The first
+#: Wake-ups passed to the service are at least this far apart: each wake-up costs the service a
+#: tick of queries, and the workers' own changes may come in floods (a batch of schedule commands,
+#: many submitting clients), so notifications are at most this many ticks per second. The first
 #: notification after a quiet interval wakes at once; the rest come at its end, together.
 WAKE_MIN_INTERVAL_S = 0.1
 
@@ -121,14 +123,16 @@ class PostgresWake:
     The thread sleeps in ``select`` on the connection and on a stop socket: it wakes only for a
     notification, a lost connection (TCP keepalives notice a silent one), ``close`` or the end of
     a wake-up's minimum interval while one is pending. Notifications are coalesced
-    (:class:`WakeCoalescer`): a burst is one wake-up, and a flood from any role at most
-    ``1 / WAKE_MIN_INTERVAL_S`` a second. It holds no transaction (autocommit, only ``LISTEN``)
+    (:class:`WakeCoalescer`): a burst is one wake-up, and a flood at most
+    ``1 / WAKE_MIN_INTERVAL_S`` a second. Only a role that may read the channel's name reaches it:
+    a notification on any other channel is never sent to this connection, so it costs the
+    thread no read (:attr:`reads` counts them). It holds no transaction (autocommit, only ``LISTEN``)
     and never touches the service's state; after every (re)connection it wakes the service once,
     since notifications sent while it was not listening are lost.
     """
 
     __slots__ = ("_dsn", "_report", "_reader", "_writer", "_stop_reader", "_stop_writer", "_thread", "_conn",
-                 "refused", "where", "coalescer")
+                 "refused", "where", "coalescer", "reads")
 
     def __init__(self, dsn: str, *, report: Reporter | None = None,
                  coalescer: WakeCoalescer | None = None) -> None:
@@ -137,7 +141,10 @@ class PostgresWake:
         #: Owned by the listener thread; its counters may be read from others.
         self.coalescer = coalescer or WakeCoalescer()
         self.refused: list[str] = []
-        self.where = f"LISTEN {WAKE_CHANNEL} ({describe_dsn(dsn)})"
+        #: How many times the thread woke to read the connection (for tests and the bench).
+        self.reads = 0
+        # Never the channel's name: it is the database's secret, and logs travel.
+        self.where = f"LISTEN on the wake channel ({describe_dsn(dsn)})"
         # The first connection is made here, so a wrong DSN or a missing grant fails the start.
         self._conn: psycopg.Connection[Any] | None = self._listen_connection()
         self._reader, self._writer = socket.socketpair()
@@ -151,7 +158,10 @@ class PostgresWake:
         with reading(ClusterRunStorageError):
             conn = connect(self._dsn)
             try:
-                conn.execute(f"LISTEN {WAKE_CHANNEL}")
+                row = conn.execute(WAKE_CHANNEL_SQL).fetchone()
+                if row is None:
+                    raise ClusterRunStorageError("ql3.wake_channel has no row: is migration 0008 applied?")
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(row[0])))
             except BaseException:
                 conn.close()
                 raise
@@ -198,6 +208,7 @@ class PostgresWake:
                 if self._stop_reader in ready:
                     return
                 if ready:  # notifications, or the end of the connection, which raises here
+                    self.reads += 1
                     for _ in self._conn.notifies(timeout=0):
                         self.coalescer.notify()
                         if self.coalescer.take():  # (a flood that never pauses still wakes the loop)

@@ -7,9 +7,9 @@ authority (:mod:`cluster_postgres.run_lease`, with its start sequence in
 :mod:`cluster_postgres.run_start`), which fences every grant through the session authority; their
 rows are in :mod:`cluster_postgres.worker_lease_rows`. The reads are below.
 
-Rows are locked ``FOR NO KEY UPDATE`` in the one global order (advisory lock by worker id on
-registration) -> Worker -> Run -> Attempt -> Run Lease, and database time is read once, after the
-last blocking lock. A claim's capacity is decided under the Worker row lock, against
+Rows are locked ``FOR NO KEY UPDATE`` in the one global order (the registration lock of
+``ql3.runtime_locks``, on registration) -> Worker -> Run -> Attempt -> Run Lease, and database
+time is read once, after the last blocking lock. A claim's capacity is decided under the Worker row lock, against
 ``min(max_concurrent_runs, available_slots)``, so concurrent dispatchers never oversell a slot.
 Bearer tokens are digested in Python; only digests reach the server. Neither an expired lease nor
 an offline session is ever reported as "not running".

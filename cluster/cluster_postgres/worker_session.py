@@ -1,7 +1,7 @@
 """Worker Session operations of the PostgreSQL repository: register, heartbeat, drain, offline.
 
-Each is one READ COMMITTED transaction that locks the Worker row ``FOR NO KEY UPDATE`` (after an
-advisory lock by worker id on registration) and reads database time once, after that lock. A
+Each is one READ COMMITTED transaction that locks the Worker row ``FOR NO KEY UPDATE`` (after the
+runtime's registration lock, on registration) and reads database time once, after those locks. A
 session's status and lease describe its *authority*; they are never evidence about its processes.
 Used through :class:`cluster_postgres.worker_lease.PostgresWorkerLeaseRepository`.
 """
@@ -29,13 +29,13 @@ from edge_runtime.contract.worker_session import (
     SessionStatus,
     WorkerSessionRecord,
 )
-from cluster_postgres.errors import ClusterLeaseStorageError, Transaction
+from cluster_postgres.errors import LOCK_WORKER_REGISTRATION, ClusterLeaseStorageError, Transaction, take_runtime_lock
 from cluster_postgres.run_events import clamp, database_now
 from cluster_postgres.worker_lease_rows import LOCK_SESSION, bump, session_from_row, store_session
 
 _replace = msgspec.structs.replace
 
-_REGISTRATION_LOCK = "SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))"
+
 
 
 def expect(cmd: Any, kind: type, operation: str) -> None:
@@ -56,13 +56,18 @@ class WorkerSessions:
         self._cur = cur
 
     def register(self, cmd: RegisterWorkerCommand) -> RegisterOutcome:
-        """First registration, idempotent replay, or replacement (generation + 1), under an
-        advisory lock by worker id and the Worker row lock."""
+        """First registration, idempotent replay, or replacement (generation + 1), under the
+        registration lock and the Worker row lock.
+
+        The registration lock serialises registrations, so two first ones of a worker never both
+        INSERT (its row does not exist yet to be locked). It is a row of ``ql3.runtime_locks``,
+        not ADR-0057's advisory lock by worker id: any role may hold any advisory key, and a
+        worker id is no secret. Registrations are rare (a start, a lost session) and short."""
         expect(cmd, RegisterWorkerCommand, "register")
         caps_hash = cmd.capabilities_hash
         cur = self._cur
         with Transaction(self._conn, ClusterLeaseStorageError):
-            cur.execute(_REGISTRATION_LOCK, (cmd.worker_id,))
+            take_runtime_lock(cur, LOCK_WORKER_REGISTRATION, ClusterLeaseStorageError)
             row = cur.execute(LOCK_SESSION, (cmd.worker_id,)).fetchone()
             current = None if row is None else session_from_row(row)
             now = clamp(cur, database_now(cur), None if current is None else current.updated_at_ms, None, "", "")

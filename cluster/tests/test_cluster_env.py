@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from cluster_postgres.serve import DSN_ENV_VAR
+from cluster_postgres.connection import DSN_ENV_VAR
 from edge_runtime.cli.common import NO_SERVICE_NOTE
 from tests.support.cluster_serve_harness import CLI, Worker, kill_attempt_groups, private_root, wait_for
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cluster_postgres import cli as cluster_cli
-from cluster_postgres.serve import DSN_ENV_VAR
+from cluster_postgres.connection import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
 from edge_runtime.cli.main import USAGE_ERROR_CODE
 from edge_runtime.contract.runs import SubmitRunCommand

@@ -23,7 +23,7 @@ COMMAND_MODULES = {
     "migrate": ["cluster_postgres.cli", "cluster_postgres.migrations"],
     "check": ["cluster_postgres.cli", "cluster_postgres.readiness"],
     "serve": ["cluster_postgres.cli", "cluster_postgres.serve"],
-    "retention": ["cluster_postgres.cli", "cluster_postgres.retention", "cluster_postgres.store"],
+    "retention": ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.retention", "cluster_postgres.store"],
     **{name: ["cluster_postgres.cli", "cluster_postgres.commands", "cluster_postgres.store",
               f"edge_runtime.cli.{module}"]
        for name, module in (("submit", "submit"), ("cancel", "cancel"), ("show", "show"), ("list", "list_runs"),

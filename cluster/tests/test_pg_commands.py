@@ -22,7 +22,7 @@ import pytest
 
 from cluster_postgres import cli as cluster_cli
 from cluster_postgres.attempt_logs import PostgresAttemptLogs
-from cluster_postgres.serve import DSN_ENV_VAR
+from cluster_postgres.connection import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
 from edge_runtime.cli import main as edge_main
 from edge_runtime.cli.common import NO_SERVICE_NOTE
@@ -353,7 +353,8 @@ def test_submit_cancel_and_rearm_notify_the_workers_on_commit_and_only_then(
     dsn: str, capsys: pytest.CaptureFixture[str], owner: Any
 ) -> None:
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute("LISTEN ql3_wake")
+        channel = owner.execute("SELECT name FROM ql3.wake_channel").fetchone()[0]
+        listener.execute(f"LISTEN {channel}")
         run_id = run_cluster(capsys, "submit", "--", "true")[1].strip()
         assert _notified(listener) == 1
         assert run_cluster(capsys, "cancel", run_id)[0] == 0

@@ -95,11 +95,11 @@ def test_time_is_read_after_the_row_lock_so_a_lock_wait_is_not_hidden(owner: Any
     assert outcome.dispatch.updated_at_ms >= released >= started + 500
 
 
-@pytest.mark.parametrize("held", ["advisory lock of a first registration", "worker row of a replacement"])
+@pytest.mark.parametrize("held", ["registration lock of a first registration", "worker row of a replacement"])
 def test_a_registration_reads_time_after_its_locks_so_the_session_lease_counts_from_after_the_wait(
         owner: Any, runtime: Any, held: str) -> None:
-    # ADR-0057 §3: the registration's observation follows the advisory lock by worker id and the
-    # Worker row lock. Another transaction holds one of them for 0.6 s (below the runtime role's
+    # ADR-0057 §3: the registration's observation follows its locks: the registration lock and
+    # the Worker row lock. Another transaction holds one of them for 0.6 s (below the runtime role's
     # 1 s lock_timeout); the session's heartbeat and expiry must count from after that wait.
     real_clock(owner)
     repo = PostgresWorkerLeaseRepository(runtime())
@@ -107,8 +107,8 @@ def test_a_registration_reads_time_after_its_locks_so_the_session_lease_counts_f
                                     lease_duration_ms=60_000)
     holder = runtime()
     holder.execute("BEGIN")
-    if held.startswith("advisory"):
-        holder.execute("SELECT pg_advisory_xact_lock(hashtextextended('ql3.worker:' || %s, 0))", (command.worker_id,))
+    if held.startswith("registration"):
+        holder.execute("SELECT 1 FROM ql3.runtime_locks WHERE name = 'worker_registration' FOR UPDATE")
     else:
         repo.register(RegisterWorkerCommand(worker_id="w-wait", session_id="s-1", capabilities={},
                                             max_concurrent_runs=1, lease_duration_ms=60_000))
@@ -116,7 +116,7 @@ def test_a_registration_reads_time_after_its_locks_so_the_session_lease_counts_f
     started, released, outcome = _while_held_for_600_ms(owner, holder, lambda: repo.register(command))
     session = outcome.session
     assert (outcome.status, session.session_id, session.generation) == (
-        "registered", "s-2", 1 if held.startswith("advisory") else 2)
+        "registered", "s-2", 1 if held.startswith("registration") else 2)
     # A time read before the lock would be ~`started`, 600 ms before the holder let go.
     assert session.heartbeat_at_ms >= released >= started + 500
     assert session.lease_expires_at_ms == session.heartbeat_at_ms + 60_000
@@ -149,9 +149,10 @@ def test_two_connections_racing_for_one_dispatch_give_exactly_one_claimed(owner:
         assert sorted((results[0][i], results[1][i])) == ["claimed", "leased"], i
 
 
-def test_concurrent_registrations_of_one_worker_are_serialised_by_the_advisory_lock(owner: Any, runtime: Any) -> None:
-    # ADR-0057 §3/§4: registration takes the advisory lock by worker id before anything else, so
-    # racing first registrations never both INSERT (a 23505 for the loser) and every replacement
+def test_concurrent_registrations_of_one_worker_are_serialised_by_their_locks(owner: Any, runtime: Any) -> None:
+    # ADR-0057 §3/§4 serialise the registrations of one worker: each takes the registration lock
+    # before anything else (a row of ql3.runtime_locks, not the ADR's advisory lock, which any
+    # role could hold), so racing first registrations never both INSERT (a 23505 for the loser) and every replacement
     # sees the one before it: generations 1..N, one current session, every call succeeds.
     threads_per_round, rounds = 6, 5
     repos = [PostgresWorkerLeaseRepository(runtime()) for _ in range(threads_per_round)]

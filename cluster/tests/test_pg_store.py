@@ -43,7 +43,7 @@ def test_a_committed_submit_or_cancel_wakes_a_listening_store_and_drain_clears_i
         writer.runs.request_cancel(CancelRunCommand(run_id=run.id))
         assert readable(wake.fileno(), 5.0)
         assert wake.drain() >= 1
-        assert wake.refused == [] and wake.where.startswith("LISTEN ql3_wake")
+        assert wake.refused == [] and wake.where.startswith("LISTEN on the wake channel (host=")
     finally:
         wake.close()
         listener.close()
@@ -55,7 +55,7 @@ def test_a_rolled_back_change_wakes_nobody(pg_database: Any, owner: Any) -> None
     wake = store.open_wake()
     try:
         owner.execute("BEGIN")
-        owner.execute("NOTIFY ql3_wake")
+        owner.execute("SELECT pg_notify(name, '') FROM ql3.wake_channel")
         owner.execute("ROLLBACK")
         assert not readable(wake.fileno(), 0.3)
         assert wake.drain() == 0
