@@ -10,14 +10,15 @@ connections (:data:`MAX_CONNECTIONS`; more are closed at once).
 
 Order of a request, all before its body is read: parse the request line and headers (h11) ->
 match the route table (``routes.match``: 404 for anything not in it) -> the gate (``routes.gate``:
-host, CSRF, session) -> the login throttle for ``POST /api/login`` -> read the body (64 KiB at
-most) -> the handler. A refusal closes the connection. An error a handler did not expect is a
-500 with a journal line; it never ends the panel, and nothing the panel does can stop the service.
+host, CSRF, session) -> for a route that checks a secret, a peer the throttle would refuse is
+refused here -> read the body (64 KiB at most) -> the handler, where a secret check is taken from
+the throttle before the secret is compared (``secret_throttle``: one per peer per window, whatever
+raced to it). A refusal closes the connection. An error a handler did not expect is a 500 with a
+journal line; it never ends the panel, and nothing the panel does can stop the service.
 """
 
 from __future__ import annotations
 
-import collections
 import selectors
 import socket
 import threading
@@ -32,6 +33,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.panel import api as panel_api
 from edge_runtime.panel.h11_loader import load_h11
 from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
+from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckThrottledError
 
 MAX_HEADER_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
@@ -43,14 +45,6 @@ LINGER_S = 2.0
 _TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n"
                      b"cache-control: no-store\r\n\r\n")
 _RECV = 16 * 1024
-
-#: Failed logins: each address waits LOGIN_DELAY_S, doubling per failure in a row up to
-#: LOGIN_MAX_DELAY_S; beyond LOGIN_GLOBAL_PER_MINUTE failures a minute from all addresses
-#: together, every address waits for the minute to pass. Each failure is a device event.
-LOGIN_DELAY_S = 1.0
-LOGIN_MAX_DELAY_S = 60.0
-LOGIN_GLOBAL_PER_MINUTE = 10
-_LOGIN_TRACKED = 256
 
 _CSP = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
         b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -69,45 +63,12 @@ STATIC_FILES = {
 }
 
 
-class LoginThrottle:
-    """Slows failed logins per client address and overall (monotonic time)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._addresses: dict[str, tuple[int, float]] = {}  # oldest first
-        self._recent: collections.deque[float] = collections.deque()
-
-    def wait_s(self, address: str) -> float:
-        """Seconds ``address`` must still wait before its next try (0: it may try now)."""
-        now = self._clock()
-        while self._recent and self._recent[0] <= now - 60.0:
-            self._recent.popleft()
-        waits = [0.0]
-        if len(self._recent) >= LOGIN_GLOBAL_PER_MINUTE:
-            waits.append(self._recent[0] + 60.0 - now)
-        if address in self._addresses:
-            waits.append(self._addresses[address][1] - now)
-        return max(waits)
-
-    def failed(self, address: str) -> int:
-        now = self._clock()
-        failures = self._addresses.pop(address, (0, 0.0))[0] + 1
-        self._addresses[address] = (failures, now + min(LOGIN_DELAY_S * 2 ** (failures - 1), LOGIN_MAX_DELAY_S))
-        while len(self._addresses) > _LOGIN_TRACKED:
-            del self._addresses[next(iter(self._addresses))]
-        self._recent.append(now)
-        return failures
-
-    def succeeded(self, address: str) -> None:
-        self._addresses.pop(address, None)
-
-
 class _Connection:
-    __slots__ = ("sock", "address", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
+    __slots__ = ("sock", "peer", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
                  "draining", "finished", "received")
 
-    def __init__(self, sock: socket.socket, address: str) -> None:
-        self.sock, self.address = sock, address
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock, self.peer = sock, peer
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.out = bytearray()
         self.deadline = time.monotonic() + REQUEST_TIMEOUT_S
@@ -134,7 +95,8 @@ class PanelServer:
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_reader, self._stop_writer = socket.socketpair()
-        self._throttle = LoginThrottle()
+        #: Every secret this server checks (the login's password) is throttled by this one.
+        self._secrets = SecretCheckThrottle()
         self._static: dict[bytes, tuple[bytes, bytes]] = {}
         hostname = socket.gethostname().lower()
         self._device_names = frozenset(n for n in (hostname, f"{hostname}.lan", self.host) if n)
@@ -353,11 +315,11 @@ class PanelServer:
         headers = [(k, v) for k, v in request.headers]
         refusal = gate(found, headers, device_names=self._device_names, session_valid=self._session_valid)
         retry_after = None
-        if refusal is None and found.route.handler == "login":
-            wait = self._throttle.wait_s(connection.address)
-            if wait > 0:
-                retry_after = int(wait) + 1
-                refusal = Refusal(429, "LOGIN_THROTTLED", f"too many failed logins; try again in {retry_after} s")
+        if refusal is None and found.route.checks_secret:
+            # Spares reading a body that could not be checked; the check itself decides (in the handler).
+            throttled = self._secrets.would_refuse(connection.peer)
+            if throttled is not None:
+                refusal, retry_after = _throttled(throttled), throttled.retry_after_s
         if refusal is None:
             lengths = [v for k, v in headers if k == b"content-length"]
             if lengths and lengths[0].isdigit() and int(lengths[0]) > panel_api.MAX_BODY_BYTES:
@@ -418,6 +380,9 @@ class PanelServer:
             else:
                 status, value = getattr(self._api, route.handler)(matched.id, matched.query, body)
             payload = msgspec.json.encode(value)
+        except SecretCheckThrottledError as exc:
+            self._refuse(connection, _throttled(exc), retry_after=exc.retry_after_s)
+            return
         except EdgeRuntimeError as exc:
             status, payload = panel_api.error_status(exc), _error_body(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
@@ -427,13 +392,17 @@ class PanelServer:
 
     def _login(self, connection: _Connection, body: bytes) -> tuple[int, Any, list]:
         request = panel_api.decode(body, panel_api.LoginBody)
-        if not self._auth.check_password(request.password):
-            failures = self._throttle.failed(connection.address)
-            self._auth.record_failed_login(connection.address, failures)
-            self.journal.warning("panel.login_failed", client=connection.address, failures=failures)
+        with self._secrets.begin(connection.peer) as check:  # taken before the slow hash, settled after it
+            if self._auth.check_password(request.password):
+                check.passed()
+                failures = 0
+            else:
+                failures = check.failed()
+        if failures:
+            self._auth.record_failed_login(connection.peer, failures)
+            self.journal.warning("panel.login_failed", client=connection.peer, failures=failures)
             raise PanelLoginError("wrong password")
-        self._throttle.succeeded(connection.address)
-        token = self._auth.open_session(connection.address)
+        token = self._auth.open_session(connection.peer)
         cookie = f"{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
         return 200, {"loggedIn": True}, [(b"set-cookie", cookie)]
 
@@ -465,6 +434,10 @@ _REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorize
 
 def _reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
+
+
+def _throttled(exc: SecretCheckThrottledError) -> Refusal:
+    return Refusal(429, exc.code, str(exc))
 
 
 def _error_body(code: str, message: str) -> bytes:
