@@ -5,8 +5,9 @@ panel's own database connection writes in the same short transactions as the CLI
 process would). A request is parsed by ``h11`` (sans-IO: it never touches a socket); this loop
 feeds it bytes and enforces the limits: the header block (:data:`MAX_HEADER_BYTES`), the body
 (``api.MAX_BODY_BYTES``), the time a request may take to arrive (:data:`REQUEST_TIMEOUT_S`: a
-slow client is cut off with 408), an idle keep-alive (:data:`IDLE_TIMEOUT_S`) and the number of
-connections (:data:`MAX_CONNECTIONS`; more are closed at once).
+slow client is cut off with 408), an idle keep-alive (:data:`IDLE_TIMEOUT_S`) and the connections
+(``connections.make_room``: a share per peer; those that have not sent a whole request give way
+to new ones).
 
 Order of a request, all before its body is read: parse the request line and headers (h11) ->
 match the route table (``routes.match``: 404 for anything not in it) -> the gate (``routes.gate``:
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +33,7 @@ import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.panel import api as panel_api
+from edge_runtime.panel.connections import MAX_CONNECTIONS, make_room
 from edge_runtime.panel.h11_loader import load_h11
 from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
 from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckThrottledError
@@ -38,7 +41,9 @@ from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckT
 MAX_HEADER_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 30.0
-MAX_CONNECTIONS = 16
+#: Connections the kernel completes before the loop accepts them. Above MAX_CONNECTIONS: every one
+#: is accepted, and judged, at once; a burst beyond the queue loses handshakes (retried after 1 s).
+LISTEN_BACKLOG = 128
 #: After a refusal, how long the rest of what the client sends is read and dropped before the
 #: connection closes (closing at once could reset it before the client read the refusal).
 LINGER_S = 2.0
@@ -64,14 +69,17 @@ STATIC_FILES = {
 
 
 class _Connection:
+    """One client connection (``connections.Held``: what decides whether it gives way to a new one)."""
+
     __slots__ = ("sock", "peer", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
-                 "draining", "finished", "received")
+                 "draining", "finished", "received", "waiting_since")
 
     def __init__(self, sock: socket.socket, peer: str) -> None:
         self.sock, self.peer = sock, peer
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.out = bytearray()
-        self.deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        self.waiting_since = time.monotonic()
+        self.deadline = self.waiting_since + REQUEST_TIMEOUT_S
         self.request: h11.Request | None = None
         self.matched: Match | None = None
         self.body = bytearray()
@@ -83,6 +91,15 @@ class _Connection:
         self.finished = False
         #: Bytes of a request that is not complete yet have arrived.
         self.received = False
+
+    @property
+    def waiting(self) -> bool:
+        # A whole request is answered as soon as it is read: only an answer still being sent is work.
+        return not self.out
+
+    @property
+    def lingering(self) -> bool:
+        return self.draining
 
 
 class PanelServer:
@@ -127,7 +144,7 @@ class PanelServer:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((self.host, self.port))
-            listener.listen(MAX_CONNECTIONS)
+            listener.listen(LISTEN_BACKLOG)
             listener.setblocking(False)
         except OSError as exc:
             listener.close()
@@ -182,25 +199,13 @@ class PanelServer:
                     if key.fileobj is self._stop_reader:
                         return
                     if key.fileobj is self._listener:
-                        self._accept(selector, connections)
+                        for connection in self._accept(selector, connections):
+                            # Its request is often in already: read now, before a newer one may need room.
+                            self._step(selector, connections, connection, readable=True)
                         continue
                     connection = connections.get(key.fileobj)
-                    if connection is None:
-                        continue
-                    if mask & selectors.EVENT_READ:
-                        self._readable(connection)
-                    if not self._flush(connection) or connection.finished:
-                        self._close(selector, connections, connection)
-                        continue
-                    if connection.close_after and not connection.out and not connection.draining:
-                        connection.draining = True
-                        connection.deadline = time.monotonic() + LINGER_S
-                        try:
-                            connection.sock.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            self._close(selector, connections, connection)
-                            continue
-                    selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
+                    if connection is not None:
+                        self._step(selector, connections, connection, readable=bool(mask & selectors.EVENT_READ))
                 now = time.monotonic()
                 for connection in [c for c in connections.values() if c.deadline <= now]:
                     if not connection.draining and not connection.close_after:
@@ -216,30 +221,59 @@ class PanelServer:
                 self._close(selector, connections, connection)
             selector.close()
 
-    def _accept(self, selector: selectors.BaseSelector, connections: dict) -> None:
+    def _step(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection, *,
+              readable: bool) -> None:
+        """Read what ``connection`` sent (when ``readable``), answer it, send what is queued."""
+        if readable:
+            self._readable(connection)
+        if not self._flush(connection) or connection.finished:
+            self._close(selector, connections, connection)
+            return
+        if connection.close_after and not connection.out and not connection.draining:
+            connection.draining = True
+            connection.deadline = time.monotonic() + LINGER_S
+            try:
+                connection.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._close(selector, connections, connection)
+                return
+        selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
+
+    def _accept(self, selector: selectors.BaseSelector, connections: dict) -> list[_Connection]:
+        """Accept every pending connection that gets room (``connections.make_room``); the new ones."""
+        accepted = []
         while True:
             try:
-                sock, peer = self._listener.accept()
+                sock, address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                return
+                return accepted
             except OSError as exc:  # out of descriptors: logged, the next accept may work
                 self.journal.warning("panel.accept_failed", detail=str(exc))
-                return
-            if len(connections) >= MAX_CONNECTIONS:
-                sock.close()  # over the limit: refused at once, nothing read
+                return accepted
+            peer = str(address[0])
+            room = make_room(peer, connections.values())
+            if not room.admit:
+                _reset(sock)  # every connection is answering: refused at once, nothing read
                 continue
+            if room.evict is not None:
+                self._close(selector, connections, room.evict, reset=True)
             sock.setblocking(False)
-            connection = _Connection(sock, str(peer[0]))
+            connection = _Connection(sock, peer)
             connections[sock] = connection
             selector.register(sock, selectors.EVENT_READ, None)
+            accepted.append(connection)
 
-    def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection) -> None:
+    def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection, *,
+               reset: bool = False) -> None:
         connections.pop(connection.sock, None)
         try:
             selector.unregister(connection.sock)
         except (KeyError, ValueError):
             pass  # never registered or already gone
-        connection.sock.close()
+        if reset:
+            _reset(connection.sock)
+        else:
+            connection.sock.close()
 
     def _flush(self, connection: _Connection) -> bool:
         """Send what is queued; False when the peer is gone."""
@@ -358,7 +392,8 @@ class PanelServer:
         except h11.LocalProtocolError:
             connection.close_after = True
         connection.received = False
-        connection.deadline = time.monotonic() + (REQUEST_TIMEOUT_S if connection.close_after else IDLE_TIMEOUT_S)
+        connection.waiting_since = time.monotonic()
+        connection.deadline = connection.waiting_since + (REQUEST_TIMEOUT_S if connection.close_after else IDLE_TIMEOUT_S)
 
     def _dispatch(self, connection: _Connection) -> None:
         matched = connection.matched
@@ -434,6 +469,16 @@ _REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorize
 
 def _reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset: a connection that gives way (or gets no room) leaves no TIME_WAIT behind
+    on the device, however many a flood opens."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass  # the peer is gone already: a plain close leaves nothing either
+    sock.close()
 
 
 def _throttled(exc: SecretCheckThrottledError) -> Refusal:
