@@ -201,7 +201,8 @@ class PanelServer:
                     if key.fileobj is self._listener:
                         for connection in self._accept(selector, connections):
                             # Its request is often in already: read now, before a newer one may need room.
-                            self._step(selector, connections, connection, readable=True)
+                            if connections.get(connection.sock) is connection:  # not given way to a later one
+                                self._step(selector, connections, connection, readable=True)
                         continue
                     connection = connections.get(key.fileobj)
                     if connection is not None:
@@ -240,16 +241,19 @@ class PanelServer:
         selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
 
     def _accept(self, selector: selectors.BaseSelector, connections: dict) -> list[_Connection]:
-        """Accept every pending connection that gets room (``connections.make_room``); the new ones."""
-        accepted = []
-        while True:
+        """Accept pending connections, each that gets room (``connections.make_room``); the new ones.
+
+        At most MAX_CONNECTIONS at a time (more would only make room for one another): a flood
+        faster than the loop cannot keep it from serving those already in."""
+        accepted: list[_Connection] = []
+        for _ in range(MAX_CONNECTIONS):
             try:
                 sock, address = self._listener.accept()
             except (BlockingIOError, InterruptedError):
-                return accepted
+                break
             except OSError as exc:  # out of descriptors: logged, the next accept may work
                 self.journal.warning("panel.accept_failed", detail=str(exc))
-                return accepted
+                break
             peer = str(address[0])
             room = make_room(peer, connections.values())
             if not room.admit:
@@ -262,6 +266,7 @@ class PanelServer:
             connections[sock] = connection
             selector.register(sock, selectors.EVENT_READ, None)
             accepted.append(connection)
+        return accepted
 
     def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection, *,
                reset: bool = False) -> None:
