@@ -72,7 +72,8 @@ SQLITE_NAMES = frozenset({"sqlite3", "_sqlite3"})
 MONITOR_PATH = "edge_runtime/service/native/edge-runtime-monitor"
 # The web panel (docs/panel.md): its modules, the HTTP parser it uses, and the page's files.
 PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "edge_runtime.panel.api",
-                           "edge_runtime.panel.server", "h11"})
+                           "edge_runtime.panel.server", "edge_runtime.panel.connections",
+                           "edge_runtime.panel.secret_throttle", "h11"})
 PANEL_STATIC_DIR = "edge_runtime/panel/static/"
 PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "favicon.svg"})
 

@@ -31,15 +31,18 @@ class Route(NamedTuple):
     public: bool = False
     #: Query parameters it takes (anything else is refused).
     query: frozenset[str] = frozenset()
+    #: Its handler checks a secret (a password): the server's secret throttle applies to it.
+    checks_secret: bool = False
 
     @property
     def changes_state(self) -> bool:
         return self.method != b"GET"
 
 
-def _route(method: str, path: str, handler: str, *, public: bool = False, query: tuple[str, ...] = ()) -> Route:
+def _route(method: str, path: str, handler: str, *, public: bool = False, query: tuple[str, ...] = (),
+           checks_secret: bool = False) -> Route:
     segments = tuple(s.encode() for s in path.split("/")[1:]) if path != "/" else ()
-    return Route(method.encode(), segments, handler, public, frozenset(query))
+    return Route(method.encode(), segments, handler, public, frozenset(query), checks_secret)
 
 
 #: Every request the panel answers. Nothing else exists.
@@ -48,7 +51,7 @@ ROUTES: tuple[Route, ...] = (
     _route("GET", "/panel.css", "static", public=True),
     _route("GET", "/panel.js", "static", public=True),
     _route("GET", "/favicon.svg", "static", public=True),
-    _route("POST", "/api/login", "login", public=True),
+    _route("POST", "/api/login", "login", public=True, checks_secret=True),
     _route("POST", "/api/logout", "logout"),
     _route("GET", "/api/runs", "list_runs", query=("status", "limit", "before")),
     _route("POST", "/api/runs", "submit"),

@@ -5,21 +5,24 @@ panel's own database connection writes in the same short transactions as the CLI
 process would). A request is parsed by ``h11`` (sans-IO: it never touches a socket); this loop
 feeds it bytes and enforces the limits: the header block (:data:`MAX_HEADER_BYTES`), the body
 (``api.MAX_BODY_BYTES``), the time a request may take to arrive (:data:`REQUEST_TIMEOUT_S`: a
-slow client is cut off with 408), an idle keep-alive (:data:`IDLE_TIMEOUT_S`) and the number of
-connections (:data:`MAX_CONNECTIONS`; more are closed at once).
+slow client is cut off with 408), an idle keep-alive (:data:`IDLE_TIMEOUT_S`) and the connections
+(``connections.make_room``: a share per peer; those that have not sent a whole request give way
+to new ones).
 
 Order of a request, all before its body is read: parse the request line and headers (h11) ->
 match the route table (``routes.match``: 404 for anything not in it) -> the gate (``routes.gate``:
-host, CSRF, session) -> the login throttle for ``POST /api/login`` -> read the body (64 KiB at
-most) -> the handler. A refusal closes the connection. An error a handler did not expect is a
-500 with a journal line; it never ends the panel, and nothing the panel does can stop the service.
+host, CSRF, session) -> for a route that checks a secret, a peer the throttle would refuse is
+refused here -> read the body (64 KiB at most) -> the handler, where a secret check is taken from
+the throttle before the secret is compared (``secret_throttle``: one per peer per window, whatever
+raced to it). A refusal closes the connection. An error a handler did not expect is a 500 with a
+journal line; it never ends the panel, and nothing the panel does can stop the service.
 """
 
 from __future__ import annotations
 
-import collections
 import selectors
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -30,27 +33,23 @@ import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.panel import api as panel_api
+from edge_runtime.panel.connections import MAX_CONNECTIONS, make_room
 from edge_runtime.panel.h11_loader import load_h11
 from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
+from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckThrottledError
 
 MAX_HEADER_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 30.0
-MAX_CONNECTIONS = 16
+#: Connections the kernel completes before the loop accepts them. Above MAX_CONNECTIONS: every one
+#: is accepted, and judged, at once; a burst beyond the queue loses handshakes (retried after 1 s).
+LISTEN_BACKLOG = 128
 #: After a refusal, how long the rest of what the client sends is read and dropped before the
 #: connection closes (closing at once could reset it before the client read the refusal).
 LINGER_S = 2.0
 _TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n"
                      b"cache-control: no-store\r\n\r\n")
 _RECV = 16 * 1024
-
-#: Failed logins: each address waits LOGIN_DELAY_S, doubling per failure in a row up to
-#: LOGIN_MAX_DELAY_S; beyond LOGIN_GLOBAL_PER_MINUTE failures a minute from all addresses
-#: together, every address waits for the minute to pass. Each failure is a device event.
-LOGIN_DELAY_S = 1.0
-LOGIN_MAX_DELAY_S = 60.0
-LOGIN_GLOBAL_PER_MINUTE = 10
-_LOGIN_TRACKED = 256
 
 _CSP = (b"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
         b"base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
@@ -69,48 +68,18 @@ STATIC_FILES = {
 }
 
 
-class LoginThrottle:
-    """Slows failed logins per client address and overall (monotonic time)."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
-        self._addresses: dict[str, tuple[int, float]] = {}  # oldest first
-        self._recent: collections.deque[float] = collections.deque()
-
-    def wait_s(self, address: str) -> float:
-        """Seconds ``address`` must still wait before its next try (0: it may try now)."""
-        now = self._clock()
-        while self._recent and self._recent[0] <= now - 60.0:
-            self._recent.popleft()
-        waits = [0.0]
-        if len(self._recent) >= LOGIN_GLOBAL_PER_MINUTE:
-            waits.append(self._recent[0] + 60.0 - now)
-        if address in self._addresses:
-            waits.append(self._addresses[address][1] - now)
-        return max(waits)
-
-    def failed(self, address: str) -> int:
-        now = self._clock()
-        failures = self._addresses.pop(address, (0, 0.0))[0] + 1
-        self._addresses[address] = (failures, now + min(LOGIN_DELAY_S * 2 ** (failures - 1), LOGIN_MAX_DELAY_S))
-        while len(self._addresses) > _LOGIN_TRACKED:
-            del self._addresses[next(iter(self._addresses))]
-        self._recent.append(now)
-        return failures
-
-    def succeeded(self, address: str) -> None:
-        self._addresses.pop(address, None)
-
-
 class _Connection:
-    __slots__ = ("sock", "address", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
-                 "draining", "finished", "received")
+    """One client connection (``connections.Held``: what decides whether it gives way to a new one)."""
 
-    def __init__(self, sock: socket.socket, address: str) -> None:
-        self.sock, self.address = sock, address
+    __slots__ = ("sock", "peer", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
+                 "draining", "finished", "received", "waiting_since")
+
+    def __init__(self, sock: socket.socket, peer: str) -> None:
+        self.sock, self.peer = sock, peer
         self.http = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEADER_BYTES)
         self.out = bytearray()
-        self.deadline = time.monotonic() + REQUEST_TIMEOUT_S
+        self.waiting_since = time.monotonic()
+        self.deadline = self.waiting_since + REQUEST_TIMEOUT_S
         self.request: h11.Request | None = None
         self.matched: Match | None = None
         self.body = bytearray()
@@ -123,6 +92,15 @@ class _Connection:
         #: Bytes of a request that is not complete yet have arrived.
         self.received = False
 
+    @property
+    def waiting(self) -> bool:
+        # A whole request is answered as soon as it is read: only an answer still being sent is work.
+        return not self.out
+
+    @property
+    def lingering(self) -> bool:
+        return self.draining
+
 
 class PanelServer:
     """The panel: bound by :meth:`start` (in the service's thread), served in a thread of its own."""
@@ -134,7 +112,8 @@ class PanelServer:
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_reader, self._stop_writer = socket.socketpair()
-        self._throttle = LoginThrottle()
+        #: Every secret this server checks (the login's password) is throttled by this one.
+        self._secrets = SecretCheckThrottle()
         self._static: dict[bytes, tuple[bytes, bytes]] = {}
         hostname = socket.gethostname().lower()
         self._device_names = frozenset(n for n in (hostname, f"{hostname}.lan", self.host) if n)
@@ -165,7 +144,7 @@ class PanelServer:
         try:
             listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             listener.bind((self.host, self.port))
-            listener.listen(MAX_CONNECTIONS)
+            listener.listen(LISTEN_BACKLOG)
             listener.setblocking(False)
         except OSError as exc:
             listener.close()
@@ -220,25 +199,14 @@ class PanelServer:
                     if key.fileobj is self._stop_reader:
                         return
                     if key.fileobj is self._listener:
-                        self._accept(selector, connections)
+                        for connection in self._accept(selector, connections):
+                            # Its request is often in already: read now, before a newer one may need room.
+                            if connections.get(connection.sock) is connection:  # not given way to a later one
+                                self._step(selector, connections, connection, readable=True)
                         continue
                     connection = connections.get(key.fileobj)
-                    if connection is None:
-                        continue
-                    if mask & selectors.EVENT_READ:
-                        self._readable(connection)
-                    if not self._flush(connection) or connection.finished:
-                        self._close(selector, connections, connection)
-                        continue
-                    if connection.close_after and not connection.out and not connection.draining:
-                        connection.draining = True
-                        connection.deadline = time.monotonic() + LINGER_S
-                        try:
-                            connection.sock.shutdown(socket.SHUT_WR)
-                        except OSError:
-                            self._close(selector, connections, connection)
-                            continue
-                    selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
+                    if connection is not None:
+                        self._step(selector, connections, connection, readable=bool(mask & selectors.EVENT_READ))
                 now = time.monotonic()
                 for connection in [c for c in connections.values() if c.deadline <= now]:
                     if not connection.draining and not connection.close_after:
@@ -254,30 +222,63 @@ class PanelServer:
                 self._close(selector, connections, connection)
             selector.close()
 
-    def _accept(self, selector: selectors.BaseSelector, connections: dict) -> None:
-        while True:
+    def _step(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection, *,
+              readable: bool) -> None:
+        """Read what ``connection`` sent (when ``readable``), answer it, send what is queued."""
+        if readable:
+            self._readable(connection)
+        if not self._flush(connection) or connection.finished:
+            self._close(selector, connections, connection)
+            return
+        if connection.close_after and not connection.out and not connection.draining:
+            connection.draining = True
+            connection.deadline = time.monotonic() + LINGER_S
             try:
-                sock, peer = self._listener.accept()
-            except (BlockingIOError, InterruptedError):
+                connection.sock.shutdown(socket.SHUT_WR)
+            except OSError:
+                self._close(selector, connections, connection)
                 return
+        selector.modify(connection.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if connection.out else 0))
+
+    def _accept(self, selector: selectors.BaseSelector, connections: dict) -> list[_Connection]:
+        """Accept pending connections, each that gets room (``connections.make_room``); the new ones.
+
+        At most MAX_CONNECTIONS at a time (more would only make room for one another): a flood
+        faster than the loop cannot keep it from serving those already in."""
+        accepted: list[_Connection] = []
+        for _ in range(MAX_CONNECTIONS):
+            try:
+                sock, address = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                break
             except OSError as exc:  # out of descriptors: logged, the next accept may work
                 self.journal.warning("panel.accept_failed", detail=str(exc))
-                return
-            if len(connections) >= MAX_CONNECTIONS:
-                sock.close()  # over the limit: refused at once, nothing read
+                break
+            peer = str(address[0])
+            room = make_room(peer, connections.values())
+            if not room.admit:
+                _reset(sock)  # every connection is answering: refused at once, nothing read
                 continue
+            if room.evict is not None:
+                self._close(selector, connections, room.evict, reset=True)
             sock.setblocking(False)
-            connection = _Connection(sock, str(peer[0]))
+            connection = _Connection(sock, peer)
             connections[sock] = connection
             selector.register(sock, selectors.EVENT_READ, None)
+            accepted.append(connection)
+        return accepted
 
-    def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection) -> None:
+    def _close(self, selector: selectors.BaseSelector, connections: dict, connection: _Connection, *,
+               reset: bool = False) -> None:
         connections.pop(connection.sock, None)
         try:
             selector.unregister(connection.sock)
         except (KeyError, ValueError):
             pass  # never registered or already gone
-        connection.sock.close()
+        if reset:
+            _reset(connection.sock)
+        else:
+            connection.sock.close()
 
     def _flush(self, connection: _Connection) -> bool:
         """Send what is queued; False when the peer is gone."""
@@ -353,11 +354,11 @@ class PanelServer:
         headers = [(k, v) for k, v in request.headers]
         refusal = gate(found, headers, device_names=self._device_names, session_valid=self._session_valid)
         retry_after = None
-        if refusal is None and found.route.handler == "login":
-            wait = self._throttle.wait_s(connection.address)
-            if wait > 0:
-                retry_after = int(wait) + 1
-                refusal = Refusal(429, "LOGIN_THROTTLED", f"too many failed logins; try again in {retry_after} s")
+        if refusal is None and found.route.checks_secret:
+            # Spares reading a body that could not be checked; the check itself decides (in the handler).
+            throttled = self._secrets.would_refuse(connection.peer)
+            if throttled is not None:
+                refusal, retry_after = _throttled(throttled), throttled.retry_after_s
         if refusal is None:
             lengths = [v for k, v in headers if k == b"content-length"]
             if lengths and lengths[0].isdigit() and int(lengths[0]) > panel_api.MAX_BODY_BYTES:
@@ -396,7 +397,8 @@ class PanelServer:
         except h11.LocalProtocolError:
             connection.close_after = True
         connection.received = False
-        connection.deadline = time.monotonic() + (REQUEST_TIMEOUT_S if connection.close_after else IDLE_TIMEOUT_S)
+        connection.waiting_since = time.monotonic()
+        connection.deadline = connection.waiting_since + (REQUEST_TIMEOUT_S if connection.close_after else IDLE_TIMEOUT_S)
 
     def _dispatch(self, connection: _Connection) -> None:
         matched = connection.matched
@@ -418,6 +420,9 @@ class PanelServer:
             else:
                 status, value = getattr(self._api, route.handler)(matched.id, matched.query, body)
             payload = msgspec.json.encode(value)
+        except SecretCheckThrottledError as exc:
+            self._refuse(connection, _throttled(exc), retry_after=exc.retry_after_s)
+            return
         except EdgeRuntimeError as exc:
             status, payload = panel_api.error_status(exc), _error_body(exc.code, str(exc))
         except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
@@ -427,13 +432,17 @@ class PanelServer:
 
     def _login(self, connection: _Connection, body: bytes) -> tuple[int, Any, list]:
         request = panel_api.decode(body, panel_api.LoginBody)
-        if not self._auth.check_password(request.password):
-            failures = self._throttle.failed(connection.address)
-            self._auth.record_failed_login(connection.address, failures)
-            self.journal.warning("panel.login_failed", client=connection.address, failures=failures)
+        with self._secrets.begin(connection.peer) as check:  # taken before the slow hash, settled after it
+            if self._auth.check_password(request.password):
+                check.passed()
+                failures = 0
+            else:
+                failures = check.failed()
+        if failures:
+            self._auth.record_failed_login(connection.peer, failures)
+            self.journal.warning("panel.login_failed", client=connection.peer, failures=failures)
             raise PanelLoginError("wrong password")
-        self._throttle.succeeded(connection.address)
-        token = self._auth.open_session(connection.address)
+        token = self._auth.open_session(connection.peer)
         cookie = f"{SESSION_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict".encode()
         return 200, {"loggedIn": True}, [(b"set-cookie", cookie)]
 
@@ -465,6 +474,20 @@ _REASONS = {200: b"OK", 201: b"Created", 400: b"Bad Request", 401: b"Unauthorize
 
 def _reason(status: int) -> bytes:
     return _REASONS.get(status, b"")
+
+
+def _reset(sock: socket.socket) -> None:
+    """Close with a reset: a connection that gives way (or gets no room) leaves no TIME_WAIT behind
+    on the device, however many a flood opens."""
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    except OSError:
+        pass  # the peer is gone already: a plain close leaves nothing either
+    sock.close()
+
+
+def _throttled(exc: SecretCheckThrottledError) -> Refusal:
+    return Refusal(429, exc.code, str(exc))
 
 
 def _error_body(code: str, message: str) -> bytes:

@@ -30,7 +30,7 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     (source / "edge_runtime" / "cluster.py").write_text("NODES = 3\n")
     # And a whole stand-in panel (modules, h11, the page's files), so that its rule passes.
     (source / "edge_runtime" / "panel").mkdir()
-    for name in ("__init__", "routes", "api", "server"):
+    for name in ("__init__", "routes", "api", "server", "connections", "secret_throttle"):
         (source / "edge_runtime" / "panel" / f"{name}.py").write_text("")
     (source / "h11").mkdir()
     (source / "h11" / "__init__.py").write_text("")
@@ -39,7 +39,9 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     for name in ("index.html", "panel.css", "panel.js", "favicon.svg"):
         (static / name).write_text("x")
     (source / "edge-runtime.py").write_text("import psycopg\nimport edge_runtime.cluster\nimport edge_runtime.panel.routes\n"
-                                            "import edge_runtime.panel.api\nimport edge_runtime.panel.server\nimport h11\n"
+                                            "import edge_runtime.panel.api\nimport edge_runtime.panel.server\n"
+                                            "import edge_runtime.panel.connections\nimport edge_runtime.panel.secret_throttle\n"
+                                            "import h11\n"
                                             "print(psycopg.PQ)\n")
     budgets = audit_module.load_budgets(audit_module.DEFAULT_BUDGET_FILE)
     padding = tmp_path / "padding.bin"

@@ -22,6 +22,7 @@ def test_the_table_is_exactly_the_documented_api() -> None:
     }
     assert {(r.method, r.handler) for r in ROUTES if r.public} == {
         (b"GET", "page"), (b"GET", "static"), (b"POST", "login")}
+    assert [r.handler for r in ROUTES if r.checks_secret] == ["login"]  # the secret throttle's routes
 
 
 @pytest.mark.parametrize(("method", "target", "handler", "identifier"), [
@@ -148,22 +149,3 @@ def test_the_session_cookie_must_be_sent_once() -> None:
     assert cookie_value([(b"cookie", b"edge_panel=a; edge_panel=b")], "edge_panel") is None
     assert cookie_value([(b"cookie", b"edge_panel=a"), (b"cookie", b"edge_panel=b")], "edge_panel") is None
     assert cookie_value([(b"cookie", b"xedge_panel=a")], "edge_panel") is None
-
-
-def test_failed_logins_wait_longer_per_address_and_all_together() -> None:
-    from edge_runtime.panel.server import LOGIN_GLOBAL_PER_MINUTE, LoginThrottle
-
-    now = [1000.0]
-    throttle = LoginThrottle(clock=lambda: now[0])
-    assert throttle.wait_s("a") == 0
-    assert throttle.failed("a") == 1 and throttle.wait_s("a") == pytest.approx(1.0)
-    now[0] += 1.0
-    assert throttle.wait_s("a") == 0 and throttle.failed("a") == 2 and throttle.wait_s("a") == pytest.approx(2.0)
-    assert throttle.wait_s("b") == 0  # another address is not slowed by a's failures alone
-    throttle.succeeded("a")
-    assert throttle.wait_s("a") == 0
-    for i in range(LOGIN_GLOBAL_PER_MINUTE):
-        throttle.failed(f"spray-{i}")
-    assert throttle.wait_s("fresh") > 50  # many addresses together: everyone waits
-    now[0] += 61
-    assert throttle.wait_s("fresh") == 0

@@ -39,6 +39,8 @@ BASE_PYZ = {
     "edge_runtime.panel.routes": "module",
     "edge_runtime.panel.api": "module",
     "edge_runtime.panel.server": "module",
+    "edge_runtime.panel.connections": "module",
+    "edge_runtime.panel.secret_throttle": "module",
     "h11": "package",
 }
 BASE_LIBRARY = ["os.pyc", "encodings/__init__.pyc", "encodings/utf_8.pyc", "re/__init__.pyc"]

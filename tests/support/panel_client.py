@@ -25,26 +25,50 @@ def start_panel(harness: Any, *flags: str) -> tuple[Any, int]:
     return service, port
 
 
-def exchange(port: int, data: bytes, *, timeout: float = 5.0, pause: float = 0.0) -> bytes:
+def connect(port: int, *, source: str = "127.0.0.1", timeout: float = 5.0) -> socket.socket:
+    """A connection to the panel from ``source``: any 127.0.0.0/8 address is a peer of its own
+    (Linux routes the whole block to loopback), so one test can be many clients."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        # The local port is picked at connect, for the whole address pair: one picked at bind can be
+        # a pair the panel still holds in TIME_WAIT from a connection it closed, and then the
+        # handshake stalls for a second.
+        sock.setsockopt(socket.IPPROTO_IP, socket.IP_BIND_ADDRESS_NO_PORT, 1)
+        sock.bind((source, 0))
+        sock.settimeout(timeout)
+        sock.connect(("127.0.0.1", port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def exchange(port: int, data: bytes, *, timeout: float = 5.0, pause: float = 0.0, source: str = "127.0.0.1") -> bytes:
     """Send ``data`` and read until the server closes (or ``timeout``)."""
-    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+    with connect(port, source=source, timeout=timeout) as sock:
         sock.sendall(data)
         if pause:
             time.sleep(pause)
-        chunks = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                chunk = sock.recv(65536)
-            except socket.timeout:
-                break
-            except ConnectionResetError:
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-            if _complete(b"".join(chunks)):
-                break
+        return read_response(sock, timeout=timeout)
+
+
+def read_response(sock: socket.socket, *, timeout: float = 5.0) -> bytes:
+    """What arrives on ``sock`` until one whole response, the server's close or ``timeout``
+    (a connection reset ends it too: b"" is a connection closed unanswered)."""
+    chunks = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            chunk = sock.recv(65536)
+        except socket.timeout:
+            break
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if _complete(b"".join(chunks)):
+            break
     return b"".join(chunks)
 
 
@@ -77,7 +101,14 @@ def body_json(data: bytes) -> Any:
 
 
 def request(port: int, method: str, target: str, *, body: bytes | None = None, cookie: str | None = None,
-            csrf: bool = True, host: str | None = None, extra: str = "") -> bytes:
+            csrf: bool = True, host: str | None = None, extra: str = "", source: str = "127.0.0.1") -> bytes:
+    return exchange(port, request_bytes(port, method, target, body=body, cookie=cookie, csrf=csrf, host=host,
+                                        extra=extra), source=source)
+
+
+def request_bytes(port: int, method: str, target: str, *, body: bytes | None = None, cookie: str | None = None,
+                  csrf: bool = True, host: str | None = None, extra: str = "") -> bytes:
+    """The bytes of one request as :func:`request` sends it (``Connection: close``)."""
     lines = [f"{method} {target} HTTP/1.1", f"Host: {f'127.0.0.1:{port}' if host is None else host}"]
     if cookie:
         lines.append(f"Cookie: edge_panel={cookie}")
@@ -87,7 +118,7 @@ def request(port: int, method: str, target: str, *, body: bytes | None = None, c
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
     lines.append("Connection: close")
     text = "\r\n".join(lines) + "\r\n" + extra + "\r\n"
-    return exchange(port, text.encode() + (body or b""))
+    return text.encode() + (body or b"")
 
 
 def login(port: int, password: str = PASSWORD) -> str:
