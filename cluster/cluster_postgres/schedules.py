@@ -11,6 +11,11 @@ fired by database time by every worker of the database at once, each slot exactl
   moved with a compare-and-set on the value read. A worker killed before its COMMIT leaves
   nothing behind and the slot still due; one killed after it left the slot fired.
 - Missed slots (every worker away) coalesce into one fire (``due_fire``), as on a device.
+- Fire times are searched before the transaction, from the row and database time read just
+  before it, and looked up inside (:class:`~edge_runtime.contract.cron.KnownFireTimes`), so no
+  row lock is held across a search; ``add``, ``edit`` and ``resume`` refuse a schedule that
+  never fires in its zone before their transaction. A stored schedule that cannot fire is paused
+  by its fire, with the reason (``pause_reason``), and the other schedules fire on.
 - The overlap rule reads the schedule's active Runs under the schedule's lock, so two workers
   never both start a slot of one schedule; ``replace`` cancels through the Run repository's
   durable cancel request after the commit (the CancellationDispatch delivers it).
@@ -35,15 +40,17 @@ from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterScheduleStorageError, Transaction, reading
 from cluster_postgres.runs import insert_run
 from cluster_postgres.run_events import database_now
-from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS, BootSchedule, parse_schedule
+from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS, BootSchedule, KnownFireTimes, parse_schedule
 from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
 from edge_runtime.contract.schedules import (
+    UNFIREABLE_ERRORS,
     AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
     FirePlan,
     InvalidScheduleCommandError,
     Overlap,
+    PausedUnfireable,
     RunNowOutcome,
     ScheduleNotFoundError,
     ScheduleRecord,
@@ -52,7 +59,9 @@ from edge_runtime.contract.schedules import (
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
+    search_before_fire,
     slot_decision,
+    unfireable_reason,
 )
 from edge_runtime.contract.sql_vocabulary import ACTIVE_RUN_SQL
 from edge_runtime.contract.stored_records import stored_record
@@ -63,7 +72,7 @@ _UNSET = msgspec.UNSET
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason"
 )
 _FIELDS = tuple(_COLUMNS.split(", "))
 _LIVE = "removed_at_ms IS NULL"
@@ -102,7 +111,7 @@ class PostgresScheduleRepository:
     serving worker, recorded in its fire records (else the caller's ``actor_id`` is).
     """
 
-    __slots__ = ("_conn", "_cur", "_runs", "_host_zone", "_zones", "_worker_id")
+    __slots__ = ("_conn", "_cur", "_runs", "_host_zone", "_zones", "_worker_id", "_known")
 
     def __init__(self, conn: psycopg.Connection[Any], runs: Any, *,
                  host_zone: Callable[[], str] | None = None, worker_id: str | None = None) -> None:
@@ -112,6 +121,7 @@ class PostgresScheduleRepository:
         self._host_zone = host_zone
         self._worker_id = worker_id
         self._zones: dict[str, TimeZone] = {}
+        self._known = KnownFireTimes()
 
     def _tx(self) -> Transaction:
         return Transaction(self._conn, ClusterScheduleStorageError)
@@ -140,6 +150,11 @@ class PostgresScheduleRepository:
         row = self._cur.execute(_SELECT + (" FOR NO KEY UPDATE" if lock else ""), (schedule_id,)).fetchone()
         return None if row is None else _record(row)
 
+    def _now_before(self) -> int:
+        """Database time read before a transaction: where its fire-time searches start."""
+        with reading(ClusterScheduleStorageError):
+            return database_now(self._cur)
+
     def _locked(self, schedule_id: str) -> ScheduleRecord:
         record = self._row(schedule_id, lock=True)
         if record is None:
@@ -166,6 +181,7 @@ class PostgresScheduleRepository:
         _refuse_boot(expression)
         zone_text = self.device_zone() if cmd.time_zone is _UNSET else time_zone_text(cmd.time_zone)
         zone = time_zone(zone_text)  # an IANA name this host has no zoneinfo for is refused here
+        self._known.next_fire_after(expression, self._now_before(), zone)  # one that never fires: refused here
         schedule_id = str(uuid.uuid4())
         with self._tx():
             now = database_now(self._cur)
@@ -175,8 +191,9 @@ class PostgresScheduleRepository:
                 "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
-                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now, zone), now, now,
-                 zone_text, None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
+                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
+                 self._known.next_fire_after(expression, now, zone), now, now, zone_text,
+                 None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
                  None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms),
             )
@@ -187,6 +204,11 @@ class PostgresScheduleRepository:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         EditScheduleCommand.require(cmd, "edit")
         changes = cmd.changes()
+        if "expression" in changes:  # one that never fires in the schedule's zone: refused before the transaction
+            expression = parse_schedule(changes["expression"])
+            _refuse_boot(expression)
+            before = self.get(cmd.schedule_id)
+            self._known.next_fire_after(expression, self._now_before(), self.zone_of(before))
         with self._tx():
             record = self._locked(cmd.schedule_id)
             now = database_now(self._cur)
@@ -194,10 +216,13 @@ class PostgresScheduleRepository:
             for name, value in changes.items():
                 if name == "expression":
                     expression = parse_schedule(value)
-                    _refuse_boot(expression)
                     columns["expression"] = expression.text
-                    if not record.paused:  # a paused one computes its next fire when resumed
-                        columns["next_fire_at_ms"] = expression.next_fire_after(now, self.zone_of(record))
+                    columns["pause_reason"] = None  # the reason was the old expression's
+                    # Looked up (searched above), and checked even for a paused one, which computes
+                    # its next fire when resumed.
+                    next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
+                    if not record.paused:
+                        columns["next_fire_at_ms"] = next_fire
                 elif name in ("command", "env"):
                     columns[name] = None if not value else _encode_json(value).decode()
                 elif name == "overlap":
@@ -245,16 +270,22 @@ class PostgresScheduleRepository:
 
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
         """Pause or resume; resuming restarts from the first slot after now (slots missed while
-        paused are not fired)."""
+        paused are not fired); one that cannot fire is refused (before the transaction) and stays
+        paused, with its reason."""
         check_schedule_id(schedule_id)
+        if not paused:
+            before = self.get(schedule_id)
+            if before.paused:
+                next_fire_on_pause_change(before, False, self._now_before(), self.zone_of(before), self._known)
         with self._tx():
             record = self._locked(schedule_id)
             now = database_now(self._cur)
             if record.paused != paused:
-                next_fire = next_fire_on_pause_change(record, paused, now, self.zone_of(record))
+                next_fire = next_fire_on_pause_change(record, paused, now, None if paused else self.zone_of(record),
+                                                      self._known)
                 self._cur.execute(
                     "UPDATE ql3.schedules SET paused = %s, next_fire_at_ms = %s, waiting_fire_at_ms = NULL, "
-                    "updated_at_ms = %s WHERE id = %s", (paused, next_fire, now, schedule_id))
+                    "pause_reason = NULL, updated_at_ms = %s WHERE id = %s", (paused, next_fire, now, schedule_id))
                 self._cur.execute(NOTIFY_WAKE)
             return self._row(schedule_id)
 
@@ -303,9 +334,15 @@ class PostgresScheduleRepository:
                 "ORDER BY next_fire_at_ms, id LIMIT %s", (limit,)).fetchall()
         return [row[0] for row in rows]
 
-    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
+    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | PausedUnfireable | None:
         """Fire one due schedule in one transaction; None when another worker is firing it, fired
-        it already, or it was paused or removed since it was listed."""
+        it already, or it was paused or removed since it was listed. One that cannot fire is
+        paused instead, with the reason."""
+        with reading(ClusterScheduleStorageError):
+            row = self._cur.execute(f"SELECT {_COLUMNS}, ql3.now_ms() FROM ql3.schedules WHERE id = %s AND {_LIVE}",
+                                    (schedule_id,)).fetchone()
+        if row is not None:
+            search_before_fire(_record(row[:-1]), row[-1], self.zone_of, self._known)
         with self._tx():
             row = self._cur.execute(_SELECT + " FOR NO KEY UPDATE SKIP LOCKED", (schedule_id,)).fetchone()
             if row is None:
@@ -314,8 +351,16 @@ class PostgresScheduleRepository:
             if record.paused:
                 return None
             now = database_now(self._cur)
-            plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now,
-                             self._active(schedule_id), self.zone_of(record))
+            try:
+                plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now,
+                                 self._active(schedule_id), self.zone_of(record), self._known)
+            except UNFIREABLE_ERRORS as error:
+                # Paused, not retried at every tick: the schedules behind it in the due order fire on.
+                reason = unfireable_reason(error)
+                self._cur.execute(
+                    "UPDATE ql3.schedules SET paused = true, pause_reason = %s, waiting_fire_at_ms = NULL, "
+                    "updated_at_ms = %s WHERE id = %s", (reason, now, schedule_id))
+                return PausedUnfireable(reason)
             if plan is None:
                 return None  # another worker fired it first
             due = plan.due

@@ -4,11 +4,14 @@ Real ``edge-runtime-cluster serve`` workers against a private database (real dat
 the repository itself on two connections: a slot claimed by one transaction is claimed once; a
 worker whose connection dies in the middle of a fire leaves nothing behind and the slot still
 due; three workers firing ``@every 2s`` for 30 s with one of them SIGKILLed half-way fire every
-slot once and none twice; slots missed while every worker was stopped fire as one coalesced fire.
+slot once and none twice; slots missed while every worker was stopped fire as one coalesced fire;
+a stored schedule that can never fire is paused by the worker, which fires the others and stops
+on SIGTERM.
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from typing import Any
 
@@ -215,5 +218,34 @@ def test_overlap_replace_across_workers_cancels_the_previous_run_through_the_dis
         finally:
             for worker in workers:
                 worker.stop()
+            kill_attempt_groups(db)
+            store.close()
+
+
+def test_a_worker_pauses_a_stored_schedule_that_cannot_fire_fires_the_others_and_stops_on_sigterm(
+        pg_database: Any, owner: Any) -> None:
+    pg_database.reset(owner, None)
+    db = owner
+    store = PostgresStore(pg_database.runtime_dsn)
+    with private_root() as root:
+        worker = Worker(root, "p1", pg_database.runtime_dsn, slots=1, env=SHORT_LEASES)
+        try:
+            ticker = store.schedules.add(AddScheduleCommand(expression="@every 2s", argv=["true"]))
+            # Another program's row, due now: its zone's clock jumps over 10 April, every year.
+            db.execute("INSERT INTO ql3.schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, "
+                       "updated_at_ms, time_zone) SELECT 'hostile', '0 * 10 4 *', '[\"true\"]', 'skip', n - 1, n, n, "
+                       "'AAA-12BBB12,J1,J100/0' FROM ql3.now_ms() AS n")
+            worker.start()
+            wait_for(lambda: "schedule.paused_unfireable schedule=hostile" in worker.log_text(), 60,
+                     "the worker to pause the schedule that cannot fire")
+            wait_for(lambda: len(_fires(db, ticker.id)) >= 2, 60, "the other schedule to fire")
+            worker.process.send_signal(signal.SIGTERM)
+            assert worker.process.wait(timeout=30) == 0
+            hostile = store.schedules.get("hostile")
+            assert hostile.paused and hostile.pause_reason.endswith("[SCHEDULE_NEVER_FIRES]")
+            assert _fires(db, "hostile") == []
+            assert worker.log_text().count("schedule.paused_unfireable") == 1
+        finally:
+            worker.stop()
             kill_attempt_groups(db)
             store.close()

@@ -138,9 +138,11 @@ def run(args: argparse.Namespace) -> int:
             elif args.action == "list":
                 for r in records:
                     next_text = "-" if r.paused else _next_fire(repository, r)
+                    # A schedule the service paused because it cannot fire says why, last.
+                    reason = "" if r.pause_reason is msgspec.UNSET else f"  reason={printable(r.pause_reason)!r}"
                     sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={next_text}  "
                                      f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
-                                     f"{present(r.name)}\n")
+                                     f"{present(r.name)}{reason}\n")
             else:
                 _show(repository, records[0])
         return 0
@@ -214,7 +216,10 @@ def _show(repository: Any, r: ScheduleRecord) -> None:
         next_fire = _next_fire(repository, r)
     else:
         next_fire = f"{_next_fire(repository, r)}  ({format_ms(r.next_fire_at_ms)})"
-    out.write(f"state      {'paused' if r.paused else 'active'}\nnext fire  {next_fire}\n")
+    out.write(f"state      {'paused' if r.paused else 'active'}\n")
+    if r.pause_reason is not msgspec.UNSET:  # paused by the service: it cannot fire
+        out.write(f"reason     {printable(r.pause_reason)}\n")
+    out.write(f"next fire  {next_fire}\n")
     if r.waiting_fire_at_ms is not msgspec.UNSET:
         out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
     out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")

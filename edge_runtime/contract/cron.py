@@ -25,8 +25,11 @@ The language is the cron QingLong's users write (docs/schedules.md says the same
   since 1970-01-01T00:00:00Z (elapsed time, never moved by DST). ``@reboot`` (or QingLong's
   ``@boot``) fires once per boot of the device, never by the clock (the service arms it when it
   sees a new boot id).
-- An expression whose days can never occur (``0 0 30 2 *``) is refused at parse time, so every
-  accepted expression fires again and :meth:`next_fire_after` always returns an instant.
+- An expression whose days can never occur (``0 0 30 2 *``) is refused at parse time. One whose
+  days occur but whose every time falls where its zone's clock skips ahead (an hour starting with
+  ``*`` on a day a DST rule jumps over, every year) is refused when its fire time is searched:
+  every search looks at most :data:`SEARCH_YEARS` ahead, a whole cycle of the calendar and of any
+  POSIX rule, and raises :class:`ScheduleNeverFiresError` when that cycle holds no fire.
 
 Local time and DST: each slot is a wall-clock time. When the hour field starts with ``*``, a slot
 fires whenever the clock shows it: twice in an autumn overlap, never in a spring gap. A slot with
@@ -49,7 +52,7 @@ from edge_runtime.contract.durations import (
     parse_duration_ms,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.time_zones import PASTED_BLANKS, ProcessLocalTime, TimeZone
+from edge_runtime.contract.time_zones import PASTED_BLANKS, PosixTimeZone, ProcessLocalTime, TimeZone
 from edge_runtime.contract.time_zones import days_from_civil as _days_from_civil
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 
@@ -57,6 +60,14 @@ from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 MAX_EXPRESSION_LENGTH = 1024
 #: The next fire time of a schedule the clock never fires (``@reboot``): the largest stored time.
 NEVER_BY_THE_CLOCK_MS = MAX_SAFE_INTEGER
+#: How far ahead a fire time is searched: 400 Gregorian years (146,097 days, a whole number of
+#: weeks) are the period of the calendar, so of every cron expression and of every POSIX TZ rule
+#: (its change dates are fixed by the year's length and weekdays alone). The fires of a schedule
+#: in such a zone repeat every 400 years, so one with no fire in the 400 years after an instant
+#: never fires after it. The rarest valid expressions wait 40 years (``0 0 29 2 */7``, the 29th of
+#: February on a Sunday, from 2088 to 2128); a zone can only make a wait longer by skipping days.
+SEARCH_YEARS = 400
+_SEARCH_S = SEARCH_YEARS * 146_097 * 86_400 // 400
 
 # name, lowest value, highest value (also the end of `*` and `A/S`), names (value = index + lowest).
 # Day-of-week runs to 7 (Sunday again) as in Vixie cron, so `1/2` is Mon, Wed, Fri, Sun.
@@ -102,6 +113,23 @@ class InvalidCronExpressionError(EdgeRuntimeError, code="INVALID_CRON_EXPRESSION
     def __init__(self, text: str, field: str, reason: str) -> None:
         super().__init__(f"invalid schedule expression {text!r}: {field}: {reason}")
         self.field = field
+        self.reason = reason
+
+
+class ScheduleNeverFiresError(InvalidCronExpressionError, code="SCHEDULE_NEVER_FIRES"):
+    """A valid expression that never fires in its zone: every time it names falls where the zone's
+    clock skips ahead (an hour starting with ``*`` on a day a DST rule jumps over, every year).
+
+    Raised by a fire-time search after :data:`SEARCH_YEARS` without a fire; a schedule is refused
+    when added, edited or resumed, and a stored one is paused with this as its reason.
+    """
+
+    def __init__(self, text: str, zone: str) -> None:
+        reason = (f"never fires in time zone {zone!r}: that zone's clock skips every time the expression names "
+                  f"(none shows in the {SEARCH_YEARS} years searched, a whole cycle of the calendar and of the "
+                  "zone's rule); choose other times or another zone")
+        EdgeRuntimeError.__init__(self, f"schedule expression {text!r} {reason}")
+        self.field = "expression"
         self.reason = reason
 
 
@@ -166,9 +194,12 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
 
     def _star(self, index: int) -> bool:
         """Whether field ``index`` (hour, day-of-month or day-of-week) counts as starting with ``*``."""
-        star, mask = {2: (self.hour_star, self.hours), 3: (self.days_star, self.days),
-                      5: (self.weekdays_star, self.weekdays)}[index]
-        return star or mask == _FULL[index]
+        # Read for every day a search passes (a dict built per call cost a third of a 400-year search).
+        if index == 2:
+            return self.hour_star or self.hours == _FULL[2]
+        if index == 3:
+            return self.days_star or self.days == _FULL[3]
+        return self.weekdays_star or self.weekdays == _FULL[5]
 
     def _either_day(self) -> bool:
         return not self._star(3) and not self._star(5)
@@ -212,48 +243,74 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
 
     def next_fire_after(self, after_ms: int, zone: TimeZone | None = None) -> int:
         """The first fire instant (ms since the epoch) strictly after ``after_ms``, in ``zone``
-        (default: the process's local time)."""
-        offset = (zone or _LOCAL).utc_offset
+        (default: the process's local time).
+
+        Raises:
+            ScheduleNeverFiresError: no fire in the :data:`SEARCH_YEARS` after ``after_ms``: the
+                zone's clock skips every time the expression names, so it never fires.
+        """
+        zone = zone or _LOCAL
         after_s = after_ms // 1000  # slots are whole seconds: the first one after after_ms is after after_s
-        if self._star(2):
-            return self._next_shown_after(after_s, offset) * 1000
+        limit = after_s + _SEARCH_S
+        found = self._next_shown_after(after_s, zone, limit) if self._star(2) else self._next_first_shown(
+            after_s, zone.utc_offset, limit)
+        if found is None:
+            raise ScheduleNeverFiresError(self.text, zone.text)
+        return found * 1000
+
+    def _next_first_shown(self, after_s: int, offset, limit: int) -> int | None:
+        """A fixed hour: the first instant after ``after_s`` at which a matching wall time fires
+        (first shown, or the end of the gap that skips it); None when none does by ``limit``."""
         wall = after_s + offset(after_s)
         while True:
-            wall = self._next_wall_second(wall)
+            wall = self._next_wall_second(wall, limit + _OFFSET_REACH)
+            if wall is None:
+                return None
             instant, repeated_until = _instant_of(wall, offset)
             if instant > after_s:
-                return instant * 1000
+                return instant
             # The slot's first occurrence is already past (after_ms lies in the second pass of an
             # autumn overlap): every wall time up to the overlap's end is past too.
             wall = max(wall, repeated_until)
 
-    def _next_shown_after(self, after_s: int, offset) -> int:
-        """The first instant after ``after_s`` at which the clock shows a matching wall time.
+    def _next_shown_after(self, after_s: int, zone: TimeZone, limit: int) -> int | None:
+        """The first instant after ``after_s`` at which the clock shows a matching wall time, or
+        None when none does by ``limit``.
 
         Walks the stretches of constant UTC offset: within one, wall time is the instant plus the
         offset; a stretch that ends before its next match hands over to the next one, whose clock
         starts where the change put it (back an hour: the repeated hour matches again; forward:
-        the skipped times never show).
+        the skipped times never show). An instant up to ``limit`` shows a wall time below
+        ``limit + _OFFSET_REACH``, so no match below that means no fire by ``limit``.
         """
+        offset = zone.utc_offset
         start = after_s + 1
         current = offset(start)
-        while True:
-            candidate = self._next_wall_second(start + current - 1) - current
-            change = _first_change(start, candidate, current, offset)
+        while start <= limit:
+            wall = self._next_wall_second(start + current - 1, limit + _OFFSET_REACH)
+            if wall is None:
+                return None
+            candidate = wall - current
+            change = _first_change(start, candidate, current, zone)
             if change is None:
                 return candidate
             start, current = change, offset(change)
+        return None
 
-    def _next_wall_second(self, wall: int) -> int:
-        """The first matching wall-clock time after ``wall`` (seconds of a naive, UTC-like clock).
+    def _next_wall_second(self, wall: int, limit: int) -> int | None:
+        """The first matching wall-clock time after ``wall`` (seconds of a naive, UTC-like clock),
+        or None when there is none up to ``limit``.
 
         Skips by field: a month, day, hour or minute that cannot match is passed over whole.
         """
         wall += 1
         tm = time.gmtime(wall)
         year, month, day, hour, minute, second = tm[:6]
+        last_year = time.gmtime(limit).tm_year
         day_matches = self._day_matches
         while True:
+            if year > last_year:
+                return None
             found = _next_bit(self.months, month)
             if found is None:
                 year, month, day, hour, minute, second = year + 1, 1, 1, 0, 0, 0
@@ -285,7 +342,8 @@ class CronSchedule(msgspec.Struct, frozen=True, gc=False):
             if found is None:
                 minute, second = minute + 1, 0
                 continue
-            return _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + found
+            matching = _days_from_civil(year, month, day) * 86400 + hour * 3600 + minute * 60 + found
+            return matching if matching <= limit else None
 
 
 class BootSchedule(msgspec.Struct, frozen=True, gc=False):
@@ -340,18 +398,76 @@ class DueFire(msgspec.Struct, frozen=True, gc=False):
 
 
 def due_fire(
-    schedule: ScheduleExpression, next_fire_at_ms: int, now_ms: int, zone: TimeZone | None = None
+    schedule: ScheduleExpression, next_fire_at_ms: int, now_ms: int, zone: TimeZone | None = None,
+    known: KnownFireTimes | None = None,
 ) -> DueFire | None:
     """The single fire due at ``now_ms`` for a schedule whose stored next fire time is given.
 
     None when that time is still ahead. Otherwise every slot from it up to ``now_ms`` fires once,
     as one fire; the returned ``next_fire_at_ms`` is the first slot strictly after ``now_ms``, so
-    missed slots never fire as a burst.
+    missed slots never fire as a burst. ``known``: fire times searched before (see
+    :class:`KnownFireTimes`), looked up instead of searched again.
+
+    Raises:
+        ScheduleNeverFiresError: the schedule never fires in ``zone``.
     """
     if now_ms < next_fire_at_ms:
         return None
-    coalesced = schedule.next_fire_after(next_fire_at_ms, zone) <= now_ms
-    return DueFire(next_fire_at_ms, schedule.next_fire_after(now_ms, zone), coalesced)
+    search = schedule.next_fire_after if known is None else functools.partial(known.next_fire_after, schedule)
+    coalesced = search(next_fire_at_ms, zone) <= now_ms
+    return DueFire(next_fire_at_ms, search(now_ms, zone), coalesced)
+
+
+class KnownFireTimes:
+    """Fire times already searched, so that a write transaction looks them up instead of searching.
+
+    A store searches before its ``BEGIN``, from the row it read and its clock then, and asks again
+    inside, at the transaction's own now: the first fire strictly after ``t`` being ``f`` answers
+    for every instant in ``[t, f)`` (no slot lies between), so the second ask is a lookup unless a
+    slot passed or the clock went back meanwhile (then it searches again: bounded, and quick for
+    an expression known to fire). That an expression never fires in a zone is kept too, and asking
+    again raises at once. Holds the latest answers of the :data:`KNOWN_PAIRS` (expression, zone)
+    pairs asked last; not shared between threads.
+    """
+
+    __slots__ = ("_known",)
+
+    #: (expression, zone) pairs kept, the least recently searched dropped first.
+    KNOWN_PAIRS = 256
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[CronSchedule, str], tuple[tuple[int, int], ...] | None] = {}
+
+    def next_fire_after(self, schedule: ScheduleExpression, after_ms: int, zone: TimeZone | None) -> int:
+        """``schedule.next_fire_after(after_ms, zone)``, looked up when an earlier search answers it.
+
+        Raises:
+            ScheduleNeverFiresError: as :meth:`CronSchedule.next_fire_after`.
+        """
+        if not isinstance(schedule, CronSchedule):  # @every and @reboot: arithmetic, nothing to keep
+            return schedule.next_fire_after(after_ms, zone)
+        zone = zone or _LOCAL
+        key = (schedule, zone.text)
+        spans = self._known.get(key, ())
+        if spans is None:
+            raise ScheduleNeverFiresError(schedule.text, zone.text)
+        for start, found in spans:
+            if start <= after_ms < found:
+                return found
+        try:
+            found = schedule.next_fire_after(after_ms, zone)
+        except ScheduleNeverFiresError:
+            self._keep(key, None)
+            raise
+        # A fire keeps two: from its stored slot and from now.
+        self._keep(key, ((after_ms, found), *spans[:1]))
+        return found
+
+    def _keep(self, key: tuple[CronSchedule, str], spans: tuple[tuple[int, int], ...] | None) -> None:
+        self._known.pop(key, None)
+        if len(self._known) >= self.KNOWN_PAIRS:
+            del self._known[next(iter(self._known))]
+        self._known[key] = spans
 
 
 def parse_schedule(text: str) -> ScheduleExpression:
@@ -564,11 +680,15 @@ def _instant_of(wall: int, _utc_offset) -> tuple[int, int]:
     return hits[0], _offset_change(hits[0], hits[1], _utc_offset) + first_offset - 1
 
 
-def _first_change(start: int, end: int, offset: int, _utc_offset) -> int | None:
+def _first_change(start: int, end: int, offset: int, zone: TimeZone) -> int | None:
     """The first instant in ``(start, end]`` whose UTC offset is not ``offset``, or None.
 
-    Sampled a day apart, then bisected: no real rule changes the offset twice within a day.
+    A POSIX rule knows its change instants (:meth:`PosixTimeZone.first_change`). Any other zone is
+    sampled a day apart, then bisected: no real rule changes the offset twice within a day.
     """
+    if isinstance(zone, PosixTimeZone):
+        return zone.first_change(start, end)
+    _utc_offset = zone.utc_offset
     early = start
     while early < end:
         late = min(early + 86_400, end)

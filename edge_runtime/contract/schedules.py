@@ -3,22 +3,35 @@
 A schedule runs a command at the fire times of its expression (:mod:`edge_runtime.contract.cron`).
 The one decision of a fire, :func:`plan_fire`, is a pure function here, so the adapter that applies
 it in a transaction and the tests that model it read the same rule.
+
+Fire times are searched before a store's write transaction, never first inside it: the stores
+keep a :class:`~edge_runtime.contract.cron.KnownFireTimes`, ask it before ``BEGIN`` (a schedule
+that never fires in its zone is refused there) and look the answer up inside. A stored schedule
+that cannot fire (:data:`UNFIREABLE_ERRORS`: its expression or zone is not one this version
+reads, or it never fires in its zone) is paused by its fire with the reason, never retried.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Protocol
+from collections.abc import Callable
+from typing import Annotated, Protocol
 
 import msgspec
 
-from edge_runtime.contract.cron import DueFire, due_fire, parse_schedule
+from edge_runtime.contract.cron import DueFire, InvalidCronExpressionError, KnownFireTimes, due_fire, parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.time_zones import TimeZone, time_zone_text
+from edge_runtime.contract.time_zones import InvalidTimeZoneError, TimeZone, time_zone_text
 from edge_runtime.contract.runs import RunOptions, argv_problem
 from edge_runtime.contract.validation import SafeInt, identifier_problem
 
 SCHEDULE_ID_MAX_LENGTH = 36
+#: Longest reason kept with a schedule its fire paused (a longer one is cut, marked with ``...``).
+PAUSE_REASON_MAX_LENGTH = 1024
+#: What computing a stored schedule's fire times refuses when the schedule itself cannot fire:
+#: an expression or a zone this version does not read (written by another version or program,
+#: or an IANA zone this system no longer has), or one that never fires in its zone.
+UNFIREABLE_ERRORS = (InvalidCronExpressionError, InvalidTimeZoneError)
 #: Reason of the cancel request a timeout makes (shown by ``show`` and in the events).
 TIMEOUT_REASON = "timeout"
 
@@ -162,6 +175,25 @@ class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     #: The zone the schedule fires in; unset only for a schedule stored before zones were kept
     #: (it fires in the device's zone).
     time_zone: str | msgspec.UnsetType = msgspec.UNSET
+    #: Why the service paused it: it cannot fire (:func:`unfireable_reason`). Unset for a schedule
+    #: paused by its user, and cleared by ``resume`` and by a new expression.
+    pause_reason: Annotated[str, msgspec.Meta(min_length=1, max_length=PAUSE_REASON_MAX_LENGTH)] | msgspec.UnsetType = \
+        msgspec.UNSET
+
+
+class PausedUnfireable(msgspec.Struct, frozen=True, gc=False):
+    """What a fire did instead of firing: the stored schedule cannot fire (:data:`UNFIREABLE_ERRORS`),
+    so it is now paused with ``reason`` (its ``pause_reason``) and fires no more until edited or
+    resumed; every other schedule fires on."""
+
+    reason: str
+
+
+def unfireable_reason(error: EdgeRuntimeError) -> str:
+    """The pause reason of a schedule that cannot fire because of ``error``: its message and code,
+    cut to :data:`PAUSE_REASON_MAX_LENGTH`."""
+    reason = f"{error.message} [{error.code}]"
+    return reason if len(reason) <= PAUSE_REASON_MAX_LENGTH else reason[:PAUSE_REASON_MAX_LENGTH - 3] + "..."
 
 
 class FirePlan(msgspec.Struct, frozen=True, gc=False):
@@ -175,18 +207,39 @@ class FirePlan(msgspec.Struct, frozen=True, gc=False):
 
 def plan_fire(
     expression: str, overlap: Overlap, next_fire_at_ms: int, now_ms: int, active: list[tuple[str, bool]],
-    zone: TimeZone | None = None,
+    zone: TimeZone | None = None, known: KnownFireTimes | None = None,
 ) -> FirePlan | None:
     """What firing a schedule at ``now_ms`` does, or None when it is not due.
 
     ``active`` lists the schedule's active Runs as ``(run_id, cancel_requested)``. Missed slots up
     to now fold into this one fire (:func:`~edge_runtime.contract.cron.due_fire`); the next slot
-    is computed in ``zone``, the schedule's own.
+    is computed in ``zone``, the schedule's own, or looked up in ``known`` when
+    :func:`search_before_fire` searched it before the transaction.
+
+    Raises:
+        InvalidCronExpressionError, InvalidTimeZoneError: (:data:`UNFIREABLE_ERRORS`) the schedule
+            cannot fire; the store pauses it with :func:`unfireable_reason`.
     """
-    due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms, zone)
+    due = due_fire(parse_schedule(expression), next_fire_at_ms, now_ms, zone, known)
     if due is None:
         return None
     return FirePlan(due, *slot_decision(overlap, active))
+
+
+def search_before_fire(
+    record: ScheduleRecord, now_ms: int, zone_of: Callable[[ScheduleRecord], TimeZone], known: KnownFireTimes
+) -> None:
+    """Search the fire times a fire of ``record`` (as read before its transaction) will ask ``known``
+    for, at ``now_ms`` (the store's clock before ``BEGIN``), so that :func:`plan_fire` inside the
+    transaction looks them up. A schedule that cannot fire is not decided here: the transaction,
+    holding the row, meets the same error again (at once: ``known`` keeps a never-firing pair)
+    and pauses it."""
+    if record.paused:
+        return
+    try:
+        due_fire(parse_schedule(record.expression), record.next_fire_at_ms, now_ms, zone_of(record), known)
+    except UNFIREABLE_ERRORS:
+        return  # met again by plan_fire under the row's lock, which pauses the schedule
 
 
 def slot_decision(overlap: Overlap, active: list[tuple[str, bool]]) -> tuple[FireOutcome, tuple[str, ...]]:
@@ -207,13 +260,23 @@ def replaced_reason(schedule_id: str) -> str:
     return f"replaced by schedule {schedule_id}"
 
 
-def next_fire_on_pause_change(record: ScheduleRecord, paused: bool, now_ms: int, zone: TimeZone) -> int:
+def next_fire_on_pause_change(
+    record: ScheduleRecord, paused: bool, now_ms: int, zone: TimeZone | None, known: KnownFireTimes | None = None,
+) -> int:
     """The next fire of ``record`` once paused or resumed: a pause keeps it; resuming restarts from
     the first slot after now, so the slots missed while paused are not fired (a pause means "not
-    these")."""
+    these"). ``zone``, the schedule's, is read only to resume.
+
+    Raises:
+        InvalidCronExpressionError, InvalidTimeZoneError: resuming a schedule that cannot fire
+            (it stays paused).
+    """
     if paused:
         return record.next_fire_at_ms
-    return parse_schedule(record.expression).next_fire_after(now_ms, zone)
+    expression = parse_schedule(record.expression)
+    if known is None:
+        return expression.next_fire_after(now_ms, zone)
+    return known.next_fire_after(expression, now_ms, zone)
 
 
 class ScheduleAdmin(Protocol):
@@ -255,8 +318,10 @@ class ScheduleStore(Protocol):
         """Unpaused schedules whose next fire time has come, earliest first (read at the store's now)."""
         ...
 
-    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
-        """Fire one due schedule in one transaction (compare-and-set on its next fire time)."""
+    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | PausedUnfireable | None:
+        """Fire one due schedule in one transaction (compare-and-set on its next fire time); a
+        schedule that cannot fire is paused instead, with the reason, in the same transaction.
+        None when it is not due (fired, paused or removed since it was listed)."""
         ...
 
     def start_waiting(self, *, actor_id: str) -> list[str]:

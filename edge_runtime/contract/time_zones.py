@@ -153,6 +153,30 @@ class PosixTimeZone:
             in_dst = not end <= instant < start
         return self.dst_offset if in_dst else self.std_offset
 
+    def first_change(self, after: int, until: int) -> int | None:
+        """The first instant in ``(after, until]`` whose UTC offset differs from ``after``'s, or None.
+
+        Exact and cheap (a few offsets per year, whatever the span): the offset can only change
+        at a year's two transitions and where :meth:`utc_offset` moves on to the next year's rule
+        (standard time's new year), so only those instants are read. A fire-time search over
+        centuries (:data:`edge_runtime.contract.cron.SEARCH_YEARS`) thus costs hundreds of reads,
+        not one a day, and a rule that changes twice within a day is not missed.
+        """
+        if self.dst_offset is None:
+            return None
+        offset = self.utc_offset(after)
+        year = time.gmtime(after + self.std_offset).tm_year
+        while True:
+            year_start = days_from_civil(year, 1, 1) * 86400 - self.std_offset
+            next_year = days_from_civil(year + 1, 1, 1) * 86400 - self.std_offset
+            changes = sorted(t for t in self.transitions(year) if year_start < t < next_year)
+            for candidate in (*changes, next_year):
+                if candidate > until:
+                    return None
+                if candidate > after and self.utc_offset(candidate) != offset:
+                    return candidate
+            year += 1
+
 
 _NAME = r"(?:[A-Za-z]{3,}|<[A-Za-z0-9+-]{3,}>)"
 _OFFSET = r"[+-]?\d{1,2}(?::\d{1,2}(?::\d{1,2})?)?"

@@ -6,6 +6,12 @@ re-reads the schedule inside its transaction and moves ``next_fire_at_ms`` forwa
 value it read, and the Run it creates is unique on (schedule, slot): two services, or a service
 restarted after a crash, never fire one slot twice.
 
+Fire times are searched before ``BEGIN`` (from the row and the clock as they were just before)
+and looked up inside (:class:`~edge_runtime.contract.cron.KnownFireTimes`): the write lock every
+other writer waits for is never held across a search. ``add``, ``edit`` and ``resume`` refuse a
+schedule that never fires in its zone before the transaction; a stored one that cannot fire is
+paused by its fire, with the reason (``pause_reason``).
+
 Each schedule fires in its own zone (``time_zone``); one stored before zones were kept fires in
 the device's zone (:func:`edge_runtime.contract.device.device_time_zone`, read once per repository).
 """
@@ -17,15 +23,17 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS, BootSchedule, parse_schedule
+from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS, BootSchedule, KnownFireTimes, parse_schedule
 from edge_runtime.contract.runs import CancelRunCommand, RunStateConflictError
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL
 from edge_runtime.contract.schedules import (
+    UNFIREABLE_ERRORS,
     AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
     FirePlan,
     Overlap,
+    PausedUnfireable,
     ScheduleNotFoundError,
     ScheduleRecord,
     ScheduleRepositoryError,
@@ -34,7 +42,9 @@ from edge_runtime.contract.schedules import (
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
+    search_before_fire,
     slot_decision,
+    unfireable_reason,
 )
 from edge_runtime.contract.stored_records import stored_record
 from edge_runtime.contract.time_zones import TimeZone, time_zone, time_zone_text
@@ -52,7 +62,7 @@ _decode_env = msgspec.json.Decoder(dict[str, str]).decode
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason"
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
@@ -87,13 +97,14 @@ class LocalScheduleRepository:
     schedules so that they first fire at the next boot.
     """
 
-    __slots__ = ("_db", "_device_zone", "_boot_id", "_zones")
+    __slots__ = ("_db", "_device_zone", "_boot_id", "_zones", "_known")
 
     def __init__(self, db: LocalDatabase, *, device_zone: str | None = None, boot_id: str | None = None) -> None:
         self._db = db
         self._device_zone = device_zone
         self._boot_id = boot_id
         self._zones: dict[str, TimeZone] = {}
+        self._known = KnownFireTimes()
 
     def device_zone(self) -> str:
         if self._device_zone is None:
@@ -136,6 +147,9 @@ class LocalScheduleRepository:
         zone = time_zone(zone_text)  # an IANA name this system has no zoneinfo for is refused here
         # A new @reboot schedule belongs to this boot already: it first fires at the next one.
         boot_id = (self._boot_id or read_boot_id()) if isinstance(expression, BootSchedule) else None
+        with schedule_repository_errors():
+            before = read_now_ms(self._db.clock)
+        self._known.next_fire_after(expression, before, zone)  # one that never fires in its zone: refused here
         schedule_id = str(uuid.uuid4())
         with schedule_repository_errors(), self._db.write() as now:
             self._db.connection.execute(
@@ -144,8 +158,8 @@ class LocalScheduleRepository:
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
-                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms, expression.next_fire_after(now, zone), now, now,
-                 zone_text, boot_id,
+                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
+                 self._known.next_fire_after(expression, now, zone), now, now, zone_text, boot_id,
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
                  None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms),
@@ -156,6 +170,11 @@ class LocalScheduleRepository:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         EditScheduleCommand.require(cmd, "edit")
         changes = cmd.changes()
+        if "expression" in changes:  # one that never fires in the schedule's zone: refused before BEGIN
+            before = self.get(cmd.schedule_id)
+            with schedule_repository_errors():
+                before_ms = read_now_ms(self._db.clock)
+            self._known.next_fire_after(parse_schedule(changes["expression"]), before_ms, self.zone_of(before))
         with schedule_repository_errors(), self._db.write() as now:
             record = self._row(cmd.schedule_id)
             if record is None:
@@ -165,8 +184,12 @@ class LocalScheduleRepository:
                 if name == "expression":
                     expression = parse_schedule(value)
                     columns["expression"] = expression.text
-                    if not record.paused:  # a paused one computes its next fire when resumed
-                        columns["next_fire_at_ms"] = expression.next_fire_after(now, self.zone_of(record))
+                    columns["pause_reason"] = None  # the reason was the old expression's
+                    # Looked up (searched above), and checked even for a paused one, which computes
+                    # its next fire when resumed.
+                    next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
+                    if not record.paused:
+                        columns["next_fire_at_ms"] = next_fire
                 elif name in ("command", "env"):
                     columns[name] = _encode_json(value).decode() if value else None
                 elif name == "overlap":
@@ -210,17 +233,25 @@ class LocalScheduleRepository:
 
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord:
         """Pause or resume. Resuming restarts from the first slot after now: slots missed while
-        paused are not fired (a pause means "not these")."""
+        paused are not fired (a pause means "not these"); one that cannot fire is refused (before
+        the transaction) and stays paused, with its reason."""
         check_schedule_id(schedule_id)
+        if not paused:
+            before = self.get(schedule_id)
+            if before.paused:
+                with schedule_repository_errors():
+                    before_ms = read_now_ms(self._db.clock)
+                next_fire_on_pause_change(before, False, before_ms, self.zone_of(before), self._known)
         with schedule_repository_errors(), self._db.write() as now:
             record = self._row(schedule_id)
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
             if record.paused != paused:
-                next_fire = next_fire_on_pause_change(record, paused, now, self.zone_of(record))
+                next_fire = next_fire_on_pause_change(record, paused, now, None if paused else self.zone_of(record),
+                                                      self._known)
                 self._db.connection.execute(
-                    "UPDATE schedules SET paused = ?, next_fire_at_ms = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
-                    "WHERE id = ?",
+                    "UPDATE schedules SET paused = ?, next_fire_at_ms = ?, waiting_fire_at_ms = NULL, "
+                    "pause_reason = NULL, updated_at_ms = ? WHERE id = ?",
                     (int(paused), next_fire, now, schedule_id),
                 )
             return self._row(schedule_id)
@@ -253,13 +284,26 @@ class LocalScheduleRepository:
                 (now, limit),
             )]
 
-    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | None:
+    def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | PausedUnfireable | None:
+        with schedule_repository_errors():
+            before = self._row(schedule_id)
+            before_ms = read_now_ms(self._db.clock)
+        if before is not None:
+            search_before_fire(before, before_ms, self.zone_of, self._known)
         with schedule_repository_errors(), self._db.write() as now:
             record = self._row(schedule_id)
             if record is None or record.paused:
                 return None  # removed or paused since it was listed
-            plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now, self._active(schedule_id),
-                             self.zone_of(record))
+            try:
+                plan = plan_fire(record.expression, record.overlap, record.next_fire_at_ms, now,
+                                 self._active(schedule_id), self.zone_of(record), self._known)
+            except UNFIREABLE_ERRORS as error:
+                # Paused, not retried at every tick: the schedules behind it in the due order fire on.
+                reason = unfireable_reason(error)
+                self._db.connection.execute(
+                    "UPDATE schedules SET paused = 1, pause_reason = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
+                    "WHERE id = ?", (reason, now, schedule_id))
+                return PausedUnfireable(reason)
             if plan is None:
                 return None  # another service fired it first
             due, connection = plan.due, self._db.connection

@@ -92,7 +92,7 @@ def error_status(exc: EdgeRuntimeError) -> int:
         return 401
     if code.endswith("NOT_FOUND"):
         return 404
-    if "INVALID" in code or code.endswith("AMBIGUOUS"):
+    if "INVALID" in code or code.endswith(("AMBIGUOUS", "NEVER_FIRES")):
         return 400
     if code.endswith(("REPOSITORY_FAILED", "STORAGE_FAILED")):
         return 503 if exc.retryable else 500

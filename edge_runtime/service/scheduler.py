@@ -4,7 +4,10 @@ The service calls :meth:`Scheduler.tick` on each pass of its loop and sleeps unt
 :meth:`Scheduler.next_due_at_ms` (the earliest next fire time or timeout deadline): there is no
 per-second polling, and a tick reads only what is due (indexed), never every schedule.
 
-Each fire is one short transaction in the store. Cancels (``replace`` and timeouts) go through
+Each fire is one short transaction in the store. A schedule that cannot fire (its expression or
+zone is not one this version reads, or it never fires in its zone) comes back paused with the
+reason (``schedule.paused_unfireable``), so it neither stalls the schedules behind it nor is
+retried at every tick. Cancels (``replace`` and timeouts) go through
 the Run repository's durable cancel request, so the CancellationDispatch delivers them: SIGTERM,
 the grace period, then SIGKILL, across restarts.
 
@@ -15,7 +18,7 @@ on a mere restart of the service.
 
 from __future__ import annotations
 
-from edge_runtime.contract.schedules import TIMEOUT_REASON, ScheduleStore, replaced_reason
+from edge_runtime.contract.schedules import TIMEOUT_REASON, PausedUnfireable, ScheduleStore, replaced_reason
 from edge_runtime.service.journal import Journal
 
 ACTOR_ID = "scheduler"
@@ -49,6 +52,9 @@ class Scheduler:
             if plan is None:
                 continue
             worked = True
+            if isinstance(plan, PausedUnfireable):
+                self._journal.warning("schedule.paused_unfireable", schedule=schedule_id, reason=plan.reason)
+                continue
             self._journal.info(
                 "schedule.fired", schedule=schedule_id, slot_ms=plan.due.fire_at_ms, outcome=plan.outcome.value,
                 coalesced=plan.due.coalesced, next_ms=plan.due.next_fire_at_ms,

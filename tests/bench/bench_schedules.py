@@ -7,6 +7,9 @@
   that fires one due schedule (one write transaction, fsync included), and the sleep computation
   (``next_due_at_ms``). Both read through indexes, so their cost follows the due schedules, not
   all of them (O(due)).
+- the fire-time search (``next_fire_after``): the rarest valid expression (the 29th of February
+  on a Sunday, 40 years ahead) and the full 400-year search that proves an expression never
+  fires in its zone, for a POSIX rule and, where the system has zoneinfo, an IANA name.
 
 Figures are reported, never judged pass/fail.
 """
@@ -21,7 +24,9 @@ from pathlib import Path
 import common
 from bench_service import _proc_cpu_seconds, _Serve
 
+from edge_runtime.contract.cron import ScheduleNeverFiresError, parse_schedule
 from edge_runtime.contract.schedules import AddScheduleCommand
+from edge_runtime.contract.time_zones import InvalidTimeZoneError, time_zone
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import open_database
 from edge_runtime.local.schedules import LocalScheduleRepository
@@ -77,6 +82,31 @@ def _tick_costs(workdir: Path, count: int, reps: int) -> tuple[float, float, flo
         return common.median(idle) * 1000, common.median(fire) * 1000, common.median(sleep) * 1000
 
 
+#: (what, expression, zone, after ms): searches to time, each ending at a fire or at the bound.
+_SEARCHES = (
+    ("rarest valid: 29 Feb on a Sunday, 2088 -> 2128", "0 0 29 2 */7", "CET-1CEST,M3.5.0,M10.5.0/3", 3_728_937_600_000),
+    ("never fires, POSIX rule (400 years)", "0 * 10 4 *", "AAA-12BBB12,J1,J100/0", _NOW_MS),
+    ("never fires, POSIX rule (400 years)", "0 */24 * 3 0L", "EET-2EEST,M3.5.0/0,M10.5.0/0", _NOW_MS),
+    ("never fires, IANA name (400 years)", "0 */24 * 3 0L", "Asia/Beirut", _NOW_MS),
+)
+
+
+def _search_ms(expression: str, zone_text: str, after_ms: int, reps: int) -> float | None:
+    try:
+        zone = time_zone(zone_text)
+    except InvalidTimeZoneError:  # no zoneinfo on this system: nothing to measure
+        return None
+    schedule, times = parse_schedule(expression), []
+    for _ in range(reps):
+        begin = time.perf_counter()
+        try:
+            schedule.next_fire_after(after_ms, zone)
+        except ScheduleNeverFiresError:
+            pass  # the outcome measured: the whole bounded search
+        times.append(time.perf_counter() - begin)
+    return common.median(times) * 1000
+
+
 def run(workdir: Path, quick: bool) -> None:
     seconds = 10.0 if quick else 60.0
     rows = [[f"{n} schedules", f"{_idle_cpu(workdir, n, seconds) * 60 / seconds:.3f}"] for n in (0, 50)]
@@ -93,3 +123,9 @@ def run(workdir: Path, quick: bool) -> None:
         f"scheduler tick, median of {reps} (ms; O(due): the columns should not grow with the count)",
         ["schedules", "tick, none due", "tick, one due (fires)", "next_due_at_ms"], rows,
     )
+    reps = 3 if quick else 10
+    rows = []
+    for what, expression, zone_text, after_ms in _SEARCHES:
+        took = _search_ms(expression, zone_text, after_ms, reps)
+        rows.append([what, f"{expression} in {zone_text}", "no zoneinfo" if took is None else f"{took:.1f}"])
+    common.print_table(f"fire-time search, median of {reps} (ms)", ["search", "expression", "ms"], rows)

@@ -14,15 +14,16 @@ import msgspec
 import pytest
 
 from tests.support.conformance_backends import HOST_ZONE
-from edge_runtime.contract.cron import parse_schedule
+from edge_runtime.contract.cron import InvalidCronExpressionError, ScheduleNeverFiresError, parse_schedule
 from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
     Overlap,
+    PausedUnfireable,
     ScheduleNotFoundError,
 )
-from edge_runtime.contract.time_zones import time_zone
+from edge_runtime.contract.time_zones import InvalidTimeZoneError, time_zone
 
 MINUTE = 60_000
 
@@ -30,6 +31,10 @@ MINUTE = 60_000
 def _add(backend: Any, **fields: Any) -> Any:
     fields = {"expression": "@every 1m", "argv": ["echo", "hi"], **fields}
     return backend.schedules.add(AddScheduleCommand(**fields))
+
+
+#: The clock of this zone jumps over 10 April every year (DST at UTC-12 ends by 24 hours).
+SKIPS_10_APRIL = "AAA-12BBB12,J1,J100/0"
 
 
 def _fire_due(backend: Any) -> list[Any]:
@@ -202,3 +207,54 @@ def test_the_next_due_time_is_the_earliest_next_fire_of_an_unpaused_schedule(bac
     assert backend.schedules.next_due_at_ms() == soon.next_fire_at_ms
     backend.schedules.set_paused(soon.id, True)
     assert backend.schedules.next_due_at_ms() != soon.next_fire_at_ms
+
+
+def test_an_expression_that_never_fires_in_its_zone_is_refused_by_add_edit_and_resume(backend: Any) -> None:
+    with pytest.raises(ScheduleNeverFiresError) as caught:
+        _add(backend, expression="0 * 10 4 *", time_zone=SKIPS_10_APRIL)
+    assert caught.value.code == "SCHEDULE_NEVER_FIRES" and SKIPS_10_APRIL in str(caught.value)
+    assert backend.schedules.list() == []
+    record = _add(backend, expression="0 * 11 4 *", time_zone=SKIPS_10_APRIL)  # the next day shows
+    for paused in (False, True):
+        backend.schedules.set_paused(record.id, paused)
+        with pytest.raises(ScheduleNeverFiresError):
+            backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, expression="0 * 10 4 *"))
+        assert backend.schedules.get(record.id).expression == "0 * 11 4 *"
+    # A fixed hour fires when the gap ends, as in any spring gap: accepted.
+    edited = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, expression="0 3 10 4 *"))
+    assert edited.expression == "0 3 10 4 *"
+
+
+def test_a_stored_schedule_that_cannot_fire_is_paused_with_the_reason_and_the_others_fire(backend: Any) -> None:
+    good = _add(backend)
+    due = backend.now()
+    backend.store_foreign_schedule("never", "0 * 10 4 *", SKIPS_10_APRIL, due - 2)
+    backend.store_foreign_schedule("unread", "61 * * * *", "UTC0", due - 1)
+    backend.store_foreign_schedule("nowhere", "@hourly", "Nowhere/Atlantis", due)
+    backend.advance(good.next_fire_at_ms - backend.now())
+    assert backend.schedules.due_schedule_ids(64)[:3] == ["never", "unread", "nowhere"]
+    plans = {sid: backend.schedules.fire(sid, actor_id="w1") for sid in backend.schedules.due_schedule_ids(64)}
+    assert plans[good.id].outcome is FireOutcome.STARTED
+    reasons = {sid: plan.reason for sid, plan in plans.items() if isinstance(plan, PausedUnfireable)}
+    assert sorted(reasons) == ["never", "nowhere", "unread"]
+    assert reasons["never"].endswith("choose other times or another zone [SCHEDULE_NEVER_FIRES]")
+    assert reasons["unread"].endswith("minute: 61 is out of range 0-59 [INVALID_CRON_EXPRESSION]")
+    assert "Nowhere/Atlantis" in reasons["nowhere"] and reasons["nowhere"].endswith("[INVALID_TIME_ZONE]")
+    for sid, reason in reasons.items():
+        record = backend.schedules.get(sid)
+        assert (record.paused, record.pause_reason) == (True, reason)
+    assert backend.schedules.due_schedule_ids(64) == []
+    assert backend.schedules.next_due_at_ms() == backend.schedules.get(good.id).next_fire_at_ms
+    # Resuming one that still cannot fire is refused: it stays paused, with its reason.
+    for sid, error in (("never", ScheduleNeverFiresError), ("unread", InvalidCronExpressionError),
+                       ("nowhere", InvalidTimeZoneError)):
+        with pytest.raises(error):
+            backend.schedules.set_paused(sid, False)
+        assert backend.schedules.get(sid).pause_reason == reasons[sid]
+    # A new expression that fires clears the reason; resuming then fires it from the next slot.
+    fixed = backend.schedules.edit(EditScheduleCommand(schedule_id="unread", expression="1 * * * *"))
+    assert fixed.paused and fixed.pause_reason is msgspec.UNSET
+    resumed = backend.schedules.set_paused("unread", False)
+    assert not resumed.paused and resumed.next_fire_at_ms > backend.now()
+    # A schedule its user paused has no reason.
+    assert backend.schedules.set_paused(good.id, True).pause_reason is msgspec.UNSET

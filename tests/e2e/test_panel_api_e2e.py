@@ -108,6 +108,18 @@ def test_schedules_add_pause_resume_run_now_remove(panel) -> None:
 
 
 @pytest.mark.e2e
+def test_a_schedule_whose_zone_never_shows_its_times_is_refused_and_the_panel_answers_on(panel) -> None:
+    harness, port, token = panel
+    body = {"cron": "0 * 10 4 *", "tz": "AAA-12BBB12,J1,J100/0", "command": ["true"]}  # 10 April never shows
+    code, refused = _api(port, token, "POST", "/api/schedules", body)
+    assert code == 400 and refused["error"]["code"] == "SCHEDULE_NEVER_FIRES", refused
+    assert "never fires in time zone 'AAA-12BBB12,J1,J100/0'" in refused["error"]["message"]
+    # The service and the database are free: the panel answers and the CLI writes.
+    assert _api(port, token, "GET", "/api/schedules") == (200, [])
+    harness.cli("schedule", "add", "@daily", "--", "true")
+
+
+@pytest.mark.e2e
 def test_health(panel) -> None:
     _harness, port, token = panel
     code, health = _api(port, token, "GET", "/api/health")

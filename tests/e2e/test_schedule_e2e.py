@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import apsw
 import pytest
 
 from edge_runtime.local.database import open_database
@@ -134,3 +135,56 @@ def test_reboot_fires_once_per_boot_and_never_on_a_service_restart(harness: Harn
     assert len(_slots(harness, reboot_id)) == 1
     assert _schedule(harness, reboot_id)["nextFireAtMs"] == 9007199254740991
     assert service.stop() == 0
+
+
+#: The clock of this zone jumps over 10 April every year (its DST, UTC-12, ends by 24 hours).
+SKIPS_10_APRIL = "AAA-12BBB12,J1,J100/0"
+
+
+def test_schedule_add_in_a_zone_that_never_shows_its_times_is_refused_at_once(harness: Harness) -> None:
+    result = harness.cli("schedule", "add", "--tz", SKIPS_10_APRIL, "0 * 10 4 *", "--", "true", check=False)
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (
+        f"Error: schedule expression '0 * 10 4 *' never fires in time zone '{SKIPS_10_APRIL}': that zone's clock "
+        "skips every time the expression names (none shows in the 400 years searched, a whole cycle of the "
+        "calendar and of the zone's rule); choose other times or another zone [SCHEDULE_NEVER_FIRES]\n")
+    as_json = harness.cli("schedule", "add", "--json", "--tz", SKIPS_10_APRIL, "0 * 10 4 *", "--", "true", check=False)
+    assert as_json.returncode == 1 and decode_json(as_json.stderr)["error"]["code"] == "SCHEDULE_NEVER_FIRES"
+    assert decode_json(harness.cli("schedule", "list", "--json").stdout) == []
+
+
+def test_serve_pauses_a_stored_schedule_that_cannot_fire_fires_the_others_and_stops_on_sigterm(
+        harness: Harness) -> None:
+    ticker = harness.cli("schedule", "add", "@every 1s", "--", "true").stdout.strip()
+    # A row another program wrote (with apsw, as any tool may): its zone never shows the times it
+    # names, and it is due now.
+    now = time.time_ns() // 1_000_000
+    connection = apsw.Connection(str(harness.db_path))
+    try:
+        connection.execute(
+            "INSERT INTO schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, updated_at_ms, "
+            "time_zone) VALUES ('hostile', '0 * 10 4 *', '[\"true\"]', 'skip', ?, ?, ?, ?)",
+            (now - 1000, now, now, SKIPS_10_APRIL))
+    finally:
+        connection.close()
+    service = harness.serve()
+    service.wait_log("schedule.paused_unfireable schedule=hostile")
+    started = time.time_ns() // 1_000_000
+    wait_for(lambda: len([slot for slot, _ in _slots(harness, ticker) if slot > started]) >= 2, "the others fire")
+    assert service.stop() == 0  # SIGTERM
+    shown = harness.cli("schedule", "show", "hostile").stdout
+    reason = (f"schedule expression '0 * 10 4 *' never fires in time zone '{SKIPS_10_APRIL}': that zone's clock "
+              "skips every time the expression names (none shows in the 400 years searched, a whole cycle of the "
+              "calendar and of the zone's rule); choose other times or another zone [SCHEDULE_NEVER_FIRES]")
+    assert f"state      paused\nreason     {reason}\nnext fire  - (paused)\n" in shown
+    [line] = [row for row in harness.cli("schedule", "list").stdout.splitlines() if row.startswith("hostile ")]
+    assert line.startswith("hostile  paused next=-  ") and line.endswith(f"reason={reason!r}")
+    assert _schedule(harness, "hostile")["pauseReason"] == reason
+    assert _slots(harness, "hostile") == []
+    resumed = harness.cli("schedule", "resume", "hostile", check=False)
+    assert resumed.returncode == 1 and resumed.stderr.rstrip().endswith("[SCHEDULE_NEVER_FIRES]")
+    # Paused, it is left alone at the next start.
+    restarted = time.time_ns() // 1_000_000
+    again = harness.serve()
+    wait_for(lambda: any(slot > restarted for slot, _ in _slots(harness, ticker)), "a fire after the restart")
+    assert again.stop() == 0 and "paused_unfireable" not in again.log()

@@ -11,19 +11,32 @@
   it; and the contract's own POSIX evaluator gives the same instant as the C library.
 - Firing with coalescing, with the clock jumping both ways: a slot never fires twice, a tick
   fires exactly when some slot came due since the previous tick, and then once.
+- The search bound, in zones anyone may write (offsets up to a day either side, changes of a day
+  or more, on any date, at any hour): every search ends; a fire found lies within ``SEARCH_YEARS``
+  and recurs exactly one period (400 years) later; "never fires" is the same from any instant;
+  a fire of an hour starting with ``*`` is an instant whose clock shows a matching time.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import itertools
+import time
 
 import pytest
 from cronsim import CronSim, CronSimError
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from edge_runtime.contract.cron import CronSchedule, EverySchedule, InvalidCronExpressionError, due_fire, parse_schedule
+from edge_runtime.contract.cron import (
+    SEARCH_YEARS,
+    CronSchedule,
+    EverySchedule,
+    InvalidCronExpressionError,
+    ScheduleNeverFiresError,
+    due_fire,
+    parse_schedule,
+)
 from edge_runtime.contract.time_zones import time_zone
 from tests.support.tz import (
     DST_ZONES,
@@ -312,3 +325,85 @@ def test_each_slot_fires_at_most_once_and_missed_slots_fire_once(rule, text, ste
         assert stored > latest_now
         for earlier, later in itertools.pairwise(fired):
             assert schedule.next_fire_after(earlier) <= later
+
+
+# --------------------------------------------------------------------------- the search bound
+
+#: 400 Gregorian years in milliseconds: the period of the calendar and of every POSIX rule.
+PERIOD_MS = 146_097 * 86_400_000
+_MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+@st.composite
+def written_zones(draw: st.DrawFn) -> str:
+    """A POSIX rule as anyone may write one: offsets up to a day either side of UTC (so a change
+    may jump a whole day or more), change dates in the three forms, change times from -167 to 167 h."""
+    def offset() -> str:
+        return str(draw(st.integers(-24, 24)))
+
+    def date() -> str:
+        kind = draw(st.sampled_from("MJn"))
+        if kind == "M":
+            return f"M{draw(st.integers(1, 12))}.{draw(st.integers(1, 5))}.{draw(st.integers(0, 6))}"
+        return f"J{draw(st.integers(1, 365))}" if kind == "J" else str(draw(st.integers(0, 365)))
+
+    def change() -> str:
+        return f"{date()}/{draw(st.integers(-167, 167))}"
+
+    return f"AAA{offset()}BBB{offset()},{change()},{change()}"
+
+
+@st.composite
+def skipped_day_cases(draw: st.DrawFn) -> tuple[str, str]:
+    """A zone whose clock jumps over one day every year and an expression on that day (or near it),
+    so that many of these never fire."""
+    day_of_year = draw(st.integers(2, 365))
+    month, day = 1, day_of_year
+    while day > _MONTH_DAYS[month - 1]:
+        day -= _MONTH_DAYS[month - 1]
+        month += 1
+    day = max(1, min(28 if month == 2 else 30, day + draw(st.sampled_from([0, 0, 0, 1, -1]))))
+    hours = draw(st.sampled_from(["*", "*/24", "*/12", "*/5", "3", "0-22"]))
+    return f"AAA-12BBB12,J1,J{day_of_year}/0", f"{draw(st.integers(0, 59))} {hours} {day} {month} *"
+
+
+def _outcome(schedule, after_ms: int, zone) -> int | None:
+    try:
+        return schedule.next_fire_after(after_ms, zone)
+    except ScheduleNeverFiresError:
+        return None
+
+
+def _check_bounded_search(rule: str, text: str, after_ms: int, other_ms: int) -> None:
+    schedule, zone = parse_schedule(text), time_zone(rule)
+    fire = _outcome(schedule, after_ms, zone)
+    later = _outcome(schedule, after_ms + PERIOD_MS, zone)
+    assert (_outcome(schedule, other_ms, zone) is None) == (fire is None), (rule, text)
+    if fire is None:
+        assert later is None
+        return
+    assert after_ms < fire <= after_ms + PERIOD_MS  # within SEARCH_YEARS
+    assert later == fire + PERIOD_MS, (rule, text, after_ms)
+    if schedule.hour_star:  # a time the clock shows: the wall time at the fire matches every field
+        wall = time.gmtime(fire // 1000 + zone.utc_offset(fire // 1000))
+        assert schedule.next_fire_after(fire - 1000, zone) == fire
+        for name, value in (("seconds", wall.tm_sec), ("minutes", wall.tm_min), ("hours", wall.tm_hour),
+                            ("months", wall.tm_mon)):
+            assert getattr(schedule, name) >> value & 1, (rule, text, fire, name)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(written_zones(), expressions(sparse_seconds=True), st.integers(946_684_800_000, 4_102_444_800_000),
+       st.integers(946_684_800_000, 4_102_444_800_000))
+def test_every_search_ends_and_its_answer_recurs_one_period_later(rule, case, after_ms, other_ms) -> None:
+    text, values, _, _ = case
+    assume(not never_fires(text, values))
+    _check_bounded_search(rule, text, after_ms, other_ms)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(skipped_day_cases(), st.integers(946_684_800_000, 4_102_444_800_000),
+       st.integers(946_684_800_000, 4_102_444_800_000))
+def test_a_zone_that_skips_a_day_either_lets_an_expression_fire_or_never(case, after_ms, other_ms) -> None:
+    rule, text = case
+    _check_bounded_search(rule, text, after_ms, other_ms)

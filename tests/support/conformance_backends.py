@@ -91,6 +91,13 @@ class _SetUp:
         self._exec("INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, payload, "
                    "created_at_ms) VALUES ('evt-foreign', ?, 1, 't', ?, 'tool', 'x', '{}', 0)", (run_id, dedupe_key))
 
+    def store_foreign_schedule(self, schedule_id: str, expression: str, time_zone: str, next_fire_at_ms: int) -> None:
+        """A schedule row another program (or another version) wrote, its text taken as it is: an
+        expression or zone this version may not read, or that never fires."""
+        self._exec("INSERT INTO schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, "
+                   "updated_at_ms, time_zone) VALUES (?, ?, '[\"true\"]', 'skip', ?, ?, ?, ?)",
+                   (schedule_id, expression, next_fire_at_ms, CREATED_AT_MS, CREATED_AT_MS, time_zone))
+
     # ----------------------------------------------------------------- observe
 
     def run_version(self, run_id: str) -> tuple[int, int]:

@@ -7,19 +7,27 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from edge_runtime.contract.cron import (
     MAX_EXPRESSION_LENGTH,
+    SEARCH_YEARS,
     CronSchedule,
     DueFire,
     EverySchedule,
     InvalidCronExpressionError,
+    KnownFireTimes,
+    ScheduleNeverFiresError,
     due_fire,
     parse_schedule,
 )
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.time_zones import PosixTimeZone, time_zone
 from tests.support.tz import posix_tz
 
 CET = "CET-1CEST,M3.5.0,M10.5.0/3"
@@ -375,3 +383,138 @@ def test_an_every_schedule_built_directly_is_held_to_the_duration_limits(period_
     with pytest.raises(InvalidCronExpressionError) as caught:
         EverySchedule(period_ms)  # type: ignore[arg-type]
     assert caught.value.field == "@every"
+
+
+# --------------------------------------------------------------------------- the search is bounded
+
+#: DST (UTC-12) from 1 January to the 100th day, which ends at 00:00 by jumping 24 hours ahead to
+#: UTC+12: the clock never shows 10 April (9 April in leap years), every year.
+SKIPS_A_DAY = "AAA-12BBB12,J1,J100/0"
+#: The same jump at the 60th day counted from 0, the 29th of February in a leap year (1 March otherwise).
+SKIPS_DAY_59 = "AAA-12BBB12,J1,59/0"
+#: Lebanon's rule: DST starts at midnight of the last Sunday of March, so 00:00-00:59 never shows.
+BEIRUT = "EET-2EEST,M3.5.0/0,M10.5.0/0"
+
+
+@contextmanager
+def ends_within(seconds: int) -> Iterator[None]:
+    """Turn a search that never ends (the defect under test) into a failure instead of a hung run.
+
+    Not a timing test: the bound is far above what a bounded search takes; the cost itself is
+    checked by counting the zone's offset reads.
+    """
+    def stop(*_: object) -> None:
+        raise AssertionError(f"the fire-time search was still running after {seconds}s: it has no bound")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone"),
+    [
+        ("0 * 10 4 *", SKIPS_A_DAY),  # every hour of a day the clock skips
+        ("*/30 * 10 4 *", SKIPS_A_DAY),
+        ("* * 29 2 *", SKIPS_DAY_59),  # the 29th of February never shows; 1 March in other years is no match
+        ("0 */24 * 3 0L", BEIRUT),  # midnight, whenever the clock shows it, of a night that starts at 01:00
+    ],
+)
+def test_an_expression_whose_every_time_its_zone_skips_never_fires(expression: str, zone: str) -> None:
+    schedule = parse_schedule(expression)
+    with ends_within(60), pytest.raises(ScheduleNeverFiresError) as caught:
+        schedule.next_fire_after(utc(2026, 6, 1), time_zone(zone))
+    error = caught.value
+    assert (error.code, error.field, error.retryable) == ("SCHEDULE_NEVER_FIRES", "expression", False)
+    assert isinstance(error, InvalidCronExpressionError)  # refused where any bad expression is
+    assert str(error) == (
+        f"schedule expression {schedule.text!r} never fires in time zone {zone!r}: that zone's clock skips every "
+        f"time the expression names (none shows in the {SEARCH_YEARS} years searched, a whole cycle of the calendar "
+        "and of the zone's rule); choose other times or another zone")
+
+
+def test_the_same_expressions_fire_where_the_clock_shows_their_times() -> None:
+    assert show(parse_schedule("0 * 10 4 *").next_fire_after(utc(2026, 6, 1), time_zone("CST-8"))) == \
+        "2027-04-09 16:00:00"
+    assert show(parse_schedule("0 * 11 4 *").next_fire_after(utc(2026, 6, 1), time_zone(SKIPS_A_DAY))) == \
+        "2027-04-10 12:00:00"  # the day after the skipped one, 00:00 at UTC+12
+    # A fixed hour fires at the end of the gap that skips it, as in any spring gap.
+    assert show(parse_schedule("0 3 10 4 *").next_fire_after(utc(2026, 6, 1), time_zone(SKIPS_A_DAY))) == \
+        "2027-04-10 12:00:00"
+
+
+def test_the_never_fires_search_reads_the_zone_a_few_times_a_year(monkeypatch: pytest.MonkeyPatch) -> None:
+    reads = 0
+    offset_of = PosixTimeZone.utc_offset
+
+    def counted(zone: PosixTimeZone, instant: int) -> int:
+        nonlocal reads
+        reads += 1
+        return offset_of(zone, instant)
+
+    monkeypatch.setattr(PosixTimeZone, "utc_offset", counted)
+    with ends_within(60), pytest.raises(ScheduleNeverFiresError):
+        parse_schedule("0 * 10 4 *").next_fire_after(utc(2026, 6, 1), time_zone(SKIPS_A_DAY))
+    # Its two changes a year and the rule's new year, not one read a day (146,097 in 400 years).
+    assert reads <= 10 * SEARCH_YEARS
+
+
+@pytest.mark.parametrize(
+    ("expression", "zone", "after", "expected"),
+    [
+        # The 29th of February on a Sunday: from 2088 the next is 2128 (2100 is no leap year).
+        ("0 0 29 2 */7", "UTC0", utc(2088, 3, 1), "2128-02-29 00:00:00"),
+        ("0 0 29 2 */7", CET, utc(2088, 3, 1), "2128-02-28 23:00:00"),
+        ("0 * 29 2 */7", CET, utc(2088, 3, 1), "2128-02-28 23:00:00"),  # an hour starting with *
+        ("0 0 * 2 0#5", "UTC0", utc(2088, 3, 1), "2128-02-29 00:00:00"),  # a fifth Sunday of February
+        ("0 0 * 2 1#5", "UTC0", utc(2072, 3, 1), "2112-02-29 00:00:00"),
+        ("0 0 L 2 *", "UTC0", utc(2099, 3, 1), "2100-02-28 00:00:00"),
+        ("0 0 * 2 5L", "UTC0", utc(2026, 3, 1), "2027-02-26 00:00:00"),
+        ("0 9 * 6 1#2", NEW_ZEALAND, utc(2026, 6, 9), "2027-06-13 21:00:00"),
+        # A zone that skips a day every year leaves only the leap years' 1 March (day 60 there).
+        ("0 * 1 3 *", SKIPS_DAY_59, utc(2096, 3, 2), "2104-02-29 12:00:00"),
+    ],
+)
+def test_rare_expressions_are_found_within_the_bound(expression: str, zone: str, after: int, expected: str) -> None:
+    with ends_within(60):
+        assert show(parse_schedule(expression).next_fire_after(after, time_zone(zone))) == expected
+
+
+def test_known_fire_times_answer_inside_a_transaction_what_was_searched_before_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    searches: list[int] = []
+    search = CronSchedule.next_fire_after
+
+    def counted(schedule: CronSchedule, after_ms: int, zone=None) -> int:
+        searches.append(after_ms)
+        return search(schedule, after_ms, zone)
+
+    monkeypatch.setattr(CronSchedule, "next_fire_after", counted)
+    known, zone, hourly = KnownFireTimes(), time_zone(CET), parse_schedule("0 * * * *")
+    before = utc(2026, 1, 1, 0, 10)
+    assert known.next_fire_after(hourly, before, zone) == utc(2026, 1, 1, 1)  # before BEGIN: searched
+    assert known.next_fire_after(hourly, before + 5, zone) == utc(2026, 1, 1, 1)  # inside, a little later
+    assert known.next_fire_after(parse_schedule("0 * * * *"), utc(2026, 1, 1, 0, 59, 59), zone) == utc(2026, 1, 1, 1)
+    assert searches == [before]
+    assert known.next_fire_after(hourly, utc(2026, 1, 1, 1), zone) == utc(2026, 1, 1, 2)  # a slot passed: searched
+    assert known.next_fire_after(hourly, before - 1, zone) == utc(2026, 1, 1, 1)  # the clock went back: searched
+    assert len(searches) == 3
+    # A due fire searched before its transaction is looked up inside it.
+    assert due_fire(hourly, utc(2026, 1, 1, 1), utc(2026, 1, 1, 1, 0, 5), zone, known).next_fire_at_ms == \
+        utc(2026, 1, 1, 2)
+    assert len(searches) == 3
+    # That a pair never fires is kept: asking again raises without a second 400-year search.
+    skipped = parse_schedule("0 * 10 4 *")
+    for _ in range(2):
+        with pytest.raises(ScheduleNeverFiresError):
+            known.next_fire_after(skipped, before, time_zone(SKIPS_A_DAY))
+    assert len(searches) == 4
+
+
+def test_the_bound_is_stated_in_the_schedules_page() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "schedules.md").read_text()
+    assert f"{SEARCH_YEARS} years" in page and "SCHEDULE_NEVER_FIRES" in page

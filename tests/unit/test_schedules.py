@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+import apsw
 import msgspec
 import pytest
 
@@ -279,3 +280,33 @@ def test_a_schedules_timeout_reaches_its_run_and_cancels_it_through_the_dispatch
     assert [e.payload.get("reason") for e in events if e.type == "run.cancel_requested"] == ["timeout"]
     assert "run.cancel_dispatched" in [e.type for e in events]
     assert f"run={run_id}" in journal.getvalue() and "reason=timeout" in journal.getvalue()
+
+
+def test_a_tick_pauses_a_stored_schedule_that_cannot_fire_and_fires_the_ones_behind_it(
+    db: LocalDatabase, clock: ManualClock
+) -> None:
+    good = _add(db, "* * * * *")
+    now = clock.now_ms()
+    with db.write():  # another program's row, first in the due order: its zone never shows 10 April
+        db.connection.execute(
+            "INSERT INTO schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, updated_at_ms, "
+            "time_zone) VALUES ('hostile', '0 * 10 4 *', '[\"true\"]', 'skip', ?, ?, ?, 'AAA-12BBB12,J1,J100/0')",
+            (now - 1, now, now))
+    scheduler, journal = _scheduler(db)
+    clock.set(LocalScheduleRepository(db).get(good).next_fire_at_ms)
+    assert scheduler.tick()
+    assert len(_runs(db, good)) == 1 and _runs(db, "hostile") == []
+    assert "warn schedule.paused_unfireable schedule=hostile reason=" in journal.getvalue()
+    hostile = LocalScheduleRepository(db).get("hostile")
+    assert hostile.paused and hostile.pause_reason.endswith("[SCHEDULE_NEVER_FIRES]")
+    _end(db, _runs(db, good)[0][0])
+    clock.advance(MINUTE)
+    before = journal.getvalue()
+    assert scheduler.tick() and len(_runs(db, good)) == 2
+    assert journal.getvalue().count("paused_unfireable") == before.count("paused_unfireable")  # once, not each tick
+
+
+def test_the_pause_reason_is_only_kept_with_a_paused_schedule(db: LocalDatabase) -> None:
+    schedule_id = _add(db)
+    with pytest.raises(apsw.ConstraintError), db.write():
+        db.connection.execute("UPDATE schedules SET pause_reason = 'x' WHERE id = ?", (schedule_id,))

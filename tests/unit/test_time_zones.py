@@ -82,6 +82,45 @@ def test_posix_rules_match_the_c_library_over_eight_years(rule: str) -> None:
         assert {zone.std_offset, zone.dst_offset} <= set(expected)
 
 
+def offset_changes(zone: PosixTimeZone, start: int, end: int) -> list[int]:
+    """Every instant in ``(start, end]`` whose offset differs from the second before: the offsets
+    read a minute apart, each difference narrowed to its second (no rule here changes twice a minute)."""
+    changes, early, offset = [], start, zone.utc_offset(start)
+    while early < end:
+        late = min(early + 60, end)
+        if zone.utc_offset(late) != offset:
+            low, high = early, late
+            while high - low > 1:
+                middle = (low + high) // 2
+                low, high = (middle, high) if zone.utc_offset(middle) == offset else (low, middle)
+            changes.append(high)
+            offset = zone.utc_offset(high)
+        early = late
+    return changes
+
+
+@pytest.mark.parametrize("rule", [
+    *RULES,
+    "AAA-12BBB12,J1,J100/0",  # a change of 24 hours
+    "AAA-1BBB,J100/0,J100/12",  # DST for twelve hours: two changes within a day
+    "AAA3BBB,J365/150,J2/0",  # a change time past the year's end, into the next one
+])
+def test_first_change_finds_every_change_the_offsets_show(rule: str) -> None:
+    zone = parse_posix_time_zone(rule)
+    assert zone is not None
+    if zone.dst_offset is None:
+        assert zone.first_change(0, 2**40) is None
+        return
+    for year in (2026, 2027, 2028):
+        for change in zone.transitions(year):
+            start, end = change - 2 * 86_400, change + 2 * 86_400
+            found, after = [], start
+            while (change_at := zone.first_change(after, end)) is not None:
+                found.append(change_at)
+                after = change_at
+            assert found == offset_changes(zone, start, end)
+
+
 @pytest.mark.parametrize(
     ("text", "normalised"),
     [

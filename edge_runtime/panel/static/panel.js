@@ -252,7 +252,9 @@
       row.appendChild(element("td", s.expression, "command"));
       row.appendChild(element("td", s.name || ""));
       row.appendChild(element("td", commandText(s.command), "command"));
-      row.appendChild(element("td", s.paused ? T.paused : when(s.nextFireAtMs)));
+      // A schedule the service paused because it cannot fire says why (text, never markup).
+      var state = s.pauseReason ? T.paused + ": " + s.pauseReason : T.paused;
+      row.appendChild(element("td", s.paused ? state : when(s.nextFireAtMs)));
       var actions = row.appendChild(element("td", null, "actions"));
       var act = function (path) {
         return function () {
