@@ -16,17 +16,18 @@ import argparse
 import contextlib
 import datetime as dt
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 # Shared with the web panel, so kept with the operations; imported here under their old names.
-from edge_runtime.operations import (  # noqa: F401
-    NO_SERVICE_NOTE, masked, masked_builtins, printable, resolve_run_id, secret_values, wake_service,
-)
+from edge_runtime.operations import NO_SERVICE_NOTE, printable, resolve_run_id, wake_service  # noqa: F401
+
+if TYPE_CHECKING:
+    from edge_runtime.contract.redaction import Redactor
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -96,15 +97,15 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 
 
-def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
-    """``value`` as one line of JSON; with ``secrets``, every secret's value in its strings masked."""
-    sys.stdout.write(json_line(value, secrets))
+def print_json(value: Any, redactor: Redactor | None = None) -> None:
+    """``value`` as one line of JSON; with ``redactor``, its strings masked before they are encoded."""
+    sys.stdout.write(json_line(value, redactor))
 
 
-def json_line(value: Any, secrets: Sequence[str] = ()) -> str:
+def json_line(value: Any, redactor: Redactor | None = None) -> str:
     """What :func:`print_json` prints."""
-    if secrets:
-        value = masked_builtins(msgspec.to_builtins(value), secrets)
+    if redactor:
+        value = redactor.value(msgspec.to_builtins(value))
     return _json_encoder.encode(value).decode() + "\n"
 
 

@@ -16,10 +16,9 @@ from typing import Any, NoReturn
 from edge_runtime.cli.common import (
     CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, present, print_json, read_hidden_line,
 )
-from edge_runtime.contract.environment import (
-    MASK, MAX_VALUE_LENGTH, InvalidVariableError, VariableError, variable_problem,
-)
+from edge_runtime.contract.environment import MAX_VALUE_LENGTH, InvalidVariableError, VariableError, variable_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import MASK, MIN_SECRET_LENGTH, secret_parts
 
 
 class ValueEntryError(EdgeRuntimeError, code="VALUE_ENTRY"):
@@ -48,7 +47,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     setter.add_argument("name", metavar="NAME")
     add_value_arguments(setter)
     setter.add_argument("--secret", action="store_true",
-                        help="never show its value; mask it in logs")
+                        help=f"never show its value and mask it wherever shown (at least {MIN_SECRET_LENGTH} "
+                        f"characters)")
     add_json_flag(setter)
     setter.set_defaults(usage_error=setter.error)
     listing = commands.add_parser("list", help="list the variables (secrets without their value)")
@@ -100,6 +100,16 @@ def read_value(args: argparse.Namespace, *, usage_error: Callable[[str], NoRetur
     return read_hidden_line(f"Value of {args.name}{' (secret)' if secret else ''}: ", MAX_VALUE_LENGTH, ValueEntryError)
 
 
+def _warn_short_parts(name: str, value: str) -> None:
+    """A secret's parts shorter than the minimum are not masked on their own: say how many."""
+    parts = secret_parts(value)
+    short = sum(len(part) < MIN_SECRET_LENGTH for part in parts)
+    if short:
+        sys.stderr.write(f"Warning: {short} of the {len(parts)} parts of {name} (separated by & or line ends) "
+                         f"{'is' if short == 1 else 'are'} shorter than {MIN_SECRET_LENGTH} characters: such a part "
+                         f"is masked within the whole value, not where a task prints it alone\n")
+
+
 def run(args: argparse.Namespace) -> int:
     if args.env_command == "set":
         problem = variable_problem(args.name, "")
@@ -113,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
             raise VariableError("this store keeps no shared variables")
         if args.env_command == "set":
             record = environment.set(args.name, value, secret=args.secret)
+            if args.secret:
+                _warn_short_parts(record.name, value)
             if args.json:
                 print_json(record)
             else:
@@ -134,4 +146,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _shown(record: Any) -> str:
-    return MASK + " (secret)" if record.secret else present(record.value)
+    if not record.secret:
+        return present(record.value)
+    if record.too_short is True:
+        return (f"{MASK} (secret; shorter than {MIN_SECRET_LENGTH} characters, so masked wherever those characters "
+                f"appear: set it again with a longer value)")
+    return f"{MASK} (secret)"
