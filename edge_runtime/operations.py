@@ -11,15 +11,16 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from edge_runtime.contract.durations import parse_duration_ms
-from edge_runtime.contract.environment import InvalidVariableError, SecretMasker, mask_text, parse_assignments
+from edge_runtime.contract.environment import InvalidVariableError, parse_assignments
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import Redactor, store_redactor
 from edge_runtime.contract.runs import (
     ACTIVE_ATTEMPT_STATUSES, AttemptRecord, CancelRunCommand, InvalidRunCommandError, RunStateConflictError,
     SubmitRunCommand,
@@ -144,43 +145,10 @@ def cancel(store: Any, run_id: str, *, reason: str | None = None, actor_id: str 
     return record
 
 
-def secret_values(store: Any) -> tuple[str, ...]:
-    """The values printed output must mask: the store's secrets (none where it keeps no variables)."""
-    environment = getattr(store, "environment", None)
-    return () if environment is None else tuple(environment.secret_values())
-
-
-def masked(record: Any, secrets: Sequence[str]) -> Any:
-    """A contract record with every secret's value masked in its strings, as the same type (what
-    the text output of one record prints)."""
-    if not secrets:
-        return record
-    return msgspec.convert(masked_builtins(msgspec.to_builtins(record), secrets), type=type(record))
-
-
-def masked_builtins(value: Any, secrets: Sequence[str]) -> Any:
-    """Builtins ``value`` with a secret's value masked wherever a string value holds it: a Run's
-    own command, ``--env`` or cancel reason may repeat one. Keys are names (a record's fields, a
-    variable's name), never masked: the shape of the output stays what a script expects."""
-
-    if isinstance(value, str):
-        return mask_text(value, secrets)
-    if isinstance(value, list):
-        return [masked_builtins(item, secrets) for item in value]
-    if isinstance(value, dict):
-        return {k: masked_builtins(v, secrets) for k, v in value.items()}
-    return value
-
-
 def masked_detail(store: Any, run_id: str):
     """The Run with its Attempts and dispatch; a secret's value never shown, even where the Run's
     own command, variables or reason repeat it."""
-    return masked(store.runs.detail(run_id), secret_values(store))
-
-
-def masked_runs(store: Any, runs: list) -> list:
-    secrets = secret_values(store)
-    return [masked(r, secrets) for r in runs]
+    return store_redactor(store).record(store.runs.detail(run_id))
 
 
 # ------------------------------------------------------------------------------------ logs
@@ -205,12 +173,12 @@ def attempt_of(store: Any, run_id: str, number: int | None) -> AttemptRecord:
     return attempts[-1]
 
 
-def require_log(attempt: AttemptRecord, run_id: str) -> None:
-    """Refuse an Attempt that has no log (yet), saying why."""
+def require_log(attempt: AttemptRecord, run_id: str, redactor: Redactor) -> None:
+    """Refuse an Attempt that has no log (yet), saying why (its reason masked with ``redactor``)."""
     if attempt.log_path is not msgspec.UNSET:
         return
     if attempt.status not in ACTIVE_ATTEMPT_STATUSES:
-        reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(attempt.end_reason)}"
+        reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(redactor.text(attempt.end_reason))}"
         raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} ended "
                                     f"{attempt.status.value} before its command started{reason}; no log")
     raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} has not started; no log yet")
@@ -252,9 +220,10 @@ class LogChunk(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
 
 def read_log_chunk(store: Any, run_id: str, log_dir: Path, *, attempt: int | None, offset: int,
                    max_bytes: int) -> LogChunk:
-    """At most ``max_bytes`` of the Attempt's log from byte ``offset``. The end of a piece that
-    could begin a secret's value is held back (``next_offset`` stops before it) until the next
-    read, so a value split across two reads is still masked."""
+    """At most ``max_bytes`` of the Attempt's log from byte ``offset`` (more only when the
+    secrets are so long that the masker could hold back that much). The end of a piece that could
+    begin a secret's value or a truncation marker is held back (``next_offset`` stops before it)
+    until the next read, so a value split across two reads, or cut by the marker, is still masked."""
     if offset < 0:
         raise InvalidRunCommandError("offset must be 0 or more")
     store.runs.get(run_id)
@@ -262,15 +231,17 @@ def read_log_chunk(store: Any, run_id: str, log_dir: Path, *, attempt: int | Non
     if record.log_path is msgspec.UNSET and record.status in ACTIVE_ATTEMPT_STATUSES:
         return LogChunk(run_id=run_id, attempt=record.attempt, status=record.status.value, offset=offset,
                         next_offset=offset, text="", done=False)
-    require_log(record, run_id)
+    redactor = store_redactor(store)
+    require_log(record, run_id, redactor)
     active = record.status in ACTIVE_ATTEMPT_STATUSES
+    masker = redactor.log()
+    size = max(max_bytes, masker.most_held + 1)  # a read that can hold back all it read never advances
     fd = open_log(record, run_id, log_dir)
     try:
-        data = os.pread(fd, max_bytes, offset)
-        at_end = len(data) < max_bytes and os.fstat(fd).st_size <= offset + len(data)
+        data = os.pread(fd, size, offset)
+        at_end = len(data) < size and os.fstat(fd).st_size <= offset + len(data)
     finally:
         os.close(fd)
-    masker = SecretMasker(secret_values(store))
     shown = masker.feed(data)
     held = masker.held
     if not active and at_end:

@@ -21,8 +21,9 @@ from edge_runtime.contract.environment import (
     InvalidVariableError,
     SharedVariable,
     VariableNotFoundError,
-    variable_problem,
+    check_variable,
 )
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 
 
 class ClusterEnvironmentStorageError(EnvironmentRepositoryError, code="CLUSTER_STORAGE_FAILED"):
@@ -45,9 +46,7 @@ class PostgresEnvironment:
         self._conn = conn
 
     def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
-        problem = variable_problem(name, value)
-        if problem is not None:
-            raise InvalidVariableError(problem)
+        check_variable(name, value, secret=secret)
         with Transaction(self._conn, ClusterEnvironmentStorageError):
             cur = self._conn.cursor()
             # Sets serialise, so two of new names cannot both pass the count (a lock only the
@@ -76,10 +75,12 @@ class PostgresEnvironment:
     def list(self) -> list[SharedVariable]:
         with reading(ClusterEnvironmentStorageError):
             rows = self._conn.execute(
-                "SELECT name, secret, CASE WHEN NOT secret THEN value END, updated_at_ms FROM ql3.shared_env "
-                "WHERE value IS NOT NULL ORDER BY name COLLATE \"C\"").fetchall()
-        return [SharedVariable(name=name, secret=secret, updated_at_ms=at, **({} if value is None else {"value": value}))
-                for name, secret, value, at in rows]
+                "SELECT name, secret, CASE WHEN NOT secret THEN value END, updated_at_ms, "
+                "secret AND char_length(value) < %s FROM ql3.shared_env "
+                "WHERE value IS NOT NULL ORDER BY name COLLATE \"C\"", (MIN_SECRET_LENGTH,)).fetchall()
+        return [SharedVariable(name=name, secret=secret, updated_at_ms=at,
+                               **({} if value is None else {"value": value}), **({"too_short": True} if short else {}))
+                for name, secret, value, at, short in rows]
 
     def task_values(self) -> dict[str, str]:
         with reading(ClusterEnvironmentStorageError):

@@ -68,7 +68,7 @@ def test_env_set_list_remove_on_postgresql_never_show_a_secret(dsn: str, owner: 
     assert json.loads(as_json_error.stderr) == {"error": {"code": "VARIABLE_NOT_FOUND",
                                                           "message": "no shared variable named 'TOKEN'"}}
     # Set again after a remove: the cleared row is filled.
-    cluster(dsn, "env", "set", "TOKEN", "back", "--secret")
+    cluster(dsn, "env", "set", "TOKEN", "back-again", "--secret")
     assert cluster(dsn, "env", "list").stdout == "PLAIN=again\nTOKEN=*** (secret)\n"
     bad = cluster(dsn, "env", "set", "1BAD", "x", check=False)
     assert bad.returncode == 1 and "[INVALID_VARIABLE]" in bad.stderr

@@ -414,6 +414,24 @@ def test_logs_of_another_host_print_the_stored_copy_and_say_when_it_is_cut(
                             f"the last {STORED_LOG_MAX_BYTES} (the whole log is /var/lib/elsewhere/a.log there)\n")
 
 
+def test_a_stored_copy_that_begins_inside_a_secret_masks_its_rest(
+    dsn: str, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """The copy keeps the log's end only: its first bytes may be the end of an account of a
+    multi-account secret whose beginning was not kept. Masked, as the marker's sides are."""
+    run_id, attempt_id, store = _ended_attempt_elsewhere(dsn, end=True)
+    accounts = ("pt_key=AAQWE123RTY;pt_pin=ALICE99;", "pt_key=ZXCV456BNMQ;pt_pin=BOBBY77;")
+    try:
+        store.environment.set("COOKIE", "&".join(accounts), secret=True)
+        log = b"." * 100 + accounts[1].encode() + b"\n" + b"." * (STORED_LOG_MAX_BYTES - 7)
+        assert store.attempt_logs.keep(attempt_id, log[-STORED_LOG_MAX_BYTES:], size_bytes=len(log), worker_id="host-b")
+    finally:
+        store.close()
+    assert log[-STORED_LOG_MAX_BYTES:].startswith(b"BBY77;\n")  # the copy begins inside the account
+    assert cluster_cli.main(["logs", run_id]) == 0
+    assert capsysbinary.readouterr().out == b"***\n" + b"." * (STORED_LOG_MAX_BYTES - 7)
+
+
 def test_logs_copy_bytes_are_written_unchanged(dsn: str) -> None:
     run_id, attempt_id, store = _ended_attempt_elsewhere(dsn, end=True)
     try:

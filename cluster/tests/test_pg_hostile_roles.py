@@ -181,7 +181,7 @@ def test_the_admin_role_holding_the_old_env_lock_blocks_no_env_set(pg_database: 
     try:
         env = PostgresEnvironment(runtime())
         assert env.set("HELD", "1", secret=False).name == "HELD"
-        assert env.set("HELD", "2", secret=True).secret
+        assert env.set("HELD", "held-secret-2", secret=True).secret
         env.remove("HELD")
     finally:
         admin.close()

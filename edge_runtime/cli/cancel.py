@@ -9,7 +9,8 @@ from typing import Any
 import msgspec
 
 from edge_runtime import operations
-from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_command, print_json, secret_values
+from edge_runtime.cli.common import LOCAL_STORES, WRITE, add_json_flag, add_run_command, print_json
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import CancelRunCommand, RunStatus
 
 
@@ -28,9 +29,9 @@ def run(args: argparse.Namespace) -> int:
     CancelRunCommand(run_id=args.run_id, reason=msgspec.UNSET if args.reason is None else args.reason)  # before the store
     with args.stores.open(args, WRITE) as store:
         record = operations.cancel(store, args.run_id, reason=args.reason)
-        secrets = secret_values(store) if args.json else ()
+        redactor = store_redactor(store) if args.json else None
     if args.json:
-        print_json(record, secrets)
+        print_json(record, redactor)
     elif record.status is RunStatus.CANCELLED:
         sys.stdout.write(f"run {record.id} cancelled (it had not started)\n")
     else:

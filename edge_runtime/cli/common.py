@@ -16,16 +16,18 @@ import argparse
 import contextlib
 import datetime as dt
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from edge_runtime.contract.errors import EdgeRuntimeError
 # Shared with the web panel, so kept with the operations; imported here under their old names.
-from edge_runtime.operations import (  # noqa: F401
-    NO_SERVICE_NOTE, masked, masked_builtins, printable, resolve_run_id, secret_values, wake_service,
-)
+from edge_runtime.operations import NO_SERVICE_NOTE, printable, resolve_run_id, wake_service  # noqa: F401
+
+if TYPE_CHECKING:
+    from edge_runtime.contract.redaction import Redactor
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -95,16 +97,42 @@ def add_json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON (camelCase contract structs)")
 
 
-def print_json(value: Any, secrets: Sequence[str] = ()) -> None:
-    """``value`` as one line of JSON; with ``secrets``, every secret's value in its strings masked."""
-    sys.stdout.write(json_line(value, secrets))
+def print_json(value: Any, redactor: Redactor | None = None) -> None:
+    """``value`` as one line of JSON; with ``redactor``, its strings masked before they are encoded."""
+    sys.stdout.write(json_line(value, redactor))
 
 
-def json_line(value: Any, secrets: Sequence[str] = ()) -> str:
+def json_line(value: Any, redactor: Redactor | None = None) -> str:
     """What :func:`print_json` prints."""
-    if secrets:
-        value = masked_builtins(msgspec.to_builtins(value), secrets)
+    if redactor:
+        value = redactor.value(msgspec.to_builtins(value))
     return _json_encoder.encode(value).decode() + "\n"
+
+
+def read_hidden_line(prompt: str, max_chars: int, error: type[EdgeRuntimeError]) -> str:
+    """One line from the terminal on stdin without echo, its line end dropped. Through ``stty``
+    (busybox has it on a router), not getpass: that needs termios, an extension module more in the
+    artifact for a prompt.
+
+    Raises:
+        ``error``: the echo cannot be turned off, or the line is longer than ``max_chars``.
+    """
+    import subprocess
+
+    try:  # echo off before the prompt shows: what is typed after it is never shown
+        subprocess.run(["stty", "-echo"], stdin=sys.stdin, check=True)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise error(f"cannot turn the terminal's echo off ({exc}); pipe it in with --stdin") from None
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    try:
+        line = sys.stdin.readline(max_chars + 1)
+    finally:
+        subprocess.run(["stty", "echo"], stdin=sys.stdin, check=False)
+        sys.stderr.write("\n")
+    if len(line.rstrip("\r\n")) > max_chars:
+        raise error(f"the line is longer than {max_chars} characters; nothing changed")
+    return line.removesuffix("\n").removesuffix("\r")
 
 
 def format_ms(value: Any) -> str:

@@ -9,9 +9,9 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable, secret_values
+from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable
 from edge_runtime.contract.durations import format_duration
-from edge_runtime.contract.environment import mask_text
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import RunStatus, short_run_id
 
 
@@ -41,10 +41,11 @@ def run(args: argparse.Namespace) -> int:
             limit=args.limit, status=None if args.status is None else RunStatus(args.status), name=args.name,
             schedule_id=args.schedule,
         )
-        secrets = secret_values(store)
+        redactor = store_redactor(store)
         if args.json:
-            print_json(runs, secrets)
+            print_json(runs, redactor)
             return 0
+        runs = redactor.records(runs)  # before a command is quoted or a column cut
         # The last Attempt gives the exit code; the first one's start, the duration.
         attempts = {record.id: store.runs.attempts(record.id) for record in runs}
     sys.stdout.write(f"{'RUN':8}  {'STATUS':10}  {'NAME':16}  {'COMMAND':32}  {'EXIT':>4}  {'TOOK':>8}  CREATED\n")
@@ -54,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         started = tried[0].started_at_ms if tried else msgspec.UNSET
         took = ("-" if started is msgspec.UNSET or record.finished_at_ms is msgspec.UNSET
                 else _duration(record.finished_at_ms - started))
-        command = "" if record.command is msgspec.UNSET else printable(mask_text(shlex.join(record.command), secrets))
+        command = "" if record.command is msgspec.UNSET else printable(shlex.join(record.command))
         sys.stdout.write(
             f"{short_run_id(record.id):8}  {record.status.value:10}  {_cut(present(record.name, ''), 16):16}  "
             f"{_cut(command, 32):32}  {exit_code!s:>4}  {took:>8}  {format_ms(record.created_at_ms)}\n"

@@ -24,7 +24,7 @@ import msgspec
 
 from edge_runtime import operations
 from edge_runtime.cli.common import LOCAL_STORES, READ, add_run_command, open_run
-from edge_runtime.contract.environment import SecretMasker
+from edge_runtime.contract.redaction import LogMasker, Redactor, store_redactor
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, RunStateConflictError
 # Kept importable from here under their old names (tests, the cluster CLI).
 from edge_runtime.operations import HostileLogPathError, LogUnreadableError  # noqa: F401
@@ -53,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
         store.runs.get(args.run_id)
         attempt = _attempt(store, args)
         # Every printed log masks the secrets' values (docs/environment.md).
-        masker = SecretMasker(() if store.environment is None else store.environment.secret_values())
+        redactor = store_redactor(store)
+        masker = redactor.log()
         if attempt.log_path is msgspec.UNSET and args.follow and attempt.status in ACTIVE_ATTEMPT_STATUSES:
             attempt = _wait_for_log(store, args)
-        operations.require_log(attempt, args.run_id)
+        operations.require_log(attempt, args.run_id, redactor)
         copies = store.attempt_logs
         log_dir = Path(args.log_dir) if args.log_dir else args.stores.log_dir(args)
         if copies is None:
@@ -64,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             fd = _open_log_here(attempt, args.run_id, log_dir)
             if fd is None:
-                return _print_copy(store, copies, attempt, args.run_id, masker)
+                return _print_copy(store, copies, attempt, args.run_id, redactor)
         with open(fd, "rb") as log:
             _copy(log, masker)
             while args.follow and attempt.status in ACTIVE_ATTEMPT_STATUSES:
@@ -89,7 +90,7 @@ def _wait_for_log(store: Any, args: argparse.Namespace) -> AttemptRecord:
         time.sleep(FOLLOW_POLL_S)
 
 
-def _copy(log: Any, masker: SecretMasker) -> None:
+def _copy(log: Any, masker: LogMasker) -> None:
     """What the log has past its current position, masked, to stdout."""
     while chunk := log.read(_CHUNK):
         sys.stdout.buffer.write(masker.feed(chunk))
@@ -115,7 +116,7 @@ def _open_log_here(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int | 
         return None  # not this host's log directory (another container's worker): the copy, never that file
 
 
-def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str, masker: SecretMasker) -> int:
+def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str, redactor: Redactor) -> int:
     copy = copies.find(attempt.id)
     if copy is None:
         lease = store.leases.find_lease(attempt.id)
@@ -134,6 +135,8 @@ def _print_copy(store: Any, copies: Any, attempt: AttemptRecord, run_id: str, ma
     if copy.truncated:
         sys.stderr.write(f"Note: attempt {attempt.attempt} ran on worker {copy.worker_id}; its log had {copy.size_bytes} bytes, "
                          f"the stored copy is the last {len(copy.content)} (the whole log is {attempt.log_path} there)\n")
+    # A copy that kept only the log's end begins where the log was cut: a secret's rest may open it.
+    masker = redactor.log(cut_at_start=copy.truncated)
     sys.stdout.buffer.write(masker.feed(copy.content) + masker.flush())
     sys.stdout.flush()
     return 0

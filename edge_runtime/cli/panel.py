@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from edge_runtime.cli.common import read_hidden_line
 from edge_runtime.cli.local_database import open_or_create
 from edge_runtime.contract.errors import EdgeRuntimeError
 
@@ -46,24 +47,7 @@ def _read_password(force_stdin: bool) -> str:
 
 
 def _ask(prompt: str) -> str:
-    """One line from the terminal without echo. Through ``stty`` (busybox has it on a router),
-    not getpass: that needs termios, an extension module more in the artifact for this one prompt."""
-    import subprocess
-
-    try:  # echo off before the prompt shows: what is typed after it is never shown
-        subprocess.run(["stty", "-echo"], stdin=sys.stdin, check=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        raise PasswordEntryError(f"cannot turn the terminal's echo off ({exc}); pipe the password in with --stdin") from None
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
-    try:
-        line = sys.stdin.readline(_MAX_LINE + 1)
-    finally:
-        subprocess.run(["stty", "echo"], stdin=sys.stdin, check=False)
-        sys.stderr.write("\n")
-    if len(line) > _MAX_LINE:
-        raise PasswordEntryError(f"the line is longer than {_MAX_LINE} characters; nothing changed")
-    return line[:-1] if line.endswith("\n") else line
+    return read_hidden_line(prompt, _MAX_LINE, PasswordEntryError)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,13 +17,12 @@ from edge_runtime.cli.common import (
     add_json_flag,
     format_ms,
     format_ms_at_offset,
-    masked,
     present,
     print_json,
     printable,
-    secret_values,
     write_cwd_and_env,
 )
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
@@ -130,9 +129,7 @@ def run(args: argparse.Namespace) -> int:
             repository = store.schedules
             records = repository.list() if args.action == "list" else [repository.get(args.schedule_id)]
             # A schedule's own command or --env may repeat a secret's value: never shown.
-            secrets = secret_values(store)
-            if secrets:
-                records = [masked(r, secrets) for r in records]
+            records = store_redactor(store).records(records)
             if args.json:
                 print_json(records if args.action == "list" else records[0])
             elif args.action == "list":
@@ -161,7 +158,7 @@ def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, t
     operations.wake_schedules(store, note_when_none=args.action == "add")  # after the commit
     if args.json:
         if record is not None:
-            record = masked(record, secret_values(store))
+            record = store_redactor(store).record(record)
         # Every --json command prints JSON: a removed schedule has no record left, so its id.
         print_json(record if record is not None else {"removed": args.schedule_id})
     else:

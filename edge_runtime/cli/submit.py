@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 
 from edge_runtime import operations
-from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, json_line, print_json, secret_values, wake_service
+from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, json_line, print_json, wake_service
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.durations import parse_duration_ms
 from edge_runtime.contract.runs import MAX_BATCH_RUNS, MAX_RETRIES, InvalidRunCommandError, SubmitRunCommand
 
@@ -101,7 +102,7 @@ def handed_off_output(store: Any, record: Any, *, as_json: bool) -> str:
     (secrets masked), one line."""
     if not as_json:
         return record.id + "\n"
-    return json_line(record, secret_values(store))
+    return json_line(record, store_redactor(store))
 
 
 def handed_off_command(db_path: str, request: Any) -> tuple[SubmitRunCommand, bool] | None:

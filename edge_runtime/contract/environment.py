@@ -17,6 +17,7 @@ from typing import Protocol
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 from edge_runtime.contract.validation import SafeInt
 
 #: The variables an Attempt gets from the service's own environment without any setting.
@@ -32,10 +33,6 @@ MAX_NAME_LENGTH = 128
 MAX_VALUE_LENGTH = 32 * 1024
 #: Variables of one Run (``--env``) and shared ones (``env set``), each at most.
 MAX_VARIABLES = 256
-#: What replaces a secret's value in printed output; values shorter than this are not masked
-#: (masking every "1" or "ok" in a log would make it unreadable and hide nothing).
-MASK = "***"
-MIN_MASKED_LENGTH = 4
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -46,6 +43,10 @@ class VariableError(EdgeRuntimeError, code="ENVIRONMENT_ERROR"):
 
 class InvalidVariableError(VariableError, code="INVALID_VARIABLE"):
     """A variable's name or value is refused (the message says which rule); nothing was stored."""
+
+
+class SecretTooShortError(InvalidVariableError, code="SECRET_TOO_SHORT"):
+    """A secret's value is shorter than ``MIN_SECRET_LENGTH``: too short to mask safely; nothing was stored."""
 
 
 class VariableNotFoundError(VariableError, code="VARIABLE_NOT_FOUND"):
@@ -70,6 +71,30 @@ def variable_problem(name: object, value: object) -> str | None:
     if len(value) > MAX_VALUE_LENGTH:
         return f"the value of {name} is longer than {MAX_VALUE_LENGTH} characters"
     return None
+
+
+def secret_problem(name: str, value: str) -> str | None:
+    """Why ``value`` cannot be the secret ``name`` (beyond :func:`variable_problem`), or None."""
+    if len(value) < MIN_SECRET_LENGTH:
+        return (f"the secret {name} has {len(value)} characters; a secret has at least {MIN_SECRET_LENGTH} "
+                f"(a shorter value cannot be masked safely in what is shown): set a longer value, or set it "
+                f"without --secret")
+    return None
+
+
+def check_variable(name: object, value: object, *, secret: bool) -> None:
+    """What every store checks before ``set`` stores anything.
+
+    Raises:
+        InvalidVariableError: an invalid name or value. SecretTooShortError: a secret too short to mask.
+    """
+    problem = variable_problem(name, value)
+    if problem is not None:
+        raise InvalidVariableError(problem)
+    if secret:
+        problem = secret_problem(name, value)  # type: ignore[arg-type]  (checked above)
+        if problem is not None:
+            raise SecretTooShortError(problem)
 
 
 def env_problem(env: object) -> str | None:
@@ -106,31 +131,38 @@ def parse_assignments(items: Iterable[str] | None) -> dict[str, str]:
 
 
 class SharedVariable(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
-    """A shared variable as it is shown: a secret's value is never part of it (absent)."""
+    """A shared variable as it is shown: a secret's value is never part of it (absent).
+    ``too_short``: a secret stored before secrets had a minimum length, shorter than it (it is
+    masked whole wherever it appears, and ``check`` names it); absent otherwise."""
 
     name: str
     secret: bool
     value: str | msgspec.UnsetType = msgspec.UNSET
     updated_at_ms: SafeInt
+    too_short: bool | msgspec.UnsetType = msgspec.UNSET
 
 
 class EnvironmentStore(Protocol):
     """The shared variables, kept by the store (``Store.environment``)."""
 
     def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
-        """Create or replace a variable (its secret flag too). Raises InvalidVariableError."""
+        """Create or replace a variable (its secret flag too), after :func:`check_variable`.
+
+        Raises:
+            InvalidVariableError: refused (SecretTooShortError: a secret too short); nothing stored.
+        """
 
     def remove(self, name: str) -> None:
         """Raises VariableNotFoundError."""
 
     def list(self) -> list[SharedVariable]:
-        """Every variable by name, secrets without their value."""
+        """Every variable by name, secrets without their value (``too_short`` where one is)."""
 
     def task_values(self) -> dict[str, str]:
         """Every variable with its value: what an Attempt gets (the service only)."""
 
     def secret_values(self) -> list[str]:
-        """The secrets' values: what printed output masks."""
+        """The secrets' values: what shown output masks (``redaction.store_redactor``)."""
 
 
 def compose_environment(
@@ -150,50 +182,3 @@ def compose_environment(
     env[RUN_ID_NAME] = run_id
     env[ATTEMPT_ID_NAME] = attempt_id
     return env
-
-
-class SecretMasker:
-    """Masks every occurrence of a secret's value (``MIN_MASKED_LENGTH`` characters or longer) as
-    ``MASK`` in a byte stream fed in pieces: a value split across two pieces is still masked,
-    since the end of each piece that could begin one is held back until the next (or ``flush``).
-    Longer values are tried first, so one containing another is masked whole."""
-
-    __slots__ = ("_pattern", "_keep", "_pending")
-
-    def __init__(self, secrets: Iterable[str]) -> None:
-        values = sorted({s.encode() for s in secrets if len(s) >= MIN_MASKED_LENGTH}, key=len, reverse=True)
-        self._pattern = re.compile(b"|".join(re.escape(v) for v in values)) if values else None
-        self._keep = max((len(v) for v in values), default=1) - 1
-        self._pending = b""
-
-    def feed(self, data: bytes) -> bytes:
-        if self._pattern is None:
-            return data
-        buffer = self._pending + data
-        cut = max(0, len(buffer) - self._keep)
-        out: list[bytes] = []
-        position = 0
-        for match in self._pattern.finditer(buffer):
-            if match.start() >= cut:
-                break
-            out += (buffer[position:match.start()], MASK.encode())
-            position = match.end()
-        cut = max(cut, position)
-        out.append(buffer[position:cut])
-        self._pending = buffer[cut:]
-        return b"".join(out)
-
-    @property
-    def held(self) -> int:
-        """How many bytes fed so far are held back (they could begin a secret's value)."""
-        return len(self._pending)
-
-    def flush(self) -> bytes:
-        rest, self._pending = self._pending, b""
-        return rest if self._pattern is None else self._pattern.sub(MASK.encode(), rest)
-
-
-def mask_text(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every secret's value (``MIN_MASKED_LENGTH`` or longer) replaced by ``MASK``."""
-    masker = SecretMasker(secrets)
-    return (masker.feed(text.encode()) + masker.flush()).decode("utf-8", "replace")

@@ -13,8 +13,9 @@ from edge_runtime.contract.environment import (
     MAX_VARIABLES,
     SharedVariable,
     VariableNotFoundError,
-    variable_problem,
+    check_variable,
 )
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 
@@ -28,9 +29,7 @@ class LocalEnvironmentRepository:
         self._db = db
 
     def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
-        problem = variable_problem(name, value)
-        if problem is not None:
-            raise InvalidVariableError(problem)
+        check_variable(name, value, secret=secret)
         with environment_errors(), self._db.write() as now:
             connection = self._db.connection
             exists = connection.execute("SELECT 1 FROM shared_env WHERE name = ?", (name,)).fetchone()
@@ -54,11 +53,12 @@ class LocalEnvironmentRepository:
     def list(self) -> list[SharedVariable]:
         with environment_errors():
             rows = self._db.connection.execute(
-                "SELECT name, secret, CASE WHEN secret = 0 THEN value END, updated_at_ms FROM shared_env ORDER BY name"
+                "SELECT name, secret, CASE WHEN secret = 0 THEN value END, updated_at_ms, "
+                "secret <> 0 AND length(value) < ? FROM shared_env ORDER BY name", (MIN_SECRET_LENGTH,)
             ).fetchall()
         return [SharedVariable(name=name, secret=bool(secret), updated_at_ms=at,
-                               **({} if value is None else {"value": value}))
-                for name, secret, value, at in rows]
+                               **({} if value is None else {"value": value}), **({"too_short": True} if short else {}))
+                for name, secret, value, at, short in rows]
 
     def task_values(self) -> dict[str, str]:
         with environment_errors():

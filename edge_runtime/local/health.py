@@ -14,7 +14,10 @@ from edge_runtime.contract.cancellation_dispatch import RepositoryError
 from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
 from edge_runtime.local.clock import read_now_ms
+from edge_runtime.contract.environment import EnvironmentRepositoryError
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 from edge_runtime.local.database import LocalDatabase
+from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms
 from edge_runtime.local.retention import RetentionPolicy, log_dir_contents, plan
@@ -93,6 +96,19 @@ def _clock_floor(db: LocalDatabase) -> HealthCheck:
     return HealthCheck("clock_floor", True, f"{fast} ms, no stored time above it")
 
 
+def _secrets(db: LocalDatabase) -> HealthCheck:
+    """Secrets stored before secrets had a minimum length and shorter than it: still given to
+    tasks and masked whole wherever shown, but too short to mask safely (docs/environment.md)."""
+    variables = LocalEnvironmentRepository(db).list()
+    short = [v.name for v in variables if v.too_short is True]
+    secrets = sum(v.secret for v in variables)
+    if short:
+        return HealthCheck("secrets", False, f"{len(short)} of {secrets} secrets shorter than {MIN_SECRET_LENGTH} "
+                                             f"characters, too short to mask safely: {', '.join(short)} (set each "
+                                             f"again with a longer value: `edge-runtime env set NAME --secret`)")
+    return HealthCheck("secrets", True, f"{secrets} secrets, each at least {MIN_SECRET_LENGTH} characters")
+
+
 def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
     ok, detail = describe(scrub_status(db.connection, db.path))
     return HealthCheck("legacy_tokens", ok, detail)
@@ -133,7 +149,7 @@ def _guarded(name: str, check: Callable[..., HealthCheck], *args: Any) -> Health
     what SQLite said, and the report goes on with the others."""
     try:
         return check(*args)
-    except (apsw.Error, LocalStorageError) as exc:
+    except (apsw.Error, LocalStorageError, EnvironmentRepositoryError) as exc:
         return HealthCheck(name, False, f"could not be read: {exc}")
 
 
@@ -155,5 +171,7 @@ def check_health(
         else:
             checks.append(_guarded(name, _invariants, db, name, *stored))
     checks.append(_guarded("clock_floor", _clock_floor, db))
+    checks.append(HealthCheck("secrets", False, "not checked: migrations pending") if db.pending
+                  else _guarded("secrets", _secrets, db))
     checks.append(_guarded("legacy_tokens", _legacy_tokens, db))
     return HealthReport(database=db.path, ok=all(c.ok for c in checks), checks=checks)

@@ -4,6 +4,8 @@ Each handler gets the panel's open Local store, the matched route's ``{id}`` and
 request body; it returns ``(status, value)``, ``value`` encoded as JSON (camelCase contract
 structs, absent fields left out). A refusal is the operation's own error, with its own code:
 ``{"error": {"code": ..., "message": ...}}`` (:func:`error_status` picks the HTTP status).
+Every answer and every error message passes :meth:`Api.answer` / :meth:`Api.error_message`
+first: the store's secrets masked in every string, whichever handler made it.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import msgspec
 
 from edge_runtime import operations
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import InvalidRunCommandError, RunStatus
 
 #: The body of a request (the page's JSON; the login's password).
@@ -124,6 +127,20 @@ class Api:
     def __init__(self, store: Any, *, db_path: str, log_dir: Path, config: Any) -> None:
         self.store, self.db_path, self.log_dir, self.config = store, db_path, log_dir, config
 
+    def answer(self, handler: str, item_id: str | None, query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        """The handler's ``(status, value)``, ``value`` as builtins with the secrets masked in
+        every string before it is encoded (read now: a secret set a moment ago is masked too)."""
+        status, value = getattr(self, handler)(item_id, query, body)
+        return status, store_redactor(self.store).value(msgspec.to_builtins(value))
+
+    def error_message(self, exc: EdgeRuntimeError) -> str:
+        """A refusal's message as answered, masked as answers are (it may quote a stored reason).
+        When the secrets cannot be read, the message is withheld; its code still says what failed."""
+        try:
+            return store_redactor(self.store).text(str(exc))
+        except EdgeRuntimeError as failed:
+            return f"(message withheld: the secrets to mask it with could not be read [{failed.code}])"
+
     def list_runs(self, _id: str | None, query: dict[str, str], _body: bytes) -> tuple[int, Any]:
         status = query.get("status") or None
         if status is not None and status not in {s.value for s in RunStatus}:
@@ -132,10 +149,10 @@ class Api:
         before = _int(query, "before", None, 0, 1 << 53)
         runs = self.store.runs.list_runs(limit=limit, status=None if status is None else RunStatus(status),
                                          before_ms=before)
-        return 200, operations.masked_runs(self.store, runs)
+        return 200, runs
 
     def run_detail(self, run_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
-        return 200, operations.masked_detail(self.store, run_id)
+        return 200, self.store.runs.detail(run_id)
 
     def run_log(self, run_id: str, query: dict[str, str], _body: bytes) -> tuple[int, Any]:
         return 200, operations.read_log_chunk(

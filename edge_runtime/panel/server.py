@@ -418,13 +418,13 @@ class PanelServer:
             elif route.handler == "logout":
                 status, value, extra = self._logout(connection)
             else:
-                status, value = getattr(self._api, route.handler)(matched.id, matched.query, body)
+                status, value = self._api.answer(route.handler, matched.id, matched.query, body)
             payload = msgspec.json.encode(value)
         except SecretCheckThrottledError as exc:
             self._refuse(connection, _throttled(exc), retry_after=exc.retry_after_s)
             return
         except EdgeRuntimeError as exc:
-            status, payload = panel_api.error_status(exc), _error_body(exc.code, str(exc))
+            status, payload = panel_api.error_status(exc), _error_body(exc.code, self._api.error_message(exc))
         except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
             self.journal.error("panel.request_failed", handler=route.handler, error=type(exc).__name__, detail=str(exc))
             status, payload = 500, _error_body("INTERNAL", "the panel failed to answer this request; see the service's log")

@@ -53,7 +53,7 @@ from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.dispatcher import CancellationDispatcher
 from edge_runtime.service.errors import ServiceError
 from edge_runtime.service.executor import seal_inherited_descriptors
-from edge_runtime.service.journal import Journal
+from edge_runtime.service.journal import Journal, JournalSecrets
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.monitor import monitor_path
 from edge_runtime.service.process_identity import read_boot_id
@@ -155,6 +155,8 @@ class DeviceService:
         self._busy_since_ms: int | None = None
         #: When the loop next reads whether its session is still current (WorkerSession.check_current).
         self._next_session_check_ms = 0
+        #: Keeps the journal's mask to the store's secrets (set once the store is open).
+        self._secrets: JournalSecrets | None = None
 
     def run(self) -> int:
         """Serve until SIGTERM/SIGINT.
@@ -211,6 +213,9 @@ class DeviceService:
             for reason in wake.refused:
                 journal.warning("wake.directory_refused", detail=reason, using=wake.where)
             runs = store.runs
+            # Before the first line that could quote a stored text: the log masks every secret.
+            secrets = self._secrets = JournalSecrets(journal, lambda: getattr(store, "environment", None))
+            secrets.refresh()
             worker = WorkerSession(
                 store.leases,
                 worker_id=config.worker_id,
@@ -229,9 +234,8 @@ class DeviceService:
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
                 log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs, grace_ms=config.grace_ms,
                 pass_env=config.pass_env, work_dir=None if self.work_dir is None else str(self.work_dir),
-                # Looked up on each call: a store may replace the repository behind it (a reconnect).
-                shared_env=None if getattr(store, "environment", None) is None
-                else lambda: store.environment.task_values(),
+                # Read at each start; a change also renews the journal's mask (JournalSecrets).
+                shared_env=None if getattr(store, "environment", None) is None else secrets.task_values,
                 log_dir_fd=log_dir_fd,
             )
             dispatcher = CancellationDispatcher(
@@ -422,6 +426,8 @@ class DeviceService:
         worked = False
         self._keep_time()
         try:
+            if self._secrets is not None:
+                self._secrets.refresh_when_due()
             for hook in self._hooks:  # first: a fired Run starts and a timeout's cancel is sent in this tick
                 worked |= hook.tick()
             worked |= dispatcher.dispatch_due() > 0

@@ -1,7 +1,8 @@
 """The shared variables on every store (docs/environment.md): ``set`` creates or replaces one (its
 secret flag too), ``list`` gives every variable by name and never a secret's value, ``remove``
-deletes one and says when there is none, the limits are the contract's, and what an Attempt gets
-(``task_values``) and what printed output masks (``secret_values``) follow every change."""
+deletes one and says when there is none, the limits are the contract's (a secret too short to mask
+is refused; one stored before that rule is listed as too short and still masked), and what an
+Attempt gets (``task_values``) and what printed output masks (``secret_values``) follow every change."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from edge_runtime.contract.environment import (
     MAX_VALUE_LENGTH,
     MAX_VARIABLES,
     InvalidVariableError,
+    SecretTooShortError,
     VariableNotFoundError,
 )
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH, store_redactor
 
 
 @pytest.fixture
@@ -79,3 +82,32 @@ def test_at_most_max_variables_but_replacing_one_is_still_allowed(env) -> None:
     env.remove("V1")
     env.set("ONE_MORE", "x", secret=False)
     assert len(env.list()) == MAX_VARIABLES
+
+
+def test_a_secret_shorter_than_the_minimum_is_refused_and_nothing_is_stored(backend, env) -> None:
+    env.set("TOKEN", "long-enough-value", secret=True)
+    short = "x" * (MIN_SECRET_LENGTH - 1)
+    with pytest.raises(SecretTooShortError, match=f"has {MIN_SECRET_LENGTH - 1} characters; a secret has at least "
+                                                  f"{MIN_SECRET_LENGTH}") as refused:
+        env.set("TOKEN", short, secret=True)
+    assert refused.value.code == "SECRET_TOO_SHORT" and isinstance(refused.value, InvalidVariableError)
+    with pytest.raises(SecretTooShortError):
+        env.set("NEW", "", secret=True)
+    assert env.task_values() == {"TOKEN": "long-enough-value"}  # the old value stands, nothing else stored
+    # Characters, not bytes, and only for a secret: the same short value as a plain variable is fine.
+    env.set("CJK", "密" * MIN_SECRET_LENGTH, secret=True)
+    env.set("PLAIN", short, secret=False)
+    assert sorted(env.secret_values()) == sorted(["long-enough-value", "密" * MIN_SECRET_LENGTH])
+
+
+def test_a_short_secret_stored_before_the_minimum_is_listed_as_too_short_and_still_masked(backend, env) -> None:
+    backend.store_secret_as_is("OLD", "1234")
+    env.set("GOOD", "long-enough-value", secret=True)
+    env.set("PLAIN", "1", secret=False)
+    listed = {v.name: v for v in env.list()}
+    assert listed["OLD"].too_short is True and not isinstance(listed["OLD"].value, str)
+    assert not isinstance(listed["GOOD"].too_short, bool) and not isinstance(listed["PLAIN"].too_short, bool)
+    assert env.task_values()["OLD"] == "1234"  # tasks still get it
+    assert store_redactor(backend).text("pin 1234 and long-enough-value") == "pin *** and ***"
+    env.set("OLD", "now-long-enough", secret=True)
+    assert not any(v.too_short is True for v in env.list())

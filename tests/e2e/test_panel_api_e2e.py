@@ -4,11 +4,16 @@ offset, cancel, the schedule actions, health, and sessions ended by a new passwo
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
+from pathlib import Path
 
 import msgspec
 import pytest
+from tests.support.multi_account import (
+    ACCOUNTS, CAP, CAPPED_TASK, COOKIE, capped_task_shown, leaked, same_but_marker, set_secret,
+)
 from tests.support.panel_client import PASSWORD, body_json, login, request, start_panel, status
 from tests.support.service_harness import decode_json, wait_for
 
@@ -137,6 +142,43 @@ def test_secrets_are_masked_in_the_panel_too(panel) -> None:
     shown = request(port, "GET", f"/api/runs/{run_id}/log", cookie=token) + request(port, "GET", f"/api/runs/{run_id}", cookie=token)
     shown += request(port, "GET", "/api/runs", cookie=token)
     assert b"s3cr3t-value-xyz" not in shown
+
+
+@pytest.mark.e2e
+def test_every_account_of_a_secret_is_masked_in_every_answer_and_the_log_view(harness) -> None:
+    """The schedule answers and the answers of submit and cancel mask like every other; the log
+    view, read chunk by chunk from each answer's ``nextOffset``, masks an account the capture's
+    cap cut in two as `logs` does."""
+    set_secret(harness, "COOKIE", COOKIE)
+    service, port = start_panel(harness, "--log-max-bytes", str(CAP))
+    token = login(port)
+    first, second = ACCOUNTS
+    answers = [_api(port, token, "POST", "/api/schedules", {"cron": "@daily", "command": ["echo", first],
+                                                            "env": {"TWO": second}})]
+    schedule_id = answers[0][1]["id"]
+    for action in ("pause", "resume"):
+        answers.append(_api(port, token, "POST", f"/api/schedules/{schedule_id}/{action}"))
+    answers.append(_api(port, token, "GET", "/api/schedules"))
+    answers.append(_api(port, token, "POST", "/api/runs", {"command": ["sleep", "30"], "name": first}))
+    answers.append(_api(port, token, "POST", f"/api/runs/{answers[-1][1]['id']}/cancel", {"reason": f"x {second}"}))
+    unknown = _api(port, token, "POST", "/api/runs", {"command": [second]})[1]["id"]
+    harness.wait_status(unknown, "failed")
+    answers.append(_api(port, token, "GET", f"/api/runs/{unknown}/log"))  # refused: never started; its reason
+    assert answers[-1][0] == 409 and "cannot start '***'" in answers[-1][1]["error"]["message"]
+    for code, value in answers:
+        assert code < 500 and not leaked(json.dumps(value)) and "***" in json.dumps(value), value
+    run_id = _api(port, token, "POST", "/api/runs", {"command": ["sh", "-c", CAPPED_TASK]})[1]["id"]
+    harness.wait_status(run_id, "succeeded")
+    log_path = Path(harness.detail(run_id).attempts[-1].log_path)
+    wait_for(lambda: b"bytes left out" in log_path.read_bytes(), "the log's end after the marker")
+    shown, offset = b"", 0
+    while True:
+        chunk = _api(port, token, "GET", f"/api/runs/{run_id}/log?offset={offset}")[1]
+        shown, offset = shown + chunk["text"].encode(), chunk["nextOffset"]
+        if chunk["done"]:
+            break
+    assert same_but_marker(shown, capped_task_shown()), shown
+    assert service.process.poll() is None
 
 
 @pytest.mark.e2e

@@ -1,14 +1,20 @@
 """A task's everyday needs end to end (docs/environment.md, docs/runs.md): a real ``serve``, the
-real CLI, real processes: the composed environment, secrets masked, working directories,
-retries, ``schedule run``/``edit`` and ``logs --follow``."""
+real CLI, real processes: the composed environment, secrets masked (a multi-account secret's every
+account too, across the capture's cap), working directories, retries, ``schedule run``/``edit`` and
+``logs --follow``."""
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from tests.support.multi_account import (
+    ACCOUNTS, CAP, CAPPED_TASK, CHUNK_TASK, COOKIE, INSIDE, capped_task_shown, leaked, same_but_marker, set_secret,
+)
 from tests.support.service_harness import Harness, decode_json, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -107,3 +113,48 @@ def test_logs_follow_streams_until_the_attempt_ends(harness: Harness) -> None:
     assert follow.returncode == 0, follow.stderr
     assert follow.stdout.splitlines() == ["first", "second ***", "last"]
     wait_for(lambda: harness.detail(run_id).status.value == "succeeded", "the run's end")
+
+
+def test_each_account_of_a_multi_account_secret_is_masked_across_the_cap_and_a_read_chunk(harness: Harness) -> None:
+    """A QingLong cookie: accounts joined with `&`; the task splits it and prints each account,
+    one cut by the capture's cap (its halves on either side of the marker), one across the 64 KiB
+    a reader reads at a time."""
+    set_secret(harness, "COOKIE", COOKIE)
+    chunked = harness.cli("submit", "--", "sh", "-c", CHUNK_TASK).stdout.strip()
+    first = harness.serve()
+    harness.wait_status(chunked, "succeeded")
+    first.stop()
+    assert harness.cli("logs", chunked).stdout == "." * 65530 + "***\n"
+    capped = harness.cli("submit", "--", "sh", "-c", CAPPED_TASK).stdout.strip()
+    harness.serve("--log-max-bytes", str(CAP))
+    harness.wait_status(capped, "succeeded")
+    log_path = Path(harness.detail(capped).attempts[-1].log_path)
+    wait_for(lambda: b"bytes left out" in log_path.read_bytes(), "the log's end after the marker")
+    shown = subprocess.run([sys.executable, "-m", "edge_runtime", "--db", str(harness.db_path), "logs", capped],
+                           capture_output=True, env=harness.env, timeout=60, check=True).stdout
+    assert same_but_marker(shown, capped_task_shown()), shown
+    raw = log_path.read_bytes()
+    assert ACCOUNTS[0][:INSIDE].encode() + b"\n[edge-runtime: output truncated" in raw  # the cap did cut it
+    assert b"]\n" + ACCOUNTS[1][-INSIDE:].encode() in raw
+
+
+def test_no_account_of_a_secret_is_shown_by_show_events_list_or_the_services_log(harness: Harness) -> None:
+    set_secret(harness, "COOKIE", COOKIE)
+    first, second = ACCOUNTS
+    run_id = harness.cli("submit", "--name", f"for {second}", "--env", f"ONE={first}", "--", "sh", "-c",
+                         f"echo {shlex.quote(first)}; sleep 30").stdout.strip()
+    unknown = harness.cli("submit", "--", second).stdout.strip()  # a command named after an account: never found
+    service = harness.serve()
+    harness.wait_running(run_id)
+    harness.cli("cancel", run_id, "--reason", f"rotate {second}")
+    harness.wait_status(run_id, "cancelled")
+    failed = harness.wait_status(unknown, "failed")
+    assert second in failed.attempts[-1].end_reason  # stored as it happened; shown masked
+    for args in (("show", run_id), ("show", run_id, "--json"), ("events", run_id), ("events", run_id, "--json"),
+                 ("list",), ("list", "--json"), ("show", unknown), ("events", unknown), ("logs", run_id)):
+        printed = harness.cli(*args).stdout
+        assert not leaked(printed) and "***" in printed, (args, printed)
+    refused = harness.cli("logs", unknown, check=False)  # its command never started: the reason, masked
+    assert refused.returncode == 1 and "cannot start '***'" in refused.stderr and not leaked(refused.stderr)
+    service.wait_log("attempt.not_started")
+    assert "cannot start '***'" in service.log() and not leaked(service.log())

@@ -57,6 +57,11 @@ class _SetUp:
 
     # ----------------------------------------------------------------- arrange
 
+    def store_secret_as_is(self, name: str, value: str) -> None:
+        """A secret row as an earlier release (no minimum length) may have stored it."""
+        self._exec("INSERT INTO shared_env (name, value, secret, updated_at_ms) VALUES (?, ?, ?, ?)",
+                   (name, value, True, self.now()))
+
     def create_run(self, run_id: str, *, status: str = "running", execution_owner: str = "runtime",
                    cancel_requested_at_ms: int | None = None) -> None:
         self._exec("INSERT INTO runs (id, execution_owner, status, version, event_sequence, cancel_requested_at_ms, "

@@ -78,7 +78,7 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("events",): lambda w: ["events", w.run, "--json"],
     ("dispatch", "show"): lambda w: ["dispatch", "show", w.blocked, "--json"],
     ("dispatch", "rearm"): lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "3", "--json"],
-    ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef", "--secret", "--json"],
+    ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef-long", "--secret", "--json"],
     ("env", "list"): lambda w: ["env", "list", "--json"],
     ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
     ("schedule", "add"): lambda w: ["schedule", "add", "@hourly", "--json", "--", "true"],

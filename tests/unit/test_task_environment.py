@@ -1,5 +1,5 @@
-"""A task's environment (docs/environment.md): composition, secret masking, shared variables on
-the device store, and the pass_env / work_dir settings."""
+"""A task's environment (docs/environment.md): composition, shared variables on the device store,
+and the pass_env / work_dir settings (masking: test_redaction.py)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ import pytest
 
 from edge_runtime.contract.environment import (
     InvalidVariableError,
-    SecretMasker,
     VariableNotFoundError,
     compose_environment,
-    mask_text,
     parse_assignments,
 )
 from edge_runtime.local.database import LocalDatabase
@@ -28,22 +26,6 @@ def test_the_base_then_pass_env_then_shared_then_own_and_always_the_ids() -> Non
                    "EDGE_RUNTIME_RUN_ID": "r1", "EDGE_RUNTIME_ATTEMPT_ID": "a1"}
     # Nothing else of the service's environment, and a PATH even when the service has none.
     assert compose_environment({}, run_id="r", attempt_id="a")["PATH"].startswith("/usr/local/sbin")
-
-
-@pytest.mark.parametrize("pieces", [
-    [b"token=hunter2-secret\n"],
-    [b"token=hunt", b"er2-secret\n"],
-    [b"token=h", b"u", b"nter2-secre", b"t\n"],
-])
-def test_a_secret_is_masked_even_when_split_across_reads(pieces: list[bytes]) -> None:
-    masker = SecretMasker(["hunter2-secret", "abc"])
-    out = b"".join(masker.feed(piece) for piece in pieces) + masker.flush()
-    assert out == b"token=***\n"
-
-
-def test_short_values_are_not_masked_and_the_longest_secret_wins() -> None:
-    assert mask_text("abc abcd abcdef", ["abc", "abcd", "abcdef"]) == "abc *** ***"
-    assert SecretMasker([]).feed(b"as is") == b"as is"
 
 
 def test_assignments_are_parsed_and_bad_ones_refused() -> None:
