@@ -53,16 +53,35 @@ def resolve_run_id(store: Any, form: str) -> str:
     Raises:
         RunNotFoundError: no Run matches. AmbiguousRunIdError: several do (named).
     """
-    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH, AmbiguousRunIdError, RunNotFoundError
+    from edge_runtime.contract.runs import AmbiguousRunIdError, RunNotFoundError
+
+    return _resolve_id(form, store.runs.find_run_ids, "run", RunNotFoundError, AmbiguousRunIdError)
+
+
+def resolve_schedule_id(store: Any, form: str) -> str:
+    """The full id of the schedule that ``form`` names, by the rule of :func:`resolve_run_id`.
+
+    Raises:
+        ScheduleNotFoundError: no schedule matches. AmbiguousScheduleIdError: several do (named).
+    """
+    from edge_runtime.contract.schedules import AmbiguousScheduleIdError, ScheduleNotFoundError
+
+    return _resolve_id(form, store.schedules.find_schedule_ids, "schedule", ScheduleNotFoundError,
+                       AmbiguousScheduleIdError)
+
+
+def _resolve_id(form: str, find: Callable[[str, int], list[str]], kind: str, not_found: type[EdgeRuntimeError],
+                ambiguous: type[EdgeRuntimeError]) -> str:
+    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH
 
     if not isinstance(form, str) or len(form) > MAX_SHORT_ID_LENGTH or not form:
-        return form
-    found = store.runs.find_run_ids(form, 6)
+        return form  # a full id (or no id at all): the command's own lookup judges it
+    found = find(form, 6)
     if not found:
-        raise RunNotFoundError(f"no run with id {form!r} (nor one whose id begins or ends with it)")
+        raise not_found(f"no {kind} with id {form!r} (nor one whose id begins or ends with it)")
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise AmbiguousRunIdError(f"{form!r} names several runs: {shown}; give more characters")
+        raise ambiguous(f"{form!r} names several {kind}s: {shown}; give more characters")
     return found[0]
 
 

@@ -169,6 +169,17 @@ class PostgresScheduleRepository:
             raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
         return record
 
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`; no LIKE wildcards; a
+        removed schedule is not found, as by ``get``."""
+        with reading(ClusterScheduleStorageError):
+            rows = self._cur.execute(
+                f"SELECT id FROM ql3.schedules WHERE {_LIVE} AND (left(id, length(%(f)s)) = %(f)s "
+                "OR right(id, length(%(f)s)) = %(f)s) ORDER BY created_at_ms DESC, id LIMIT %(n)s",
+                {"f": form, "n": limit},
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def list(self) -> list[ScheduleRecord]:
         with reading(ClusterScheduleStorageError):
             rows = self._cur.execute(

@@ -71,6 +71,10 @@ class ScheduleNotFoundError(ScheduleError, code="SCHEDULE_NOT_FOUND"):
     """No schedule has this id."""
 
 
+class AmbiguousScheduleIdError(ScheduleError, code="SCHEDULE_ID_AMBIGUOUS"):
+    """A short id form matches several schedules; the message names them."""
+
+
 class ScheduleRepositoryError(ScheduleError, code="SCHEDULE_REPOSITORY_FAILED"):
     """The store could not read or write the schedule."""
 
@@ -289,6 +293,10 @@ class ScheduleAdmin(Protocol):
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord: ...
     def get(self, schedule_id: str) -> ScheduleRecord: ...
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """Ids of the schedules whose id begins or ends with ``form`` (a short id form, matched
+        literally), newest first, at most ``limit``."""
+        ...
     def list(self) -> list[ScheduleRecord]: ...
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord: ...
     def remove(self, schedule_id: str) -> None: ...

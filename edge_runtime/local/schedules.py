@@ -133,6 +133,15 @@ class LocalScheduleRepository:
             raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
         return record
 
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`; no LIKE wildcards."""
+        with schedule_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM schedules WHERE substr(id, 1, length(?1)) = ?1 OR substr(id, -length(?1)) = ?1 "
+                "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2", (form, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
+
     def list(self) -> list[ScheduleRecord]:
         with schedule_repository_errors():
             rows = self._db.connection.execute(

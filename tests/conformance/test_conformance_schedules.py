@@ -258,3 +258,19 @@ def test_a_stored_schedule_that_cannot_fire_is_paused_with_the_reason_and_the_ot
     assert not resumed.paused and resumed.next_fire_at_ms > backend.now()
     # A schedule its user paused has no reason.
     assert backend.schedules.set_paused(good.id, True).pause_reason is msgspec.UNSET
+
+
+def test_a_schedule_is_found_by_a_prefix_or_a_suffix_of_its_id_newest_first(backend: Any) -> None:
+    records = []
+    for _ in range(17):  # 17 random ids over 16 hex digits: at least two begin with the same one
+        records.append(_add(backend))
+        backend.advance(1)
+    first = records[0]
+    find = backend.schedules.find_schedule_ids
+    assert find(first.id[:8], 6) == [first.id] == find(first.id[-12:], 6)
+    shared = next(r.id[0] for r in records if sum(o.id[0] == r.id[0] for o in records) > 1)
+    named = [r.id for r in reversed(records) if r.id.startswith(shared) or r.id.endswith(shared)]
+    assert len(named) > 1 and find(shared, 100) == named and find(shared, 1) == named[:1]
+    assert find("%", 6) == [] and find("_", 6) == []  # matched literally, never as a LIKE pattern
+    backend.schedules.remove(first.id)
+    assert find(first.id[:8], 6) == []
