@@ -16,10 +16,10 @@ from edge_runtime.cli.common import (
     WRITE,
     add_json_flag,
     format_ms,
-    format_ms_at_offset,
     present,
     print_json,
     printable,
+    schedule_zone,
     write_cwd_and_env,
 )
 from edge_runtime.contract.redaction import store_redactor
@@ -197,11 +197,7 @@ def _next_fire(repository: Any, r: ScheduleRecord) -> str:
     """The next fire time as the schedule's own clock shows it, with its UTC offset."""
     if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
         return "next-boot"
-    try:
-        offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
-    except InvalidTimeZoneError:  # a zone this system cannot load (zoneinfo removed since): the UTC instant
-        return format_ms(r.next_fire_at_ms)
-    return format_ms_at_offset(r.next_fire_at_ms, offset)
+    return format_ms(r.next_fire_at_ms, schedule_zone(repository, r))
 
 
 def _show(repository: Any, r: ScheduleRecord) -> None:
@@ -214,17 +210,14 @@ def _show(repository: Any, r: ScheduleRecord) -> None:
     if r.retries is not msgspec.UNSET:
         out.write(f"retries    {r.retries}\n")
     # A paused schedule has no next fire: resuming computes it from the first slot after then.
-    if r.paused:
-        next_fire = "- (paused)"
-    elif r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
-        next_fire = _next_fire(repository, r)
-    else:
-        next_fire = f"{_next_fire(repository, r)}  ({format_ms(r.next_fire_at_ms)})"
+    next_fire = "- (paused)" if r.paused else _next_fire(repository, r)
     out.write(f"state      {'paused' if r.paused else 'active'}\n")
     if r.pause_reason is not msgspec.UNSET:  # paused by the service: it cannot fire
         out.write(f"reason     {printable(r.pause_reason)}\n")
     out.write(f"next fire  {next_fire}\n")
+    zone = schedule_zone(repository, r)  # every time of a schedule in its own zone
     if r.waiting_fire_at_ms is not msgspec.UNSET:
-        out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
-    out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")
+        out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms, zone)} (for the previous Run to end)\n")
+    out.write(f"last fire  {format_ms(r.last_fire_at_ms, zone)} {present(r.last_outcome, '')}  "
+              f"run={present(r.last_run_id)}\n")
     out.write(f"counts     started={r.fired_count} skipped={r.skipped_count} coalesced={r.coalesced_count}\n")
