@@ -154,4 +154,7 @@ def test_a_runtime_error_is_one_json_object_on_stderr_with_exit_code_1(world: Wo
 def test_bad_usage_with_json_is_a_json_error_with_exit_code_2(world: World, command: tuple[str, ...]) -> None:
     code, out, err = world.cli(*command, "--json", "--no-such-option")
     assert (code, out) == (2, "")
-    assert _one_json_error(err)["code"] == USAGE_ERROR_CODE
+    error = _one_json_error(err)
+    assert error["code"] == USAGE_ERROR_CODE
+    # The hint names the help of the subcommand the option was given to.
+    assert error["message"].endswith(f"(try: edge-runtime-cluster {' '.join(command)} --help)"), error

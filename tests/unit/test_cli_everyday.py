@@ -245,3 +245,29 @@ def test_a_ctrl_c_while_the_cli_loads_ends_it_with_130_and_no_traceback(capfd, m
     assert code == 130
     out, err = capfd.readouterr()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command line that runs a command: each command, and each action of those that have them."""
+    import argparse
+
+    from edge_runtime.cli.parser import build_parser
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not nested:
+            return [path]
+        return [leaf for action in nested for name, sub in action.choices.items() for leaf in walk(sub, (*path, name))]
+
+    return walk(build_parser(), ())
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=" ".join)
+def test_a_usage_error_names_the_help_of_the_subcommand_it_is_about(capsys, tmp_path, path) -> None:
+    for extra in (("--no-such-option",), ("--json", "--no-such-option")):
+        with pytest.raises(SystemExit) as usage:
+            main(["--db", str(tmp_path / "e.db"), *path, *extra])
+        err = capsys.readouterr().err
+        assert usage.value.code == 2
+        hint = f"(try: edge-runtime {' '.join(path)} --help)"
+        assert (json.loads(err)["error"]["message"] if "--json" in extra else err).rstrip().endswith(hint), err
