@@ -315,7 +315,8 @@ def test_the_state_conflicts_carry_the_edge_cli_codes(dsn: str, db_path: str, ca
         code, _, err = run("cancel", run_id)
         assert code == 1 and err.endswith("[RUN_STATE_CONFLICT]\n"), err
         code, _, err = run("logs", run_id)
-        assert code == 1 and err == f"Error: run {run_id} has no attempt yet [RUN_STATE_CONFLICT]\n"
+        assert code == 1 and err == (f"Error: run {run_id} ended cancelled before its command started; no log "
+                                     f"[COMMAND_NOT_STARTED]\n")
 
 
 @pytest.mark.parametrize("dsn_text", [

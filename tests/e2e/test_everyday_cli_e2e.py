@@ -47,7 +47,7 @@ def test_logs_of_a_run_whose_command_could_not_start_gives_the_reason(harness: H
     assert logs.returncode == 1 and logs.stdout == ""
     assert "has not started" not in logs.stderr
     assert re.fullmatch(rf"Error: attempt 1 of run {run_id} ended failed before its command started: "
-                        r"cannot start '/nonexistent/program': No such file or directory; no log \[RUN_STATE_CONFLICT\]\n",
+                        r"cannot start '/nonexistent/program': No such file or directory; no log \[COMMAND_NOT_STARTED\]\n",
                         logs.stderr), logs.stderr
     # show gives the same reason.
     assert "reason=cannot start '/nonexistent/program': No such file or directory" in harness.cli("show", run_id).stdout
