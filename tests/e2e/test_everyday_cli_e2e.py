@@ -37,6 +37,12 @@ def test_make_run_demo_uses_a_database_of_its_own_under_the_checkout(tmp_path: P
     assert list(users.iterdir()) == []  # neither $EDGE_RUNTIME_DB nor the default database was touched
     assert "demo: got SIGTERM, exiting" in done.stdout and "cancelled" in done.stdout
     assert "ready" in done.stdout.splitlines()[-1]
+    # It waited until the service served the database: the submit found it.
+    assert "no service is running" not in done.stdout + done.stderr, done.stderr
+    assert "service.started" in done.stdout  # the service's own log, shown at the end
+    # Its fresh database holds no legacy token: check suggests no scrub.
+    assert "legacy_tokens: no dispatch stores a raw lease token: nothing to scrub" in done.stdout
+    assert "scrub-legacy-tokens" not in done.stdout
 
 
 def test_logs_of_a_run_whose_command_could_not_start_gives_the_reason(harness: Harness) -> None:
