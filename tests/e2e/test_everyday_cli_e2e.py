@@ -146,3 +146,17 @@ def test_no_retry_after_a_cancel(harness: Harness) -> None:
     harness.cli("cancel", run_id)
     done = harness.wait_status(run_id, "cancelled")
     assert [a.status.value for a in done.attempts] == ["cancelled"]
+
+
+def test_the_readmes_way_to_put_edge_runtime_on_path_in_a_clone_works(tmp_path: Path) -> None:
+    if not (REPO / ".venv" / "bin" / "activate").is_file():
+        pytest.skip("this checkout has no .venv (make venv makes it): nothing to activate")
+    (tmp_path / "state").mkdir(mode=0o700)
+    # As the README says, in a shell whose PATH has no edge-runtime: `. .venv/bin/activate`.
+    done = subprocess.run(["sh", "-c", ". .venv/bin/activate && edge-runtime --version && edge-runtime submit -- true"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "EDGE_RUNTIME_DB": str(tmp_path / "state" / "e.db")})
+    assert done.returncode == 0, done.stderr
+    version, run_id = done.stdout.splitlines()
+    assert version.startswith("edge-runtime ") and len(run_id) == 36
