@@ -473,6 +473,20 @@ def test_logs_of_a_running_attempt_on_another_host_say_where_it_runs(dsn: str, c
                    f"stored here when it ends [LOG_ON_OTHER_HOST]\n")
 
 
+def test_logs_follow_of_an_attempt_running_on_another_host_prints_its_copy_once_it_ended(dsn: str) -> None:
+    run_id, attempt_id, store = _ended_attempt_elsewhere(dsn, end=False)
+    try:
+        follow = subprocess.Popen([sys.executable, "-m", "cluster_postgres.cli", "logs", run_id, "--follow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        store.runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id="host-b#1", exit_code=0)
+        assert store.attempt_logs.keep(attempt_id, b"made it\n", size_bytes=8, worker_id="host-b")
+        out, err = follow.communicate(timeout=60)
+    finally:
+        store.close()
+    assert (follow.returncode, out) == (0, b"made it\n"), err  # never LOG_ON_OTHER_HOST while it ran
+    assert b"Error" not in err
+
+
 def test_logs_of_an_attempt_ended_elsewhere_without_a_copy_say_so(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:
     run_id, _, store = _ended_attempt_elsewhere(dsn, end=True)
     store.close()

@@ -75,6 +75,9 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
 
 #: How often ``--follow`` looks for new output and for the Attempt's end.
 FOLLOW_POLL_S = 0.25
+#: How long ``--follow`` waits for the stored copy of an Attempt that ended on another host: its
+#: worker stores it once the output is complete, at most ``log_linger_ms`` after the end (default 30 s).
+COPY_WAIT_S = 60.0
 _CHUNK = 64 * 1024
 
 
@@ -223,6 +226,13 @@ class _Reader:
                 time.sleep(FOLLOW_POLL_S)
                 attempt = self._attempt(attempt.attempt)
         copy = copies.find(attempt.id)
+        # Its worker stores the copy once the output is complete, which may be after the end (a
+        # leftover process holding it: log_linger_ms); a lost Attempt's worker stores none.
+        waited_until = time.monotonic() + COPY_WAIT_S
+        while (copy is None and follow and attempt.status is not AttemptStatus.LOST
+               and time.monotonic() < waited_until):
+            time.sleep(FOLLOW_POLL_S)
+            copy = copies.find(attempt.id)
         if copy is None:
             raise _elsewhere(self._store, attempt, self._run_id)
         if copy.truncated:

@@ -7,6 +7,7 @@ step of the Run, in order, without a timing."""
 from __future__ import annotations
 
 import json
+import time
 import types
 from pathlib import Path
 
@@ -48,7 +49,7 @@ def service(rig: SupervisorRig, clock: ManualClock, monkeypatch: pytest.MonkeyPa
         rig.runs.release_due_retries(actor_id="test")
         rig.step()
 
-    monkeypatch.setattr(logs_command, "time", types.SimpleNamespace(sleep=one_pass))
+    monkeypatch.setattr(logs_command, "time", types.SimpleNamespace(sleep=one_pass, monotonic=time.monotonic))
     return pauses
 
 
