@@ -25,12 +25,30 @@ wait_for_status() { # RUN STATUS SECONDS
     return 1
 }
 
+wait_for_service() { # SECONDS: until the service's log says it serves the database
+    i=0
+    while ! grep -q 'recovery.done' "$SERVE_LOG"; do
+        if ! kill -0 "$SERVICE" 2>/dev/null || [ "$i" -ge $(( $1 * 10 )) ]; then
+            echo "Error: the service did not start serving $EDGE_RUNTIME_DB within $1 s; its log:" >&2
+            cat "$SERVE_LOG" >&2
+            return 1
+        fi
+        sleep 0.1
+        i=$((i + 1))
+    done
+}
+
 say "edge-runtime $("$ER" --version | cut -d' ' -f2) on $("$ER" migrate)"
 
 say "starting the service (grace ${GRACE_MS} ms)"
-"$ER" serve --grace-ms "$GRACE_MS" &
+# Its own log goes to a file beside the database (shown at the end): the demo waits until it says
+# the service serves the database, so the first submit finds it (no "no service is running" note).
+SERVE_LOG=$(dirname "$EDGE_RUNTIME_DB")/serve.log
+"$ER" serve --grace-ms "$GRACE_MS" 2>"$SERVE_LOG" &
 SERVICE=$!
 trap 'kill -TERM "$SERVICE" 2>/dev/null || true; wait "$SERVICE" 2>/dev/null || true' EXIT INT TERM
+wait_for_service 30
+echo "serving (its log: $SERVE_LOG)"
 
 say "submitting a demo command that runs for a minute unless cancelled"
 RUN=$("$ER" submit --name demo -- sh -c 'echo "demo: started as pid $$"; trap "echo demo: got SIGTERM, exiting; exit 143" TERM; sleep 60 & wait')
@@ -53,6 +71,9 @@ say "stopping the service"
 kill -TERM "$SERVICE"
 wait "$SERVICE" || true
 trap - EXIT INT TERM
+
+say "the service's own log"
+cat "$SERVE_LOG"
 
 say "database check"
 "$ER" check

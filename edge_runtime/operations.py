@@ -53,16 +53,35 @@ def resolve_run_id(store: Any, form: str) -> str:
     Raises:
         RunNotFoundError: no Run matches. AmbiguousRunIdError: several do (named).
     """
-    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH, AmbiguousRunIdError, RunNotFoundError
+    from edge_runtime.contract.runs import AmbiguousRunIdError, RunNotFoundError
+
+    return _resolve_id(form, store.runs.find_run_ids, "run", RunNotFoundError, AmbiguousRunIdError)
+
+
+def resolve_schedule_id(store: Any, form: str) -> str:
+    """The full id of the schedule that ``form`` names, by the rule of :func:`resolve_run_id`.
+
+    Raises:
+        ScheduleNotFoundError: no schedule matches. AmbiguousScheduleIdError: several do (named).
+    """
+    from edge_runtime.contract.schedules import AmbiguousScheduleIdError, ScheduleNotFoundError
+
+    return _resolve_id(form, store.schedules.find_schedule_ids, "schedule", ScheduleNotFoundError,
+                       AmbiguousScheduleIdError)
+
+
+def _resolve_id(form: str, find: Callable[[str, int], list[str]], kind: str, not_found: type[EdgeRuntimeError],
+                ambiguous: type[EdgeRuntimeError]) -> str:
+    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH
 
     if not isinstance(form, str) or len(form) > MAX_SHORT_ID_LENGTH or not form:
-        return form
-    found = store.runs.find_run_ids(form, 6)
+        return form  # a full id (or no id at all): the command's own lookup judges it
+    found = find(form, 6)
     if not found:
-        raise RunNotFoundError(f"no run with id {form!r} (nor one whose id begins or ends with it)")
+        raise not_found(f"no {kind} with id {form!r} (nor one whose id begins or ends with it)")
     if len(found) > 1:
         shown = ", ".join(found[:5]) + (", ..." if len(found) > 5 else "")
-        raise AmbiguousRunIdError(f"{form!r} names several runs: {shown}; give more characters")
+        raise ambiguous(f"{form!r} names several {kind}s: {shown}; give more characters")
     return found[0]
 
 
@@ -163,25 +182,50 @@ class HostileLogPathError(EdgeRuntimeError, code="LOG_PATH_REFUSED"):
     directory: the row is hostile (or the log directory given is not the service's) and is refused."""
 
 
+class CommandNotStartedError(RunStateConflictError, code="COMMAND_NOT_STARTED"):
+    """There is no log because the command never started (yet): the message says why (the Run
+    waits for a service or a slot, was cancelled first, or its start failed, and with what)."""
+
+
 def attempt_of(store: Any, run_id: str, number: int | None) -> AttemptRecord:
-    """The Run's latest Attempt, or its Attempt ``number``."""
+    """The Run's latest Attempt, or its Attempt ``number``.
+
+    Raises:
+        CommandNotStartedError: the Run has no Attempt (saying why). RunStateConflictError: it
+            has Attempts, none numbered ``number``.
+    """
     attempts = store.runs.attempts(run_id)
+    if not attempts:
+        raise CommandNotStartedError(never_started(store.runs.get(run_id), store_redactor(store)))
     if number is not None:
         attempts = [a for a in attempts if a.attempt == number]
-    if not attempts:
-        raise RunStateConflictError(f"run {run_id} has no attempt{'' if number is None else f' {number}'} yet")
+        if not attempts:
+            raise RunStateConflictError(f"run {run_id} has no attempt {number}")
     return attempts[-1]
 
 
+def never_started(run: Any, redactor: Redactor) -> str:
+    """Why a Run that has no Attempt has no log (its cancel reason masked with ``redactor``)."""
+    from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES
+
+    if run.status in ACTIVE_RUN_STATUSES:
+        return (f"run {run.id} is {run.status.value}: its command has not started yet, so there is no log yet (it "
+                f"starts when a service for this database has a free slot)")
+    reason = "" if run.cancel_reason is msgspec.UNSET else f" ({printable(redactor.text(run.cancel_reason))})"
+    return f"run {run.id} ended {run.status.value}{reason} before its command started; no log"
+
+
 def require_log(attempt: AttemptRecord, run_id: str, redactor: Redactor) -> None:
-    """Refuse an Attempt that has no log (yet), saying why (its reason masked with ``redactor``)."""
+    """Refuse an Attempt that has no log (yet), saying why (``CommandNotStartedError``; its reason
+    masked with ``redactor``)."""
     if attempt.log_path is not msgspec.UNSET:
         return
     if attempt.status not in ACTIVE_ATTEMPT_STATUSES:
         reason = "" if attempt.end_reason is msgspec.UNSET else f": {printable(redactor.text(attempt.end_reason))}"
-        raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} ended "
-                                    f"{attempt.status.value} before its command started{reason}; no log")
-    raise RunStateConflictError(f"attempt {attempt.attempt} of run {run_id} has not started; no log yet")
+        raise CommandNotStartedError(f"attempt {attempt.attempt} of run {run_id} ended "
+                                     f"{attempt.status.value} before its command started{reason}; no log")
+    raise CommandNotStartedError(f"attempt {attempt.attempt} of run {run_id} is {attempt.status.value}: its command "
+                                 f"has not started yet; no log yet")
 
 
 def open_log(attempt: AttemptRecord, run_id: str, log_dir: Path) -> int:

@@ -27,9 +27,9 @@ if ! stage_done apsw; then
     # The options the runtime relies on (STRICT tables, json_valid in CHECK, DQS off at open are
     # in every build of this SQLite); the rest as apsw's own builds set them. -Os (after
     # EXT_CFLAGS' -O2, so it wins): SQLite is most of the router artifact's bytes after libpython;
-    # optimised for size it is 420 KB smaller (90 KB in the tar.xz, measured on mipsel), which keeps
-    # every router tarball under the 2.59 MiB of the Node edge artifact. A device's Run is bound by
-    # its flash's syncs, not by SQLite's CPU (docs/benchmarks.md: the router figures).
+    # optimised for size it is 420 KB smaller (90 KB in the tar.xz, measured on mipsel), room the
+    # router tarballs keep within their budget (build/budget.toml). A device's Run is bound by its
+    # flash's syncs, not by SQLite's CPU (docs/benchmarks.md: the router figures).
     "$CC" "${EXT_CFLAGS[@]}" -Os -I"$SRC/apsw/sqlite3" -DAPSW_USE_SQLITE_AMALGAMATION \
         -DSQLITE_ENABLE_COLUMN_METADATA -DSQLITE_ENABLE_MATH_FUNCTIONS -DSQLITE_DEFAULT_FOREIGN_KEYS=0 \
         -o "$SITE/apsw/__init__$EXT_SUFFIX" "$SRC/apsw/src/apsw.c"

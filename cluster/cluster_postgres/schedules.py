@@ -56,6 +56,7 @@ from edge_runtime.contract.schedules import (
     ScheduleRecord,
     ScheduleRepositoryError,
     check_schedule_id,
+    fired_run_env,
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
@@ -168,6 +169,17 @@ class PostgresScheduleRepository:
         if record is None:
             raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
         return record
+
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`; no LIKE wildcards; a
+        removed schedule is not found, as by ``get``."""
+        with reading(ClusterScheduleStorageError):
+            rows = self._cur.execute(
+                f"SELECT id FROM ql3.schedules WHERE {_LIVE} AND (left(id, length(%(f)s)) = %(f)s "
+                "OR right(id, length(%(f)s)) = %(f)s) ORDER BY created_at_ms DESC, id LIMIT %(n)s",
+                {"f": form, "n": limit},
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def list(self) -> list[ScheduleRecord]:
         with reading(ClusterScheduleStorageError):
@@ -313,7 +325,7 @@ class PostgresScheduleRepository:
             self._cur, record.command, name=None if record.name is _UNSET else record.name, now=now,
             actor_type="schedule", actor_id=actor_id,
             timeout_ms=None if record.timeout_ms is _UNSET else record.timeout_ms, schedule_id=record.id,
-            scheduled_for_ms=slot_ms, env=None if record.env is _UNSET else record.env,
+            scheduled_for_ms=slot_ms, env=fired_run_env(record),
             cwd=None if record.cwd is _UNSET else record.cwd,
             retries=None if record.retries is _UNSET else record.retries,
             retry_delay_ms=None if record.retry_delay_ms is _UNSET else record.retry_delay_ms,

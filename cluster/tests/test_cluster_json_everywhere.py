@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -19,8 +20,9 @@ from cluster_postgres import cli as cluster_cli
 from cluster_postgres.connection import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
 from edge_runtime.cli.main import USAGE_ERROR_CODE
-from edge_runtime.contract.runs import SubmitRunCommand
+from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity, SubmitRunCommand
 from edge_runtime.contract.schedules import AddScheduleCommand
+from edge_runtime.service.worker import WorkerSession
 from tests.support.pg_unfenced_attempts import take_queued_run
 
 
@@ -44,6 +46,7 @@ class World:
             attempt = take_queued_run(store.runs, self.blocked, actor_id="t")
             store.environment.set("PLAIN", "x", secret=False)
             self.schedule = store.schedules.add(AddScheduleCommand(expression="@daily", argv=["true"])).id
+            self.logged = _ended_elsewhere_with_a_copy(store)
         finally:
             store.close()
         owner.execute("INSERT INTO ql3.run_cancellation_dispatches (run_id, attempt_id, status, version, dispatch_count, "
@@ -59,6 +62,19 @@ class World:
         return code, out, err
 
 
+def _ended_elsewhere_with_a_copy(store: PostgresStore) -> str:
+    """A Run whose Attempt ran on another host, which stored the copy of its log ``hi``."""
+    worker = WorkerSession(store.leases, worker_id="host-b", slots=1, session_lease_ms=120_000, run_lease_ms=60_000)
+    worker.register()
+    run_id = store.runs.submit(SubmitRunCommand(argv=["echo", "hi"])).id
+    attempt_id = worker.start(run_id).lease.attempt_id
+    store.runs.record_running(attempt_id, ProcessIdentity(99, 99, 5, str(uuid.uuid4())), log_path="/elsewhere/a.log",
+                              actor_id=worker.owner)
+    store.runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)
+    store.attempt_logs.keep(attempt_id, b"hi\n", size_bytes=3, worker_id="host-b")
+    return run_id
+
+
 Argv = Callable[[World], list[str]]
 SUCCESS: dict[tuple[str, ...], Argv] = {
     ("submit",): lambda w: ["submit", "--json", "--", "true"],
@@ -66,6 +82,7 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("show",): lambda w: ["show", w.run, "--json"],
     ("list",): lambda w: ["list", "--json"],
     ("events",): lambda w: ["events", w.run, "--json"],
+    ("logs",): lambda w: ["logs", w.logged, "--json"],
     ("dispatch", "show"): lambda w: ["dispatch", "show", w.blocked, "--json"],
     ("dispatch", "rearm"): lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "3", "--json"],
     ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef-long", "--secret", "--json"],
@@ -90,6 +107,7 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("list",): (lambda w: ["list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
                 "CLUSTER_STORAGE_FAILED"),
     ("events",): (lambda w: ["events", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("logs",): (lambda w: ["logs", w.run, "--json"], "COMMAND_NOT_STARTED"),
     ("dispatch", "show"): (lambda w: ["dispatch", "show", "zzzz", "--json"], "RUN_NOT_FOUND"),
     ("dispatch", "rearm"): (lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "2", "--json"],
                             "CANCELLATION_DISPATCH_FENCE_REJECTED"),
@@ -154,4 +172,7 @@ def test_a_runtime_error_is_one_json_object_on_stderr_with_exit_code_1(world: Wo
 def test_bad_usage_with_json_is_a_json_error_with_exit_code_2(world: World, command: tuple[str, ...]) -> None:
     code, out, err = world.cli(*command, "--json", "--no-such-option")
     assert (code, out) == (2, "")
-    assert _one_json_error(err)["code"] == USAGE_ERROR_CODE
+    error = _one_json_error(err)
+    assert error["code"] == USAGE_ERROR_CODE
+    # The hint names the help of the subcommand the option was given to.
+    assert error["message"].endswith(f"(try: edge-runtime-cluster {' '.join(command)} --help)"), error

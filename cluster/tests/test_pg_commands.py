@@ -28,13 +28,13 @@ from edge_runtime.cli import main as edge_main
 from edge_runtime.cli.common import NO_SERVICE_NOTE
 from edge_runtime.contract.cancellation_dispatch import ClaimCommand
 from edge_runtime.contract.runs import (
-    short_run_id,
     STORED_LOG_MAX_BYTES,
     AttemptStatus,
     CancelRunCommand,
     InvalidRunCommandError,
     ProcessIdentity,
     SubmitRunCommand,
+    short_id,
 )
 from edge_runtime.local.store import local_store_opener
 from edge_runtime.service.process_identity import read_boot_id
@@ -123,7 +123,7 @@ _MS = re.compile(r'("\w*(?:AtMs|_at_ms)":)\d+')
 
 def normalized(text: str, ids: dict[str, str], attempts: dict[str, str], log_dir: Path) -> str:
     for role, run_id in ids.items():
-        text = text.replace(run_id, f"<run:{role}>").replace(short_run_id(run_id), f"<run:{role}>")
+        text = text.replace(run_id, f"<run:{role}>").replace(short_id(run_id), f"<run:{role}>")
     for role, attempt_id in attempts.items():
         text = text.replace(attempt_id, f"<attempt:{role}>")
     text = text.replace(str(log_dir), "<logs>")
@@ -218,6 +218,25 @@ def test_the_schedule_commands_print_what_the_edge_cli_prints(dsn: str, db_path:
     assert cluster[14][1] == "[]\n"
 
 
+def test_a_schedule_is_named_by_a_short_form_of_its_id_through_both_clis(dsn: str, db_path: str,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    for run in (lambda *a: run_edge(capsys, db_path, *a), lambda *a: run_cluster(capsys, *a)):
+        # 17 random ids over 16 hex digits: at least two begin with the same one.
+        ids = [run("schedule", "add", "--tz", "UTC", "@daily", "--", "true")[1].strip() for _ in range(17)]
+        first = ids[0]
+        assert [line.split()[0] for line in run("schedule", "list")[1].splitlines()] == [i[-8:] for i in ids]
+        assert json.loads(run("schedule", "show", first[-8:], "--json")[1])["id"] == first
+        assert run("schedule", "pause", first[:8]) == (0, f"schedule {first} paused\n", "")
+        run_id = run("schedule", "run", first[-12:])[1].strip()
+        assert [r["id"] for r in json.loads(run("list", "--schedule", first[-6:], "--json")[1])] == [run_id]
+        shared = next(i[0] for i in ids if sum(other[0] == i[0] for other in ids) > 1)
+        code, _, err = run("schedule", "remove", shared)
+        assert code == 1 and err.endswith("[SCHEDULE_ID_AMBIGUOUS]\n")
+        assert run("list", "--schedule", "zzzz")[2].endswith("[SCHEDULE_NOT_FOUND]\n")
+        for schedule_id in ids:
+            assert run("schedule", "remove", schedule_id[:10])[0] == 0
+
+
 def test_submit_batch_stores_every_line_in_one_go_and_refuses_a_bad_line_as_the_edge_cli_does(
         dsn: str, db_path: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good, bad = tmp_path / "good.txt", tmp_path / "bad.txt"
@@ -296,7 +315,8 @@ def test_the_state_conflicts_carry_the_edge_cli_codes(dsn: str, db_path: str, ca
         code, _, err = run("cancel", run_id)
         assert code == 1 and err.endswith("[RUN_STATE_CONFLICT]\n"), err
         code, _, err = run("logs", run_id)
-        assert code == 1 and err == f"Error: run {run_id} has no attempt yet [RUN_STATE_CONFLICT]\n"
+        assert code == 1 and err == (f"Error: run {run_id} ended cancelled before its command started; no log "
+                                     f"[COMMAND_NOT_STARTED]\n")
 
 
 @pytest.mark.parametrize("dsn_text", [
@@ -451,6 +471,20 @@ def test_logs_of_a_running_attempt_on_another_host_say_where_it_runs(dsn: str, c
     assert err == (f"Error: attempt 1 of run {run_id} is running on worker host-b, another host: its log is the file "
                    f"/var/lib/elsewhere/a.log there (`edge-runtime-cluster logs` on that host reads it); a copy is "
                    f"stored here when it ends [LOG_ON_OTHER_HOST]\n")
+
+
+def test_logs_follow_of_an_attempt_running_on_another_host_prints_its_copy_once_it_ended(dsn: str) -> None:
+    run_id, attempt_id, store = _ended_attempt_elsewhere(dsn, end=False)
+    try:
+        follow = subprocess.Popen([sys.executable, "-m", "cluster_postgres.cli", "logs", run_id, "--follow"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        store.runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id="host-b#1", exit_code=0)
+        assert store.attempt_logs.keep(attempt_id, b"made it\n", size_bytes=8, worker_id="host-b")
+        out, err = follow.communicate(timeout=60)
+    finally:
+        store.close()
+    assert (follow.returncode, out) == (0, b"made it\n"), err  # never LOG_ON_OTHER_HOST while it ran
+    assert b"Error" not in err
 
 
 def test_logs_of_an_attempt_ended_elsewhere_without_a_copy_say_so(dsn: str, capsys: pytest.CaptureFixture[str]) -> None:

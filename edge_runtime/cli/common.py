@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ from edge_runtime.operations import NO_SERVICE_NOTE, printable, resolve_run_id, 
 
 if TYPE_CHECKING:
     from edge_runtime.contract.redaction import Redactor
+    from edge_runtime.contract.time_zones import TimeZone
 
 _json_encoder = msgspec.json.Encoder()
 
@@ -135,23 +138,57 @@ def read_hidden_line(prompt: str, max_chars: int, error: type[EdgeRuntimeError])
     return line.removesuffix("\n").removesuffix("\r")
 
 
-def format_ms(value: Any) -> str:
-    """A millisecond timestamp in the device's local time with its offset
-    (``2026-12-03 08:00:00 +08:00``), or '-' when absent; ``--json`` keeps the milliseconds."""
+def format_ms(value: Any, zone: TimeZone | None = None) -> str:
+    """A millisecond timestamp as the clock of ``zone`` shows it, with its offset
+    (``2026-12-03 08:00:00 +08:00``), or '-' when absent; ``--json`` keeps the milliseconds.
+
+    The one rule of shown times: a schedule's times (its next and last fire, a waiting slot, the
+    slot of a Run it fired) in the schedule's zone (``zone``); every other time in the device's
+    zone (the default), read as ``serve`` and ``schedule add`` read it (``TZ``, ``/etc/TZ``,
+    ``/etc/localtime``), so the CLI shows the zone the device's tasks print.
+    """
     if not isinstance(value, int) or isinstance(value, bool):
         return "-"
-    return _with_offset(dt.datetime.fromtimestamp(value / 1000, tz=dt.UTC).astimezone())
+    offset = (zone or _device_zone(os.environ.get("TZ"))).utc_offset(value // 1000)
+    local = dt.datetime.fromtimestamp(value / 1000, dt.timezone(dt.timedelta(seconds=offset)))
+    sign, minutes = "-" if offset < 0 else "+", abs(offset) // 60
+    return f"{local:%Y-%m-%d %H:%M:%S} {sign}{minutes // 60:02d}:{minutes % 60:02d}"
 
 
-def format_ms_at_offset(value: int, offset_s: int) -> str:
-    """A millisecond timestamp as a clock ``offset_s`` seconds east of UTC shows it (a schedule's
-    own zone), in :func:`format_ms`'s form."""
-    return _with_offset(dt.datetime.fromtimestamp(value / 1000, dt.timezone(dt.timedelta(seconds=offset_s))))
+def schedule_zone(repository: Any, record: Any) -> TimeZone | None:
+    """The zone a schedule's times are shown in: its own, or None (the device's) where this system
+    cannot load it (an IANA zone whose zoneinfo was removed since); shown with its offset either
+    way, so the instant is never in doubt."""
+    from edge_runtime.contract.time_zones import InvalidTimeZoneError
+
+    try:
+        return repository.zone_of(record)
+    except InvalidTimeZoneError:
+        return None
 
 
-def _with_offset(local: dt.datetime) -> str:
-    offset = local.strftime("%z")
-    return f"{local:%Y-%m-%d %H:%M:%S} {offset[:3]}:{offset[3:]}"
+def run_slot_zone(store: Any, schedule_id: str) -> TimeZone | None:
+    """The zone a Run's slot is shown in: its schedule's, or None (the device's) once the
+    schedule was removed."""
+    from edge_runtime.contract.schedules import ScheduleNotFoundError
+
+    try:
+        return schedule_zone(store.schedules, store.schedules.get(schedule_id))
+    except ScheduleNotFoundError:
+        return None
+
+
+@functools.cache
+def _device_zone(tz: str | None) -> TimeZone:
+    """The device's zone (one per ``$TZ``: the files it falls back to do not change while a command
+    runs); where it cannot be read, the C library's local time, which is what a user's shell shows."""
+    from edge_runtime.contract.device import device_time_zone
+    from edge_runtime.contract.time_zones import InvalidTimeZoneError, ProcessLocalTime, time_zone
+
+    try:
+        return time_zone(device_time_zone())
+    except InvalidTimeZoneError:
+        return ProcessLocalTime()
 
 
 def present(value: Any, default: str = "-") -> str:

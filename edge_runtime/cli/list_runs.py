@@ -12,7 +12,8 @@ import msgspec
 from edge_runtime.cli.common import LOCAL_STORES, READ, add_json_flag, format_ms, present, print_json, printable
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.redaction import store_redactor
-from edge_runtime.contract.runs import RunStatus, short_run_id
+from edge_runtime.contract.runs import RunStatus, short_id
+from edge_runtime.operations import resolve_schedule_id
 
 
 def _positive(text: str) -> int:
@@ -30,16 +31,18 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser.add_argument("--status", choices=[s.value for s in RunStatus], help="only Runs in this status")
     parser.add_argument("--limit", type=_positive, default=50, help="at most this many (default 50)")
     parser.add_argument("--name", help="only Runs with this name")
-    parser.add_argument("--schedule", metavar="ID", help="only Runs fired by this schedule")
+    parser.add_argument("--schedule", metavar="ID", help="only Runs fired by this schedule (its id, or a unique "
+                        "prefix or suffix of it of 12 characters at most)")
     add_json_flag(parser)
     parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
     with args.stores.open(args, READ) as store:
+        schedule_id = None if args.schedule is None else resolve_schedule_id(store, args.schedule)
         runs = store.runs.list_runs(
             limit=args.limit, status=None if args.status is None else RunStatus(args.status), name=args.name,
-            schedule_id=args.schedule,
+            schedule_id=schedule_id,
         )
         redactor = store_redactor(store)
         if args.json:
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                 else _duration(record.finished_at_ms - started))
         command = "" if record.command is msgspec.UNSET else printable(shlex.join(record.command))
         sys.stdout.write(
-            f"{short_run_id(record.id):8}  {record.status.value:10}  {_cut(present(record.name, ''), 16):16}  "
+            f"{short_id(record.id):8}  {record.status.value:10}  {_cut(present(record.name, ''), 16):16}  "
             f"{_cut(command, 32):32}  {exit_code!s:>4}  {took:>8}  {format_ms(record.created_at_ms)}\n"
         )
     return 0

@@ -45,6 +45,24 @@ class CliParser(argparse.ArgumentParser):
                      plain=f"Error: {message} (try: {self.prog} --help)\n")
         raise SystemExit(EXIT_USAGE)
 
+    def parse_args(self, args=None, namespace=None):  # type: ignore[override]
+        # argparse reports an argument no parser took from the top-level parser, whose help is
+        # not where the fix is: it is the chosen subcommand's (`logs RUN --bogus`).
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            _chosen(self, parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
+def _chosen(parser: argparse.ArgumentParser, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+    """The deepest subcommand parser ``parsed`` went through (``parser`` itself when none)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            sub = action.choices.get(getattr(parsed, action.dest, None) or "")
+            if sub is not None:
+                return _chosen(sub, parsed)
+    return parser
+
 
 class DecliningParser(CliParser):
     """A parser that prints nothing and never exits: any usage error, ``--help`` or

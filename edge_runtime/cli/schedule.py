@@ -16,15 +16,16 @@ from edge_runtime.cli.common import (
     WRITE,
     add_json_flag,
     format_ms,
-    format_ms_at_offset,
     present,
     print_json,
     printable,
+    schedule_zone,
     write_cwd_and_env,
 )
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
+from edge_runtime.contract.runs import short_id
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.cli.submit import add_run_options, run_options
 from edge_runtime.contract.schedules import (
@@ -35,6 +36,9 @@ from edge_runtime.contract.schedules import (
     ScheduleRecord,
 )
 from edge_runtime import operations
+
+
+_ID_HELP = "the schedule id, or a unique prefix or suffix of it (12 characters at most)"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -62,7 +66,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     add.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="the command to run")
     add.set_defaults(add_parser=add)
     edit = commands.add_parser("edit", help="change a schedule in place (its id, counts and Runs stay)")
-    edit.add_argument("schedule_id", metavar="ID", help="the schedule id")
+    edit.add_argument("schedule_id", metavar="ID", help=_ID_HELP)
     edit.add_argument("--cron", metavar="CRON", help="a new schedule expression (quote it)")
     edit.add_argument("--name", help="a new label")
     edit.add_argument("--timeout", metavar="D", help="a new timeout of its Runs")
@@ -72,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     edit.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="a new command")
     edit.set_defaults(edit_parser=edit)
     run_now = commands.add_parser("run", help="start a Run of a schedule now and print its id (overlap applies)")
-    run_now.add_argument("schedule_id", metavar="ID", help="the schedule id")
+    run_now.add_argument("schedule_id", metavar="ID", help=_ID_HELP)
     add_json_flag(run_now)
     listing = commands.add_parser("list", help="list the schedules")
     add_json_flag(listing)
@@ -80,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
                          ("resume", "fire a paused schedule again, from its next slot"),
                          ("remove", "delete a schedule (its Runs stay)")):
         sub = commands.add_parser(action, help=text)
-        sub.add_argument("schedule_id", metavar="ID", help="the schedule id")
+        sub.add_argument("schedule_id", metavar="ID", help=_ID_HELP)
         add_json_flag(sub)
     parser.set_defaults(run=run, stores=stores)
 
@@ -118,16 +122,18 @@ def run(args: argparse.Namespace) -> int:
         edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
                                    **run_options(args))
         with args.stores.open(args, WRITE) as store:
+            edit = msgspec.structs.replace(edit, schedule_id=operations.resolve_schedule_id(store, edit.schedule_id))
             record = store.schedules.edit(edit)
             return _done(args, store, record, f"schedule {record.id} changed")
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
-            outcome = operations.run_schedule_now(store, args.schedule_id)
+            outcome = operations.run_schedule_now(store, operations.resolve_schedule_id(store, args.schedule_id))
             return _ran(args, outcome)
     if args.action in ("list", "show"):
         with args.stores.open(args, READ) as store:  # open while printing: zones are the repository's
             repository = store.schedules
-            records = repository.list() if args.action == "list" else [repository.get(args.schedule_id)]
+            records = repository.list() if args.action == "list" else [
+                repository.get(operations.resolve_schedule_id(store, args.schedule_id))]
             # A schedule's own command or --env may repeat a secret's value: never shown.
             records = store_redactor(store).records(records)
             if args.json:
@@ -137,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
                     next_text = "-" if r.paused else _next_fire(repository, r)
                     # A schedule the service paused because it cannot fire says why, last.
                     reason = "" if r.pause_reason is msgspec.UNSET else f"  reason={printable(r.pause_reason)!r}"
-                    sys.stdout.write(f"{r.id}  {'paused ' if r.paused else ''}next={next_text}  "
+                    sys.stdout.write(f"{short_id(r.id)}  {'paused ' if r.paused else ''}next={next_text}  "
                                      f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
                                      f"{present(r.name)}{reason}\n")
             else:
@@ -145,6 +151,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     with args.stores.open(args, WRITE) as store:
         repository = store.schedules
+        args.schedule_id = operations.resolve_schedule_id(store, args.schedule_id)
         if args.action == "remove":
             repository.remove(args.schedule_id)
             record = None
@@ -190,11 +197,7 @@ def _next_fire(repository: Any, r: ScheduleRecord) -> str:
     """The next fire time as the schedule's own clock shows it, with its UTC offset."""
     if r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
         return "next-boot"
-    try:
-        offset = repository.zone_of(r).utc_offset(r.next_fire_at_ms // 1000)
-    except InvalidTimeZoneError:  # a zone this system cannot load (zoneinfo removed since): the UTC instant
-        return format_ms(r.next_fire_at_ms)
-    return format_ms_at_offset(r.next_fire_at_ms, offset)
+    return format_ms(r.next_fire_at_ms, schedule_zone(repository, r))
 
 
 def _show(repository: Any, r: ScheduleRecord) -> None:
@@ -207,17 +210,14 @@ def _show(repository: Any, r: ScheduleRecord) -> None:
     if r.retries is not msgspec.UNSET:
         out.write(f"retries    {r.retries}\n")
     # A paused schedule has no next fire: resuming computes it from the first slot after then.
-    if r.paused:
-        next_fire = "- (paused)"
-    elif r.next_fire_at_ms >= NEVER_BY_THE_CLOCK_MS:
-        next_fire = _next_fire(repository, r)
-    else:
-        next_fire = f"{_next_fire(repository, r)}  ({format_ms(r.next_fire_at_ms)})"
+    next_fire = "- (paused)" if r.paused else _next_fire(repository, r)
     out.write(f"state      {'paused' if r.paused else 'active'}\n")
     if r.pause_reason is not msgspec.UNSET:  # paused by the service: it cannot fire
         out.write(f"reason     {printable(r.pause_reason)}\n")
     out.write(f"next fire  {next_fire}\n")
+    zone = schedule_zone(repository, r)  # every time of a schedule in its own zone
     if r.waiting_fire_at_ms is not msgspec.UNSET:
-        out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms)} (for the previous Run to end)\n")
-    out.write(f"last fire  {format_ms(r.last_fire_at_ms)} {present(r.last_outcome, '')}  run={present(r.last_run_id)}\n")
+        out.write(f"waiting    slot {format_ms(r.waiting_fire_at_ms, zone)} (for the previous Run to end)\n")
+    out.write(f"last fire  {format_ms(r.last_fire_at_ms, zone)} {present(r.last_outcome, '')}  "
+              f"run={present(r.last_run_id)}\n")
     out.write(f"counts     started={r.fired_count} skipped={r.skipped_count} coalesced={r.coalesced_count}\n")

@@ -12,7 +12,7 @@ import msgspec
 from edge_runtime import operations
 from edge_runtime.cli.common import (
     LOCAL_STORES, READ, add_json_flag, add_run_command, format_ms, open_run, present, print_json, printable,
-    write_cwd_and_env,
+    run_slot_zone, write_cwd_and_env,
 )
 from edge_runtime.contract.durations import format_duration
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
@@ -31,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
             e.attempt_id: e.payload for e in repository.events(args.run_id) if e.type == EVENT_CANCEL_ESCAPED
         }
         authority = {} if args.json else _authority(store, detail)
+        slot_zone = None if args.json or detail.schedule_id is msgspec.UNSET else run_slot_zone(store, detail.schedule_id)
     if args.json:
         print_json(detail)
         return 0
@@ -43,7 +44,7 @@ def run(args: argparse.Namespace) -> int:
     out.write(f"created    {format_ms(detail.created_at_ms)}\n")
     out.write(f"finished   {format_ms(detail.finished_at_ms)}\n")
     if detail.schedule_id is not msgspec.UNSET:
-        out.write(f"schedule   {detail.schedule_id}  slot {format_ms(detail.scheduled_for_ms)}\n")
+        out.write(f"schedule   {detail.schedule_id}  slot {format_ms(detail.scheduled_for_ms, slot_zone)}\n")
     if detail.timeout_ms is not msgspec.UNSET:
         timeout = detail.timeout_ms
         out.write(f"timeout    {format_duration(timeout) if timeout % 1000 == 0 else f'{timeout}ms'}\n")

@@ -162,15 +162,17 @@ class AmbiguousRunIdError(RunError, code="RUN_ID_AMBIGUOUS"):
     """A short id form matches several Runs; the message names them."""
 
 
-#: Every command about one Run accepts its full id or a short form: a unique prefix or suffix of
-#: at most this many characters. ``list`` shows the suffix of ``SHORT_ID_LENGTH`` (the ids are
-#: UUIDv7: their beginning is the creation time, the same for Runs created close together).
+#: Every command about one Run (or one schedule) accepts its full id or a short form: a unique
+#: prefix or suffix of at most this many characters. ``list`` and ``schedule list`` show the suffix
+#: of ``SHORT_ID_LENGTH`` (Run ids are UUIDv7: their beginning is the creation time, the same for
+#: Runs created close together).
 MAX_SHORT_ID_LENGTH = 12
 SHORT_ID_LENGTH = 8
 
 
-def short_run_id(run_id: str) -> str:
-    return run_id[-SHORT_ID_LENGTH:]
+def short_id(record_id: str) -> str:
+    """The short form of a Run's or a schedule's id that ``list`` and ``schedule list`` show."""
+    return record_id[-SHORT_ID_LENGTH:]
 
 
 class RunStateConflictError(RunError, code="RUN_STATE_CONFLICT"):

@@ -71,6 +71,10 @@ class ScheduleNotFoundError(ScheduleError, code="SCHEDULE_NOT_FOUND"):
     """No schedule has this id."""
 
 
+class AmbiguousScheduleIdError(ScheduleError, code="SCHEDULE_ID_AMBIGUOUS"):
+    """A short id form matches several schedules; the message names them."""
+
+
 class ScheduleRepositoryError(ScheduleError, code="SCHEDULE_REPOSITORY_FAILED"):
     """The store could not read or write the schedule."""
 
@@ -196,6 +200,21 @@ def unfireable_reason(error: EdgeRuntimeError) -> str:
     return reason if len(reason) <= PAUSE_REASON_MAX_LENGTH else reason[:PAUSE_REASON_MAX_LENGTH - 3] + "..."
 
 
+#: The variable a task's C library reads its zone from.
+ZONE_VARIABLE = "TZ"
+
+
+def fired_run_env(record: ScheduleRecord) -> dict[str, str] | None:
+    """The own variables of a Run that ``record`` fires (or ``schedule run`` starts): the
+    schedule's, and ``TZ`` set to the schedule's zone unless they set it, so its task reads the
+    clock in the zone its slot was computed in (``date`` prints the slot's wall time). A schedule
+    stored without a zone leaves ``TZ`` to the device's, which every task gets."""
+    env = {} if record.env is msgspec.UNSET else dict(record.env)
+    if record.time_zone is not msgspec.UNSET:
+        env.setdefault(ZONE_VARIABLE, record.time_zone)
+    return env or None
+
+
 class FirePlan(msgspec.Struct, frozen=True, gc=False):
     """One fire's decision: store ``due.next_fire_at_ms``, then do ``outcome`` for the slot."""
 
@@ -289,6 +308,10 @@ class ScheduleAdmin(Protocol):
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord: ...
     def get(self, schedule_id: str) -> ScheduleRecord: ...
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """Ids of the schedules whose id begins or ends with ``form`` (a short id form, matched
+        literally), newest first, at most ``limit``."""
+        ...
     def list(self) -> list[ScheduleRecord]: ...
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord: ...
     def remove(self, schedule_id: str) -> None: ...

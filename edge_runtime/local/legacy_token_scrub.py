@@ -512,7 +512,9 @@ def describe(status: ScrubStatus) -> tuple[bool, str]:
                 f"legacy layout: {status.raw_tokens} of {status.dispatches} dispatch(es) store a raw lease token; "
                 f"scrub them with `{SCRUB_COMMAND}`{backup}"
             )
-        return True, f"legacy layout: no dispatch stores a raw lease token (not scrubbed: `{SCRUB_COMMAND}`){backup}"
+        # Nothing to scrub: this runtime never writes one (a database it created has none), so no
+        # command is suggested; docs/storage.md says when an old file still gains from the scrub.
+        return True, f"no dispatch stores a raw lease token: nothing to scrub{backup}"
     where = f"scrubbed ({SCRUB_MIGRATION_ID}) at {_utc(status.scrubbed_at_ms)}"
     if status.raw_tokens:
         return False, (

@@ -39,6 +39,7 @@ from edge_runtime.contract.schedules import (
     ScheduleRepositoryError,
     RunNowOutcome,
     check_schedule_id,
+    fired_run_env,
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
@@ -132,6 +133,15 @@ class LocalScheduleRepository:
         if record is None:
             raise ScheduleNotFoundError(f"no schedule with id {schedule_id!r}")
         return record
+
+    def find_schedule_ids(self, form: str, limit: int) -> list[str]:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`; no LIKE wildcards."""
+        with schedule_repository_errors():
+            rows = self._db.connection.execute(
+                "SELECT id FROM schedules WHERE substr(id, 1, length(?1)) = ?1 OR substr(id, -length(?1)) = ?1 "
+                "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2", (form, limit),
+            ).fetchall()
+        return [row[0] for row in rows]
 
     def list(self) -> list[ScheduleRecord]:
         with schedule_repository_errors():
@@ -327,7 +337,7 @@ class LocalScheduleRepository:
         return insert_run(
             self._db.connection, record.command, name=None if record.name is _UNSET else record.name, now=now,
             actor_type="schedule", actor_id=actor_id, timeout_ms=None if record.timeout_ms is _UNSET else record.timeout_ms,
-            schedule_id=record.id, scheduled_for_ms=slot_ms, env=None if record.env is _UNSET else record.env,
+            schedule_id=record.id, scheduled_for_ms=slot_ms, env=fired_run_env(record),
             cwd=None if record.cwd is _UNSET else record.cwd, retries=None if record.retries is _UNSET else record.retries,
             retry_delay_ms=None if record.retry_delay_ms is _UNSET else record.retry_delay_ms,
         )

@@ -28,7 +28,10 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from edge_runtime.contract.device import ETC, device_time_zone
+from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
 from edge_runtime.service.monitor import REPORT_TIMEOUT_S, MonitorMissingError, monitor_path
@@ -47,8 +50,15 @@ _DEFAULT_SIGNALS = tuple(
 _LIBRARY_PATH = "LD_LIBRARY_PATH"
 
 
-def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) -> dict[str, str]:
-    """The environment an Attempt gets: the one the service was started with, minus the bundler's.
+def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None, etc: Path = ETC) -> dict[str, str]:
+    """The environment an Attempt gets: the one the service was started with, minus the bundler's,
+    with ``TZ`` (docs/environment.md).
+
+    ``TZ``: the service's own when it has one, else the device's zone as ``serve`` reads it
+    (``/etc/TZ``, else ``/etc/localtime``: :func:`~edge_runtime.contract.device.device_time_zone`
+    under ``etc``), so a task prints the local time the device's own tools print (musl reads no
+    ``/etc/TZ``; a procd service has no ``TZ``). A zone that cannot be read leaves ``TZ`` unset:
+    the C library's default, as before; ``serve`` reports that zone as ``schedule.device_zone_invalid``.
 
     PyInstaller's bootloader hands its Python process ``_PYI_*`` variables and puts its own
     directory first on ``LD_LIBRARY_PATH`` (``<bundle_dir>`` or ``<bundle_dir>:<original>``, the
@@ -68,6 +78,11 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None) 
             env[_LIBRARY_PATH] = library_path[len(bundle_dir) + 1:]
         if env.get(_LIBRARY_PATH + "_ORIG") == env.get(_LIBRARY_PATH):
             env.pop(_LIBRARY_PATH + "_ORIG", None)
+    if not env.get("TZ", "").strip():
+        try:
+            env["TZ"] = device_time_zone(env, etc)
+        except InvalidTimeZoneError:
+            env.pop("TZ", None)  # reported at serve's start (schedule.device_zone_invalid); libc's default
     return env
 
 

@@ -49,7 +49,8 @@ def monitor_path() -> Path:
         path = Path(__file__).resolve().parent.parent / MONITOR_RELATIVE_PATH
     if not os.access(path, os.X_OK):
         raise MonitorMissingError(
-            f"the task monitor program {path} is missing or not executable; build it with `make monitor`")
+            f"the task monitor program {path} is missing or not executable; build it with `make monitor` (in a "
+            f"clone, `pip install -e .` builds it too; both need a C compiler)")
     return path
 
 

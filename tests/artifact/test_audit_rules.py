@@ -4,6 +4,7 @@ rule that names it (and only the rules that should), in every form the audit rea
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tomllib
@@ -228,6 +229,58 @@ def test_the_docs_quote_the_budget_file() -> None:
         assert f"{budget[key] / 1_048_576:g} MiB" in readme, f"README must quote {key} from build/budget.toml"
         assert f"{budget[key] / 1_048_576:g} MiB" in building, f"docs/building.md must quote {key}"
         assert f"{budget[key]:,}" in building
+
+
+def _budget_values(table: dict) -> set[int]:
+    """Every byte figure of build/budget.toml, the host's and each router target's."""
+    return {v for value in table.values()
+            for v in (_budget_values(value) if isinstance(value, dict) else {value}) if isinstance(v, int)}
+
+
+_MIB = re.compile(r"(\d+(?:\.\d+)?)\s+MiB\b")
+_BYTES = re.compile(r"\b\d{1,3}(?:,\d{3}){2,}\b")  # a figure in the millions, written 3,670,016
+_ARTIFACT = re.compile(r"\.tar\.xz|one-file|one-folder")
+
+
+def _units(text: str) -> list[str]:
+    """``text`` as its table rows and its sentences (a paragraph's lines joined)."""
+    rows = [line for line in text.splitlines() if line.startswith("|")]
+    prose = " ".join(line for line in text.splitlines() if not line.startswith("|"))
+    return rows + re.split(r"\.\s", " ".join(prose.split()))
+
+
+def _clauses(unit: str) -> list[str]:
+    """A row or sentence in the pieces one figure can be about: cells, clauses, parentheses."""
+    return re.split(r"[|;()]", unit)
+
+
+def _not_budgets(clause: str, budgets: set[int]) -> list[str]:
+    quoted = {f"{b / 1_048_576:g}" for b in budgets}
+    return ([f"{m} MiB" for m in _MIB.findall(clause) if m not in quoted]
+            + [n for n in _BYTES.findall(clause) if int(n.replace(",", "")) not in budgets])
+
+
+def test_every_budget_a_page_names_is_one_build_budget_toml_holds() -> None:
+    """One source of truth for every budget: a figure called a budget (or a goal), or the size in
+    MiB of an artifact outside the measured figures of docs/benchmarks.md, is one of the file's."""
+    with open(ROOT / "build" / "budget.toml", "rb") as file:
+        budgets = _budget_values(tomllib.load(file))
+    assert {4_718_592, 3_670_016, 5_242_880, 3_801_088} <= budgets  # the walk found the file's tables
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "build" / "cross").glob("*.sh"))]
+    found = []
+    for page in pages:
+        measured = page.suffix != ".md" or page.name == "benchmarks.md"  # sizes measured, not budgets
+        for unit in _units(page.read_text(encoding="utf-8")):
+            if not measured and _ARTIFACT.search(unit):  # an artifact's size in MiB is its budget
+                found += [f"{page.relative_to(ROOT)}: {figure} in {unit.strip()[:160]!r}"
+                          for figure in _not_budgets(" ".join(f"{m} MiB" for m in _MIB.findall(unit)), budgets)]
+            for clause in _clauses(unit):
+                if re.search(r"\b(?:budget|goal)s?\b", clause, re.I):
+                    found += [f"{page.relative_to(ROOT)}: {figure} in {clause.strip()[:160]!r}"
+                              for figure in _not_budgets(clause, budgets)]
+    assert found == [], "figures build/budget.toml does not hold:\n" + "\n".join(found)
+    # Not vacuous: the rule finds a figure the file does not hold.
+    assert _not_budgets("the routers' goal 2.59 MiB = 2,715,812 bytes", budgets) == ["2.59 MiB", "2,715,812"]
 
 
 def test_the_cli_runs_as_a_script(tmp_path) -> None:

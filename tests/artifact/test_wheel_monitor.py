@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 import zipfile
 from pathlib import Path
 
@@ -70,3 +72,41 @@ def test_the_hook_compiles_with_the_makefiles_flags() -> None:
     hook = (REPO / "hatch_build.py").read_text()  # not imported: hatchling lives in pip's build environment
     hook_flags = re.search(r"^MONITOR_CFLAGS = \((.*)\)$", hook, re.M).group(1)
     assert flags == re.findall(r'"([^"]+)"', hook_flags)
+
+
+def _source_copy(target: Path) -> Path:
+    """This checkout's tracked files in ``target``, without a monitor program built in it."""
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, check=True).stdout
+    for name in listed.decode().split("\0"):
+        if name and name != MONITOR and (REPO / name).is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, target / name)
+    assert not (target / MONITOR).exists()
+    return target
+
+
+def test_an_editable_install_builds_the_monitor_where_its_code_looks_and_serve_starts(tmp_path: Path) -> None:
+    source = _source_copy(tmp_path / "clone")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    # The dependencies are this environment's own (no index is asked): a .pth names its packages.
+    site = subprocess.run([str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "test-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+    # What a user of a clone may run instead of make.
+    done = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "-e", str(source)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    monitor = source / MONITOR
+    assert monitor.read_bytes()[:4] == b"\x7fELF" and os.access(monitor, os.X_OK)
+    (tmp_path / "state").mkdir(mode=0o700)
+    env = {"PATH": f"{venv / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}", "HOME": str(tmp_path),
+           "EDGE_RUNTIME_DB": str(tmp_path / "state" / "e.db")}
+    serve = subprocess.Popen(["edge-runtime", "serve"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        first = serve.stderr.readline()
+    finally:
+        serve.terminate()
+        rest = serve.communicate(timeout=60)[1]
+    assert " service.started " in first, first + rest  # not SERVICE_MONITOR_MISSING

@@ -75,7 +75,7 @@ def test_a_due_slot_fires_once_as_one_run_of_the_schedule(backend: Any) -> None:
     assert backend.schedules.due_schedule_ids(64) == []
     [run] = _schedule_runs(backend, record.id)
     assert (run.status.value, run.name, run.timeout_ms, run.scheduled_for_ms, run.env, run.retries) == (
-        "queued", "tick", 5000, record.next_fire_at_ms, {"A": "1"}, 2)
+        "queued", "tick", 5000, record.next_fire_at_ms, {"A": "1", "TZ": HOST_ZONE}, 2)
     after = backend.schedules.get(record.id)
     assert (after.fired_count, after.last_outcome, after.last_run_id, after.last_fire_at_ms) == (
         1, FireOutcome.STARTED, run.id, record.next_fire_at_ms)
@@ -258,3 +258,33 @@ def test_a_stored_schedule_that_cannot_fire_is_paused_with_the_reason_and_the_ot
     assert not resumed.paused and resumed.next_fire_at_ms > backend.now()
     # A schedule its user paused has no reason.
     assert backend.schedules.set_paused(good.id, True).pause_reason is msgspec.UNSET
+
+
+def test_a_schedule_is_found_by_a_prefix_or_a_suffix_of_its_id_newest_first(backend: Any) -> None:
+    records = []
+    for _ in range(17):  # 17 random ids over 16 hex digits: at least two begin with the same one
+        records.append(_add(backend))
+        backend.advance(1)
+    first = records[0]
+    find = backend.schedules.find_schedule_ids
+    assert find(first.id[:8], 6) == [first.id] == find(first.id[-12:], 6)
+    shared = next(r.id[0] for r in records if sum(o.id[0] == r.id[0] for o in records) > 1)
+    named = [r.id for r in reversed(records) if r.id.startswith(shared) or r.id.endswith(shared)]
+    assert len(named) > 1 and find(shared, 100) == named and find(shared, 1) == named[:1]
+    assert find("%", 6) == [] and find("_", 6) == []  # matched literally, never as a LIKE pattern
+    backend.schedules.remove(first.id)
+    assert find(first.id[:8], 6) == []
+
+
+def test_a_fired_run_gets_the_schedules_zone_as_tz_unless_the_schedules_own_env_sets_it(backend: Any) -> None:
+    zoned = _add(backend, time_zone="CST-8", env={"A": "1"})
+    own = _add(backend, time_zone="CST-8", env={"TZ": "EST5"})
+    for record in (zoned, own):
+        started = backend.schedules.run_now(record.id, actor_id="cli")
+        backend.set_run_status(started.run_id, "succeeded")  # overlap skip: the due slot starts too
+    backend.advance(MINUTE)
+    _fire_due(backend)
+    for record, env in ((zoned, {"A": "1", "TZ": "CST-8"}), (own, {"TZ": "EST5"})):
+        runs = _schedule_runs(backend, record.id)
+        assert len(runs) == 2 and [r.env for r in runs] == [env, env]  # run now, then the due slot
+    assert backend.schedules.get(zoned.id).env == {"A": "1"}  # the schedule's own variables are unchanged

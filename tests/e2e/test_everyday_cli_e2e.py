@@ -37,6 +37,12 @@ def test_make_run_demo_uses_a_database_of_its_own_under_the_checkout(tmp_path: P
     assert list(users.iterdir()) == []  # neither $EDGE_RUNTIME_DB nor the default database was touched
     assert "demo: got SIGTERM, exiting" in done.stdout and "cancelled" in done.stdout
     assert "ready" in done.stdout.splitlines()[-1]
+    # It waited until the service served the database: the submit found it.
+    assert "no service is running" not in done.stdout + done.stderr, done.stderr
+    assert "service.started" in done.stdout  # the service's own log, shown at the end
+    # Its fresh database holds no legacy token: check suggests no scrub.
+    assert "legacy_tokens: no dispatch stores a raw lease token: nothing to scrub" in done.stdout
+    assert "scrub-legacy-tokens" not in done.stdout
 
 
 def test_logs_of_a_run_whose_command_could_not_start_gives_the_reason(harness: Harness) -> None:
@@ -47,7 +53,7 @@ def test_logs_of_a_run_whose_command_could_not_start_gives_the_reason(harness: H
     assert logs.returncode == 1 and logs.stdout == ""
     assert "has not started" not in logs.stderr
     assert re.fullmatch(rf"Error: attempt 1 of run {run_id} ended failed before its command started: "
-                        r"cannot start '/nonexistent/program': No such file or directory; no log \[RUN_STATE_CONFLICT\]\n",
+                        r"cannot start '/nonexistent/program': No such file or directory; no log \[COMMAND_NOT_STARTED\]\n",
                         logs.stderr), logs.stderr
     # show gives the same reason.
     assert "reason=cannot start '/nonexistent/program': No such file or directory" in harness.cli("show", run_id).stdout
@@ -140,3 +146,17 @@ def test_no_retry_after_a_cancel(harness: Harness) -> None:
     harness.cli("cancel", run_id)
     done = harness.wait_status(run_id, "cancelled")
     assert [a.status.value for a in done.attempts] == ["cancelled"]
+
+
+def test_the_readmes_way_to_put_edge_runtime_on_path_in_a_clone_works(tmp_path: Path) -> None:
+    if not (REPO / ".venv" / "bin" / "activate").is_file():
+        pytest.skip("this checkout has no .venv (make venv makes it): nothing to activate")
+    (tmp_path / "state").mkdir(mode=0o700)
+    # As the README says, in a shell whose PATH has no edge-runtime: `. .venv/bin/activate`.
+    done = subprocess.run(["sh", "-c", ". .venv/bin/activate && edge-runtime --version && edge-runtime submit -- true"],
+                          cwd=REPO, capture_output=True, text=True, timeout=60,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "EDGE_RUNTIME_DB": str(tmp_path / "state" / "e.db")})
+    assert done.returncode == 0, done.stderr
+    version, run_id = done.stdout.splitlines()
+    assert version.startswith("edge-runtime ") and len(run_id) == 36

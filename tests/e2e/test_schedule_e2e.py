@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import time
 
 import apsw
 import pytest
+
+from edge_runtime.cli.common import format_ms
 
 from edge_runtime.local.database import open_database
 from edge_runtime.service.process_identity import read_stat
@@ -188,3 +191,36 @@ def test_serve_pauses_a_stored_schedule_that_cannot_fire_fires_the_others_and_st
     again = harness.serve()
     wait_for(lambda: any(slot > restarted for slot, _ in _slots(harness, ticker)), "a fire after the restart")
     assert again.stop() == 0 and "paused_unfireable" not in again.log()
+
+
+def test_a_schedules_task_runs_in_the_schedules_zone_and_a_hand_submitted_one_in_the_devices(harness: Harness) -> None:
+    from edge_runtime.contract.device import device_time_zone
+    from edge_runtime.contract.time_zones import time_zone
+
+    harness.env.pop("TZ", None)  # the service and the CLI read the device's zone from /etc
+    device_zone = device_time_zone({})
+    printing = ["sh", "-c", "date +%z; echo TZ=$TZ"]
+    shanghai = harness.cli("schedule", "add", "--tz", "CST-8", "@daily", "--", *printing).stdout.strip()
+    own_tz = harness.cli("schedule", "add", "--tz", "CST-8", "--env", "TZ=EST5", "@daily", "--", *printing).stdout.strip()
+    # Named by the short form `schedule list` shows first.
+    short = harness.cli("schedule", "list").stdout.splitlines()[0].split()[0]
+    assert short == shanghai[-8:]
+    fired = harness.cli("schedule", "run", short).stdout.strip()
+    kept = harness.cli("schedule", "run", own_tz[:8]).stdout.strip()
+    by_hand = harness.submit(*printing)
+    harness.serve()
+    for run_id in (fired, kept, by_hand):
+        harness.wait_status(run_id, "succeeded")
+    assert harness.cli("logs", fired).stdout == "+0800\nTZ=CST-8\n"
+    assert harness.cli("logs", kept).stdout == "-0500\nTZ=EST5\n"  # the schedule's own TZ wins
+    assert harness.cli("logs", by_hand).stdout.splitlines()[1] == f"TZ={device_zone}"
+    assert [r["id"] for r in decode_json(harness.cli("list", "--schedule", short, "--json").stdout)] == [fired]
+    # One rule for shown times: the schedule's in its zone, the rest in the device's.
+    shown = harness.cli("schedule", "show", short).stdout
+    for line in ("next fire", "last fire"):
+        assert re.search(rf"^{line}  \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d \+08:00\b", shown, re.M), shown
+    run_shown = harness.cli("show", fired).stdout
+    assert re.search(r"^schedule   \S+  slot \S+ \S+ \+08:00$", run_shown, re.M), run_shown
+    created_ms = decode_json(harness.cli("show", fired, "--json").stdout)["createdAtMs"]
+    device_offset = format_ms(created_ms, time_zone(device_zone)).split()[-1]
+    assert re.search(rf"^created    \S+ \S+ {re.escape(device_offset)}$", run_shown, re.M), run_shown

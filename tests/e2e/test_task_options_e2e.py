@@ -158,3 +158,30 @@ def test_no_account_of_a_secret_is_shown_by_show_events_list_or_the_services_log
     assert refused.returncode == 1 and "cannot start '***'" in refused.stderr and not leaked(refused.stderr)
     service.wait_log("attempt.not_started")
     assert "cannot start '***'" in service.log() and not leaked(service.log())
+
+
+def test_logs_follow_follows_the_run_through_its_retries_and_exits_as_the_run_ended(harness: Harness, tmp_path) -> None:
+    count = tmp_path / "tries"
+    tries = (f"n=$(( $(cat {count} 2>/dev/null || echo 0) + 1 )); echo $n > {count}; echo try $n; "
+             f"[ $n -ge 3 ] || exit 5")
+    run_id = harness.cli("submit", "--retries", "2", "--retry-delay", "2s", "--", "sh", "-c", tries).stdout.strip()
+    failing = harness.cli("submit", "--retries", "1", "--retry-delay", "2s", "--", "sh", "-c",
+                          "echo no; exit 9").stdout.strip()
+    cli = [sys.executable, "-m", "edge_runtime", "--db", str(harness.db_path), "logs"]
+    # Started while both Runs wait for a service: each follows from its first Attempt on.
+    followers = [subprocess.Popen(["sh", "-c", f'"$@" -f {run_id} && echo next', "sh", *cli], env=harness.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True),
+                 subprocess.Popen([*cli, failing, "--follow"], env=harness.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True),
+                 subprocess.Popen([*cli, run_id, "--follow", "--json"], env=harness.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)]
+    harness.serve()
+    (out, err), (failed_out, failed_err), (json_out, json_err) = (f.communicate(timeout=60) for f in followers)
+    assert (followers[0].returncode, err) == (0, "")
+    assert out == ("--- attempt 1 of 3 ---\ntry 1\n--- attempt 2 of 3 ---\ntry 2\n--- attempt 3 of 3 ---\ntry 3\n"
+                   "next\n")
+    assert followers[1].returncode == 1 and failed_out == "--- attempt 1 of 2 ---\nno\n--- attempt 2 of 2 ---\nno\n"
+    assert failed_err == f"Error: run {failing} ended failed (attempt 2 failed, exit code 9) [RUN_NOT_SUCCEEDED]\n"
+    assert (followers[2].returncode, json_err) == (0, "")
+    assert [(o["attempt"], o["status"], o["text"]) for o in map(decode_json, json_out.splitlines())] == [
+        (1, "failed", "try 1\n"), (2, "failed", "try 2\n"), (3, "succeeded", "try 3\n")]

@@ -39,6 +39,37 @@ def test_a_unique_suffix_or_prefix_names_a_run_and_an_ambiguous_one_is_an_error(
     assert code == 1 and "RUN_NOT_FOUND" in err
 
 
+def test_a_unique_suffix_or_prefix_names_a_schedule_and_an_ambiguous_one_is_an_error(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    # 17 random ids over 16 hex digits: at least two begin with the same one.
+    ids = [_cli(capsys, "--db", db, "schedule", "add", "--name", f"s{n}", "@daily", "--", "true")[1].strip()
+           for n in range(17)]
+    first = ids[0]
+    listed = _cli(capsys, "--db", db, "schedule", "list")[1].splitlines()
+    assert [line.split()[0] for line in listed] == [i[-8:] for i in ids]  # the form every command takes
+    code, out, _ = _cli(capsys, "--db", db, "schedule", "show", first[-8:], "--json")
+    assert code == 0 and json.loads(out)["id"] == first
+    code, out, _ = _cli(capsys, "--db", db, "schedule", "edit", first[:10], "--name", "renamed", "--json")
+    assert code == 0 and json.loads(out)["name"] == "renamed"
+    assert _cli(capsys, "--db", db, "schedule", "pause", first[-12:]) == (0, f"schedule {first} paused\n", "")
+    assert _cli(capsys, "--db", db, "schedule", "resume", first[:8])[1] == f"schedule {first} resumed\n"
+    code, run_id, _ = _cli(capsys, "--db", db, "schedule", "run", first[-8:])
+    assert code == 0
+    code, out, _ = _cli(capsys, "--db", db, "list", "--schedule", first[-8:], "--json")
+    assert [r["id"] for r in json.loads(out)] == [run_id.strip()]
+    shared = next(i[0] for i in ids if sum(other[0] == i[0] for other in ids) > 1)
+    named = [i for i in ids if i.startswith(shared) or i.endswith(shared)]
+    for argv in (("schedule", "show", shared), ("schedule", "remove", shared), ("list", "--schedule", shared)):
+        code, _, err = _cli(capsys, "--db", db, *argv)
+        assert code == 1 and err.endswith("[SCHEDULE_ID_AMBIGUOUS]\n"), argv
+        assert all(i in err for i in named[-5:]), err  # the candidates, newest first
+    code, _, err = _cli(capsys, "--db", db, "schedule", "show", "zzzz")
+    assert (code, err) == (1, "Error: no schedule with id 'zzzz' (nor one whose id begins or ends with it) "
+                              "[SCHEDULE_NOT_FOUND]\n")
+    assert _cli(capsys, "--db", db, "schedule", "remove", first[:9])[0] == 0
+    assert _cli(capsys, "--db", db, "schedule", "show", first[:9])[0] == 1
+
+
 def test_db_is_accepted_after_the_command(capsys, tmp_path) -> None:
     db = tmp_path / "after.db"
     code, out, _ = _cli(capsys, "submit", "--db", str(db), "--", "true")
@@ -65,8 +96,8 @@ def test_list_filters_by_name_and_schedule_and_shows_exit_and_command(capsys, tm
     _submit(capsys, db)
     code, out, _ = _cli(capsys, "--db", str(db), "list", "--name", "nightly", "--json")
     assert [r["id"] for r in json.loads(out)] == [named]
-    code, out, _ = _cli(capsys, "--db", str(db), "list", "--schedule", "none-such", "--json")
-    assert json.loads(out) == []
+    code, _, err = _cli(capsys, "--db", str(db), "list", "--schedule", "none-such", "--json")
+    assert code == 1 and json.loads(err)["error"]["code"] == "SCHEDULE_NOT_FOUND"  # never an empty table
     header = _cli(capsys, "--db", str(db), "list")[1].splitlines()[0].split()
     assert header == ["RUN", "STATUS", "NAME", "COMMAND", "EXIT", "TOOK", "CREATED"]
 
@@ -189,7 +220,7 @@ def test_a_paused_schedule_shows_no_next_fire(capsys, tmp_path) -> None:
     _cli(capsys, "--db", db, "schedule", "pause", schedule_id)
     shown = _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
     assert "state      paused\nnext fire  - (paused)\n" in shown
-    assert f"{schedule_id}  paused next=-  " in _cli(capsys, "--db", db, "schedule", "list")[1]
+    assert f"{schedule_id[-8:]}  paused next=-  " in _cli(capsys, "--db", db, "schedule", "list")[1]
     _cli(capsys, "--db", db, "schedule", "resume", schedule_id)
     resumed = _cli(capsys, "--db", db, "schedule", "show", schedule_id)[1]
     assert "state      active\nnext fire  20" in resumed  # a time again, from the next slot
@@ -214,3 +245,29 @@ def test_a_ctrl_c_while_the_cli_loads_ends_it_with_130_and_no_traceback(capfd, m
     assert code == 130
     out, err = capfd.readouterr()
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def _command_paths() -> list[tuple[str, ...]]:
+    """Every command line that runs a command: each command, and each action of those that have them."""
+    import argparse
+
+    from edge_runtime.cli.parser import build_parser
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not nested:
+            return [path]
+        return [leaf for action in nested for name, sub in action.choices.items() for leaf in walk(sub, (*path, name))]
+
+    return walk(build_parser(), ())
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=" ".join)
+def test_a_usage_error_names_the_help_of_the_subcommand_it_is_about(capsys, tmp_path, path) -> None:
+    for extra in (("--no-such-option",), ("--json", "--no-such-option")):
+        with pytest.raises(SystemExit) as usage:
+            main(["--db", str(tmp_path / "e.db"), *path, *extra])
+        err = capsys.readouterr().err
+        assert usage.value.code == 2
+        hint = f"(try: edge-runtime {' '.join(path)} --help)"
+        assert (json.loads(err)["error"]["message"] if "--json" in extra else err).rstrip().endswith(hint), err

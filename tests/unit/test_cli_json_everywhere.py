@@ -53,6 +53,33 @@ class World:
                 (self.blocked, attempt.id))
         self.bad_db = str(tmp_path / "a-file")
         Path(self.bad_db).write_text("")
+        self.log_dir = tmp_path / "logs"
+        self.logged = self._ended_with_a_log()
+
+    def _ended_with_a_log(self) -> str:
+        """A Run whose one Attempt printed ``hi`` into its log in ``log_dir``."""
+        from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity
+        from edge_runtime.local.database import open_database
+        from edge_runtime.local.runs import LocalRunRepository
+        from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
+        from edge_runtime.service.process_identity import read_boot_id
+        from edge_runtime.service.worker import WorkerSession
+
+        run_id = self.out("submit", "--", "echo", "hi")
+        self.log_dir.mkdir(mode=0o700)
+        with open_database(self.db) as db:
+            worker = WorkerSession(LocalWorkerLeaseRepository(db), worker_id="w", slots=1, session_lease_ms=60_000,
+                                   run_lease_ms=60_000)
+            worker.register()
+            attempt_id = worker.start(run_id).lease.attempt_id
+            log = self.log_dir / f"{attempt_id}.log"
+            log.write_text("hi\n")
+            runs = LocalRunRepository(db)
+            runs.record_running(attempt_id, ProcessIdentity(4242, 4242, 777, read_boot_id()), log_path=str(log),
+                                actor_id=worker.owner)
+            runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)
+            worker.complete(attempt_id)
+        return run_id
 
     def cli(self, *argv: str, db: str | None = None) -> tuple[int, str, str]:
         try:
@@ -76,6 +103,7 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("show",): lambda w: ["show", w.run, "--json"],
     ("list",): lambda w: ["list", "--json"],
     ("events",): lambda w: ["events", w.run, "--json"],
+    ("logs",): lambda w: ["logs", w.logged, "--json", "--log-dir", str(w.log_dir)],
     ("dispatch", "show"): lambda w: ["dispatch", "show", w.blocked, "--json"],
     ("dispatch", "rearm"): lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "3", "--json"],
     ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef-long", "--secret", "--json"],
@@ -100,6 +128,7 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("show",): (lambda w: ["show", "zzzz", "--json"], "RUN_NOT_FOUND"),
     ("list",): (lambda w: ["--db", w.bad_db, "list", "--json"], None),
     ("events",): (lambda w: ["events", "zzzz", "--json"], "RUN_NOT_FOUND"),
+    ("logs",): (lambda w: ["logs", w.run, "--json"], "COMMAND_NOT_STARTED"),
     ("dispatch", "show"): (lambda w: ["dispatch", "show", "zzzz", "--json"], "RUN_NOT_FOUND"),
     ("dispatch", "rearm"): (lambda w: ["dispatch", "rearm", w.blocked, "--expected-version", "2", "--json"],
                             "CANCELLATION_DISPATCH_FENCE_REJECTED"),

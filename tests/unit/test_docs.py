@@ -7,7 +7,9 @@
 - the command table in README.md names every ``edge-runtime`` subcommand (nested ones too) and
   only real ones, each option it shows being one that command accepts;
 - the adapter table in docs/architecture.md names each module of edge_runtime/local/ and of
-  cluster/cluster_postgres/ once, and a concept only one adapter has says so.
+  cluster/cluster_postgres/ once, and a concept only one adapter has says so;
+- a reader of the README's front door from a clone meets the two set-up commands first, then how
+  to get ``edge-runtime`` on ``PATH`` before the first command that uses it.
 """
 
 from __future__ import annotations
@@ -206,3 +208,19 @@ def test_the_adapter_table_names_every_module_of_both_adapters_once() -> None:
     for adapter, package in _ADAPTERS.items():
         modules = sorted(str(path.relative_to(package)) for path in package.rglob("*.py"))
         assert sorted(named[adapter]) == modules, f"docs/architecture.md, the adapter table: {adapter} files"
+
+
+def _section(text: str, heading: str) -> str:
+    """The text of the README section under ``## heading``, up to the next ``## ``."""
+    return text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_clone_meets_the_set_up_commands_first_then_how_to_put_edge_runtime_on_path() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.index("\n## From a clone\n") < text.index("\n## A first Run\n")
+    set_up = _section(text, "From a clone").split("```sh\n", 1)[1].split("```", 1)[0]
+    assert [line.split("#")[0].strip() for line in set_up.splitlines()] == ["make run", "make test"]
+    first_run = _section(text, "A first Run")
+    before_any_command = first_run.split("```sh\n", 1)[0]
+    assert "`. .venv/bin/activate`" in before_any_command and "`.venv/bin/edge-runtime`" in before_any_command
+    assert first_run.split("```sh\n", 1)[1].startswith("edge-runtime ")  # the commands it makes work

@@ -45,12 +45,13 @@ BUNDLE = "/tmp/_MEIabc123"
 def test_the_task_gets_the_library_path_the_service_was_started_with(given, expected) -> None:
     bundler = {"_PYI_ARCHIVE_FILE": "/usr/bin/edge-runtime", "_PYI_APPLICATION_HOME_DIR": BUNDLE,
                "_PYI_PARENT_PROCESS_LEVEL": "1", "_PYI_LINUX_PROCESS_NAME": "edge-runtime"}
-    assert task_environment({"PATH": "/bin", **bundler, **given}, BUNDLE) == {"PATH": "/bin", **expected}
+    base = {"PATH": "/bin", "TZ": "CST-8"}  # a TZ of its own: the device's zone is not read
+    assert task_environment({**base, **bundler, **given}, BUNDLE) == {**base, **expected}
 
 
 def test_from_source_only_bundler_variables_are_dropped() -> None:
-    given = {"PATH": "/bin", "LD_LIBRARY_PATH": f"{BUNDLE}:/x", "_PYI_ARCHIVE_FILE": "/y"}
-    assert task_environment(given) == {"PATH": "/bin", "LD_LIBRARY_PATH": f"{BUNDLE}:/x"}
+    given = {"PATH": "/bin", "TZ": "CST-8", "LD_LIBRARY_PATH": f"{BUNDLE}:/x", "_PYI_ARCHIVE_FILE": "/y"}
+    assert task_environment(given) == {"PATH": "/bin", "TZ": "CST-8", "LD_LIBRARY_PATH": f"{BUNDLE}:/x"}
 
 
 # ------------------------------------------------------------------ points 2 and 4

@@ -22,6 +22,7 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.errors import LocalStorageError, MigrationError, ScrubRefusedError, ScrubRollbackRefusedError
 from edge_runtime.local.legacy_token_scrub import (
+    SCRUB_COMMAND,
     SCRUB_MIGRATION_ID,
     backup_path_for,
     drop_scrub_backup,
@@ -459,3 +460,13 @@ def test_the_scrub_step_is_never_pending(db_path: Path) -> None:
     count = len(migrations_module.known_migrations())
     code, out = _cli(db_path, "migrate")
     assert code == 0 and f"{count}/{count} migrations applied" in out
+
+
+def test_check_of_a_database_this_version_created_suggests_no_scrub(db_path: Path) -> None:
+    assert _cli(db_path, "migrate")[0] == 0
+    code, out = _cli(db_path, "check")
+    assert code == 0 and "legacy_tokens: no dispatch stores a raw lease token: nothing to scrub\n" in out
+    assert SCRUB_COMMAND not in out and "scrub-legacy-tokens" not in out
+    build_legacy_database(str(db_path), 2)  # rows of the previous layout: the scrub is suggested
+    code, out = _cli(db_path, "check")
+    assert f"legacy layout: 2 of 2 dispatch(es) store a raw lease token; scrub them with `{SCRUB_COMMAND}`" in out

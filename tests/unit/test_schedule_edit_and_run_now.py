@@ -29,12 +29,13 @@ def _add(db: LocalDatabase, **kw: object) -> str:
 
 
 def test_run_now_starts_a_run_with_the_schedules_command_and_options(db: LocalDatabase, clock: ManualClock) -> None:
-    schedule_id = _add(db)
+    schedule_id = _add(db, time_zone="CST-8")
     repo = LocalScheduleRepository(db)
     outcome = repo.run_now(schedule_id, actor_id="cli")
     assert outcome.outcome is FireOutcome.STARTED
     run = LocalRunRepository(db).get(outcome.run_id)
-    assert (run.command, run.env, run.cwd, run.retries, run.retry_delay_ms) == (["echo", "x"], {"A": "1"}, "/srv", 2, 5_000)
+    assert (run.command, run.env, run.cwd, run.retries, run.retry_delay_ms) == (
+        ["echo", "x"], {"A": "1", "TZ": "CST-8"}, "/srv", 2, 5_000)  # its task's clock in the schedule's zone
     assert (run.schedule_id, run.scheduled_for_ms, run.status) == (schedule_id, clock.now_ms(), RunStatus.QUEUED)
     record = repo.get(schedule_id)
     assert (record.fired_count, record.last_run_id) == (1, outcome.run_id)
