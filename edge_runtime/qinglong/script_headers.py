@@ -138,9 +138,14 @@ def _fields(text: str) -> str | None:
     fields: list[str] = []
     for word in words:
         word = word.strip("\"'`")
-        if len(fields) == 6 or not _LOOSE_FIELD.fullmatch(word):
+        if len(fields) == 6:
             break
-        fields.append(word)
+        if _LOOSE_FIELD.fullmatch(word):
+            fields.append(word)
+            continue
+        if _LOOSE_FIELD.fullmatch(word.rstrip(",;")):  # `0 9 * * *, tag=x`: the comma ends the fields
+            fields.append(word.rstrip(",;"))
+        break
     return " ".join(fields) if len(fields) >= 5 else None
 
 

@@ -7,8 +7,7 @@ read-only and ``immutable`` (no journal, WAL or lock file is looked for or made)
 distrusts the file: ``trusted_schema`` off and ``SQLITE_DBCONFIG_DEFENSIVE`` (no SQL stored in it
 may call a function with side effects), views and triggers disabled (a "table" that is a view is
 refused, not run), a cell longer than :data:`MAX_CELL_BYTES` is an error rather than an
-allocation, and a statement that runs more than :data:`MAX_VM_STEPS` virtual-machine steps is
-interrupted. Tables and columns are looked up by name (QingLong adds columns with ``ALTER TABLE``,
+allocation, and the whole read is interrupted past :data:`MAX_VM_STEPS` virtual-machine steps. Tables and columns are looked up by name (QingLong adds columns with ``ALTER TABLE``,
 so their order differs between databases) and read by name; a table of more than
 :data:`MAX_ROWS` rows is refused.
 
@@ -36,8 +35,8 @@ MAX_ROWS = 100_000
 #: Most tables, and columns of one table, looked at.
 MAX_TABLES = 200
 MAX_COLUMNS = 200
-#: Virtual-machine steps one statement may take before it is interrupted (a statement over a
-#: table of MAX_ROWS rows takes a few million).
+#: Virtual-machine steps the whole read may take before it is interrupted (reading tables of
+#: MAX_ROWS rows takes a few tens of millions).
 MAX_VM_STEPS = 200_000_000
 _PROGRESS_EVERY = 10_000
 
@@ -159,12 +158,13 @@ def _open(path: Path) -> apsw.Connection:
     connection.limit(apsw.SQLITE_LIMIT_LENGTH, MAX_CELL_BYTES)
     connection.limit(apsw.SQLITE_LIMIT_ATTACHED, 0)
     steps = [0]
+    every = max(1, min(_PROGRESS_EVERY, MAX_VM_STEPS // 10))
 
     def interrupt() -> bool:
-        steps[0] += _PROGRESS_EVERY
+        steps[0] += every
         return steps[0] > MAX_VM_STEPS
 
-    connection.set_progress_handler(interrupt, _PROGRESS_EVERY)
+    connection.set_progress_handler(interrupt, every)
     connection.execute("PRAGMA query_only = ON")
     return connection
 
