@@ -110,7 +110,7 @@ def _print(scanned: list, skipped: list, add: bool) -> None:
             schedule = f"{script.expression}  ({where})"
         else:
             schedule = f"-  ({script.problem})"
-        action = f"{script.action:8}" if add else ""
+        action = f"{script.action or '-':8}" if add else ""
         out.write(f"{action}{printable(script.path)}  {printable(script.name)}  {printable(schedule)}\n")
         if script.reason and script.action == "failed":
             out.write(f"    why: {printable(script.reason)}\n")

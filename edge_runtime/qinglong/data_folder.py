@@ -296,7 +296,7 @@ def _write_private(source: IO[bytes], dest: Path, limit: int, shown: str) -> Non
         while chunk := source.read(_CHUNK):
             copied += len(chunk)
             if copied > limit:
-                raise QingLongSourceError(f"{shown} is larger than {limit // (1024 * 1024)} MiB: refused "
+                raise QingLongSourceError(f"{shown} is larger than {_amount(limit)}: refused "
                                           f"(a QingLong database is far smaller)")
             sink.write(chunk)
 
@@ -462,8 +462,8 @@ def _list_archive(archive: BinaryIO, shown: str, work_dir: Path,
                 if member.isreg():
                     read_bytes += member.size
                     if read_bytes > MAX_ARCHIVE_BYTES:
-                        raise QingLongSourceError(f"{shown} holds more than {MAX_ARCHIVE_BYTES // 1024 ** 3} GiB: "
-                                                  f"refused (a compression bomb, or not a QingLong backup)")
+                        raise QingLongSourceError(f"{shown} holds more than {_amount(MAX_ARCHIVE_BYTES)}: refused "
+                                                  f"(a compression bomb, or not a QingLong backup)")
                 top_level.add(name.split("/", 1)[0])
                 for root in _ROOTS:
                     if not name.startswith(root):
@@ -480,8 +480,8 @@ def _list_archive(archive: BinaryIO, shown: str, work_dir: Path,
                             raise QingLongSourceError(f"{shown}: {name} is not a regular file (a link or a device): "
                                                       f"refused")
                         if member.size > MAX_DATABASE_BYTES:
-                            raise QingLongSourceError(f"{shown}: {name} is larger than "
-                                                      f"{MAX_DATABASE_BYTES // (1024 * 1024)} MiB: refused")
+                            raise QingLongSourceError(f"{shown}: {name} is larger than {_amount(MAX_DATABASE_BYTES)}: "
+                                                      f"refused")
                         dest = work_dir / f"{len(databases)}-{DATABASE_NAME}"
                         extracted = tar.extractfile(member)
                         if extracted is None:
@@ -603,8 +603,15 @@ def _check_totals(count: int, total: int) -> None:
         raise QingLongSourceError(f"scripts/ holds more than {MAX_SCRIPT_FILES} files: refused (copy the folders you "
                                   f"need by hand, or remove what QingLong no longer uses)")
     if total > MAX_SCRIPTS_BYTES:
-        raise QingLongSourceError(f"scripts/ holds more than {MAX_SCRIPTS_BYTES // 1024 ** 3} GiB: refused")
+        raise QingLongSourceError(f"scripts/ holds more than {_amount(MAX_SCRIPTS_BYTES)}: refused")
 
 
 def _too_large(size: int) -> str:
-    return f"larger than {MAX_SCRIPT_BYTES // (1024 * 1024)} MiB ({size} bytes): not copied"
+    return f"larger than {_amount(MAX_SCRIPT_BYTES)} ({size} bytes): not copied"
+
+
+def _amount(size: int) -> str:
+    for unit, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} bytes"

@@ -57,7 +57,7 @@ _COMMENT_MARKER = re.compile(r"^\s*(?://+|#+|/\*+|\*+(?=\s))\s*")
 _NAMES = "jan|feb|mar|apr|may|jun|jul|aug|sep|oct|nov|dec|sun|mon|tue|wed|thu|fri|sat"
 # A field of rules 2 and 3: rule 1's, and `?`, `L`, `W`, `#`, month and day names.
 _LOOSE_FIELD = re.compile(
-    rf"(?:[0-9*?][0-9*?LW#,/\-]*[0-9*?LW]|[0-9*?]|(?:{_NAMES})(?:[-,/](?:[0-9]+|{_NAMES}))*)", re.IGNORECASE)
+    rf"(?:[0-9*?L][0-9*?LW#,/\-]*[0-9*?LW]|[0-9*?L]|(?:{_NAMES})(?:[-,/](?:[0-9]+|{_NAMES}))*)", re.IGNORECASE)
 _MACRO = re.compile(r"@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)", re.IGNORECASE)
 _CRON_COLON = re.compile(r"cron\s*[:：]", re.IGNORECASE)
 _LOON = re.compile(r"cron\s+([\"'])(.*?)\1")
