@@ -10,7 +10,8 @@ contract and the stores know nothing of QingLong.
 Everything read from QingLong (its database, its archive, its scripts' text) is hostile input:
 sizes, types and paths are checked before anything is used (docs/qinglong.md, the threat model).
 
-Dependency direction: contract ← qinglong (commands, expressions, variables; nothing of a store's
-adapter), and qinglong → operations (the user operations the CLI and panel share); the CLI
-composes them (edge_runtime/cli/import_qinglong.py, edge_runtime/cli/scripts.py).
+Dependency direction: qinglong -> contract (commands, expressions, variables; never a store's
+adapter, local, nor the service) and -> ``edge_runtime.operations`` (the user operations the CLI
+and panel share); cli -> qinglong composes them with a store (edge_runtime/cli/import_qinglong.py,
+edge_runtime/cli/scripts.py).
 """

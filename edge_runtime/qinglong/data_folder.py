@@ -44,9 +44,9 @@ import msgspec
 
 from edge_runtime.qinglong.errors import QingLongSourceError
 from edge_runtime.qinglong.script_files import (
-    DIR_FLAGS, FILE_FLAGS, hash_chunks, name_problem, open_file_at, read_chunks, shown_name, walk,
+    DIR_FLAGS, FILE_FLAGS, MAX_DEPTH, SKIPPED_FOLDERS, hash_chunks, name_problem, open_file_at, read_chunks,
+    shown_name, walk,
 )
-from edge_runtime.qinglong.script_files import MAX_DEPTH, SKIPPED_FOLDERS  # noqa: F401 (documented here too)
 
 #: Largest QingLong database read (a long-used one holds run statistics: tens of MiB at most).
 MAX_DATABASE_BYTES = 256 * 1024 * 1024

@@ -2,7 +2,7 @@
 """Make the QingLong script corpus: header lines of public QingLong script repositories, never
 their code, for the header tests and the benchmarks.
 
-    python tests/bench/qinglong_corpus.py --source owner/name=/path/to/bare.git [...] \
+    .venv/bin/python tests/bench/qinglong_corpus.py --source owner/name=/path/to/bare.git [...] \
         [--qinglong-results FILE.tsv]
 
 For each source (a git directory; its HEAD is read, and recorded with the repository's name),
@@ -28,14 +28,11 @@ import argparse
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from edge_runtime.qinglong.script_scan import SCRIPT_SUFFIXES, scanned_script
 
-from edge_runtime.qinglong.script_scan import SCRIPT_SUFFIXES, scanned_script  # noqa: E402
+REPO = Path(__file__).resolve().parents[2]
 
 HEADER_LINES = 40
 MAX_LINE = 300
