@@ -63,13 +63,14 @@ def run(args: argparse.Namespace) -> int:
     scripts_dir = os.path.abspath(args.scripts_dir or default_scripts_dir(args.db))
     progress = _progress(args.json)
     with open_source(args.path, progress=progress) as source:
+        # Everything that can refuse the import is asked before the database is opened (or made).
         database = read_database(source.database, shown=f"{source.where}: db/database.sqlite")
+        zone = choose_zone(args.tz, database.time_zone, _device_zone())
+        _require_scripts_directory(scripts_dir)
         with _store(args) as store, _scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
             existing = _existing(store, scripts_fd)
             envs = SharedVariables(store.environment if store is not None else _NoVariablesYet())
-            device_zone = store.schedules.device_zone() if store is not None else _device_zone()
-            plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir,
-                             zone=choose_zone(args.tz, database.time_zone, device_zone))
+            plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir, zone=zone)
             if args.dry_run:
                 if scripts_fd is not None:
                     try:
@@ -114,6 +115,22 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         return
     with args.stores.open(args, CREATE) as store:
         yield store
+
+
+def _require_scripts_directory(path: str) -> None:
+    """Refuse a scripts directory that is not trusted, or could not be made trusted (its nearest
+    existing folder is another user's), before anything is written."""
+    from edge_runtime.qinglong.errors import ScriptsDirectoryError
+    from edge_runtime.service.trusted_paths import directory_problem
+
+    existing = path
+    while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+        existing = os.path.dirname(existing)
+    problem = directory_problem(existing, sticky_ok=existing != path)
+    if problem is not None:
+        raise ScriptsDirectoryError(
+            f"refusing the scripts directory {path}: {problem}; another user could change the code root's tasks "
+            f"run (make it owned by uid {os.geteuid()} with mode 0755, or give --scripts-dir)")
 
 
 @contextmanager

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Any
 
 from edge_runtime import operations
 from edge_runtime.contract.errors import EdgeRuntimeError
@@ -41,11 +42,11 @@ def check_space(plan: ImportPlan, scripts_fd: int) -> None:
     if needed + SPARE_BYTES > free:
         raise ScriptsDirectoryError(
             f"the scripts need {needed // 1024} KiB and {plan.scripts_dir} has {free // 1024} KiB free (keeping "
-            f"{SPARE_BYTES // (1024 * 1024)} MiB spare): nothing written; free some space or give --scripts-dir "
+            f"{SPARE_BYTES // (1024 * 1024)} MiB spare): nothing imported; free some space or give --scripts-dir "
             f"on a larger filesystem")
 
 
-def apply_plan(plan: ImportPlan, source: QingLongSource, store: object, envs: EnvTarget, scripts_fd: int,
+def apply_plan(plan: ImportPlan, source: QingLongSource, store: Any, envs: EnvTarget, scripts_fd: int,
                progress: Callable[[str], object]) -> None:
     """Create every ``create`` row of ``plan`` (each becomes ``created`` or ``failed``)."""
     total = len(plan.scripts) + len(plan.envs) + len(plan.schedules)
@@ -93,10 +94,9 @@ def apply_plan(plan: ImportPlan, source: QingLongSource, store: object, envs: En
         except EdgeRuntimeError as exc:
             _failed(item, exc)
         step()
-    schedules = getattr(store, "schedules")
     for item, command in plan.schedules:
         try:
-            record = schedules.add(command)
+            record = store.schedules.add(command)
             item.action = Action.CREATED
             item.detail["id"] = record.id
         except EdgeRuntimeError as exc:

@@ -115,7 +115,17 @@ def test_an_untrusted_scripts_directory_is_refused(capsys, tmp_path: Path) -> No
     code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data),
                         "--scripts-dir", str(shared))
     assert code == 1 and "SCRIPTS_DIRECTORY_REFUSED" in err and "writable by group or others" in err
-    assert list(shared.iterdir()) == []
+    assert list(shared.iterdir()) == [] and not (tmp_path / "e.db").exists()  # refused before anything is written
+    code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data),
+                        "--scripts-dir", str(shared / "new"))  # to be made inside another user's folder
+    assert code == 1 and "SCRIPTS_DIRECTORY_REFUSED" in err and not (shared / "new").exists()
+
+
+def test_a_bad_zone_is_refused_before_anything_is_written(capsys, tmp_path: Path) -> None:
+    data = make_data_folder(tmp_path / "ql")
+    code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data), "--tz", "Mars/Base")
+    assert code == 1 and "INVALID_TIME_ZONE" in err
+    assert not (tmp_path / "e.db").exists() and not (tmp_path / "scripts").exists()
 
 
 def test_scripts_that_do_not_fit_are_refused_before_anything_is_written(capsys, tmp_path: Path,
@@ -127,7 +137,7 @@ def test_scripts_that_do_not_fit_are_refused_before_anything_is_written(capsys, 
 
     monkeypatch.setattr(import_apply.os, "fstatvfs", lambda fd: Full())
     code, _, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data))
-    assert code == 1 and "the scripts need" in err and "nothing written" in err
+    assert code == 1 and "the scripts need" in err and "nothing imported" in err
     assert list((tmp_path / "scripts").iterdir()) == []
 
 
