@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -233,10 +232,20 @@ def _row(out: Any, action: str, kind: str, source: str, summary: str) -> None:
     out.write(f"{action:8}{kind:10}{_pad(printable(source), 26)}{printable(summary)}\n")
 
 
+#: Code point ranges a terminal shows two columns wide (CJK, Hangul, full-width forms, emoji):
+#: the rows' names are Chinese. Not ``unicodedata``: the build leaves its 1.1 MB table out.
+_WIDE = ((0x1100, 0x115F), (0x2E80, 0x303E), (0x3041, 0x33FF), (0x3400, 0x4DBF), (0x4E00, 0x9FFF),
+         (0xA000, 0xA4CF), (0xAC00, 0xD7A3), (0xF900, 0xFAFF), (0xFE30, 0xFE4F), (0xFF00, 0xFF60),
+         (0xFFE0, 0xFFE6), (0x1F300, 0x1F64F), (0x1F900, 0x1F9FF), (0x20000, 0x3FFFD))
+
+
+def _columns(text: str) -> int:
+    return sum(2 if any(low <= ord(c) <= high for low, high in _WIDE) else 1 for c in text)
+
+
 def _pad(text: str, width: int) -> str:
-    """``text`` padded to ``width`` terminal columns (CJK characters take two)."""
-    used = sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
-    return text + " " * max(1, width - used)
+    """``text`` padded to ``width`` terminal columns (a CJK character takes two)."""
+    return text + " " * max(1, width - _columns(text))
 
 
 def _size(size: int) -> str:

@@ -11,7 +11,8 @@ before it with ``O_NOFOLLOW``: a symlink is never followed, a FIFO or device nev
 file is checked on its open descriptor. The archive (``data/...`` members, as QingLong's export
 writes them, or members without that prefix) is read as a stream, twice at most (the listing,
 then the copy); nothing in it is ever extracted by ``tarfile``. Each member is checked by
-``tarfile.data_filter`` and, because that filter is not enough alone, by the rules here too:
+``tarfile.data_filter`` (where this Python has it: 3.11.4 and later; a router's Debian-built 3.11.2
+has not) and, because that filter is not enough alone, by the rules here in any case:
 
 - a member named by an absolute path or with a ``..`` component refuses the whole archive (a
   real export never has one);
@@ -417,6 +418,42 @@ def _member_name(raw: str) -> str | None:
     return name or None
 
 
+def _filter_verdict(member: tarfile.TarInfo, dest: str) -> str | None:
+    """What ``tarfile.data_filter`` says of ``member``: "leaves" (an absolute name, or outside),
+    "link out", or None (nothing, a special file the rules here skip, or no such filter here)."""
+    data_filter = getattr(tarfile, "data_filter", None)
+    if data_filter is None:
+        return None
+    try:
+        data_filter(member, dest)
+    except tarfile.FilterError as exc:  # its subclasses exist wherever data_filter does
+        kind = type(exc).__name__
+        if kind in ("AbsolutePathError", "OutsideDestinationError"):
+            return "leaves"
+        if kind in ("AbsoluteLinkError", "LinkOutsideDestinationError"):
+            return "link out"
+    return None
+
+
+def _link_out(member: tarfile.TarInfo, name: str) -> bool:
+    """Whether a link member points outside the archive's folder (absolute, or up past its top):
+    the rule here, whether or not ``data_filter`` is there to say it too."""
+    if not (member.issym() or member.islnk()):
+        return False
+    target = member.linkname
+    if target.startswith("/"):
+        return True
+    base = name.rsplit("/", 1)[0] if member.issym() and "/" in name else ""  # a hard link names from the top
+    depth = 0
+    for part in ([*base.split("/")] if base else []) + target.split("/"):
+        if part in ("", "."):
+            continue
+        depth += -1 if part == ".." else 1
+        if depth < 0:
+            return True
+    return False
+
+
 def _hostile_name(name: str) -> bool:
     return name.startswith("/") or any(part == ".." for part in name.split("/"))
 
@@ -448,17 +485,12 @@ def _list_archive(archive: BinaryIO, shown: str, work_dir: Path,
                     raise QingLongSourceError(
                         f"{shown} has a member named {member.name!r}, which leaves the archive's folder (an absolute "
                         f"path or a '..'): refused whole, nothing read from it (QingLong's own backups never have one)")
-                link_out = False
-                try:
-                    tarfile.data_filter(member, filter_dest)
-                except (tarfile.AbsolutePathError, tarfile.OutsideDestinationError):
+                verdict = _filter_verdict(member, filter_dest)
+                if verdict == "leaves":
                     raise QingLongSourceError(
                         f"{shown} has a member named {member.name!r}, which leaves the archive's folder: refused "
-                        f"whole") from None
-                except (tarfile.AbsoluteLinkError, tarfile.LinkOutsideDestinationError):
-                    link_out = True
-                except tarfile.FilterError:
-                    pass  # special files: classified below, never extracted
+                        f"whole")
+                link_out = verdict == "link out" or _link_out(member, name)
                 if member.isreg():
                     read_bytes += member.size
                     if read_bytes > MAX_ARCHIVE_BYTES:
