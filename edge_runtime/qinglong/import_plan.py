@@ -202,7 +202,7 @@ class SharedVariables:
         ids = ", ".join(str(e.id) for e in group)
         enabled = [e for e in group if e.enabled]
         item = PlanItem(kind=Kind.ENV, action=Action.CREATE, source=f"Envs {name} (id {ids})",
-                        summary=f"{name}: {len(enabled)} of {len(group)} entries"
+                        summary=f"{name}: {len(enabled)} of {len(group)} entr{'y' if len(group) == 1 else 'ies'}"
                                 + (" joined with &" if len(enabled) > 1 else ""),
                         detail={"name": name, "entries": len(group), "enabled": len(enabled)})
         disabled = [str(e.id) for e in group if not e.enabled]
@@ -224,7 +224,7 @@ class SharedVariables:
         value = "&".join(e.value or "" for e in enabled)
         if len(value) > MAX_VALUE_LENGTH:
             return _skip(item, f"the joined value is {len(value)} characters, more than a shared variable holds "
-                               f"({MAX_VALUE_LENGTH}): env entries will take it"), None
+                               f"({MAX_VALUE_LENGTH})"), None
         problem = variable_problem(name, value)
         if problem is not None:
             return _skip(item, problem), None
@@ -295,8 +295,11 @@ def qinglong_command(command: str, scripts_dir: str) -> tuple[list[str], str | N
         if words:
             if words[0] == "task" or words[0].endswith(_SCRIPT_SUFFIXES):
                 # QingLong runs anything not starting with `task`/`ql` as `task <command>`.
-                argv = ["task", *words] if words[0] != "task" else words
-                return [_relative_script(word) for word in argv], None, notes
+                argv = [_relative_script(word) for word in (["task", *words] if words[0] != "task" else words)]
+                if any("/ql/" in word for word in argv):
+                    notes.append("it still names a path under /ql/ (QingLong's own folders): nothing is there on "
+                                 "this device")
+                return argv, None, notes
             argv = [_absolute_script(word, scripts_dir) for word in words]
             notes.append("not a task command: runs as it is, in the scripts directory (as QingLong runs it)")
             if any("/ql/" in word for word in argv):

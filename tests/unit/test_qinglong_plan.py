@@ -45,8 +45,11 @@ def test_commands_that_cannot_be_carried_say_why() -> None:
     assert "old-style subscription" in qinglong_command("ql repo https://x/y.git jd_", SCRIPTS)
     assert "ql raw" in qinglong_command("ql raw https://x/y.js", SCRIPTS)
     assert "QingLong's own tool" in qinglong_command("ql something", SCRIPTS)
-    _, _, notes = qinglong_command("python3 /ql/scripts/x.py >> /ql/log/x.log", SCRIPTS)
-    assert any("still names a path under /ql/" in note for note in notes)
+    for command in ("python3 /ql/scripts/x.py >> /ql/log/x.log", "task /ql/config/x.sh", "node /ql/repo/x.js"):
+        _, _, notes = qinglong_command(command, SCRIPTS)
+        assert any("still names a path under /ql/" in note for note in notes), command
+    _, _, notes = qinglong_command("task /ql/scripts/x.js", SCRIPTS)
+    assert not any("still names" in note for note in notes)
 
 
 @pytest.mark.parametrize(("command", "is_system"), [
