@@ -46,7 +46,7 @@ from typing import Any, Protocol
 import msgspec
 
 from edge_runtime.contract.cron import parse_schedule
-from edge_runtime.contract.environment import MAX_VALUE_LENGTH, variable_problem
+from edge_runtime.contract.environment import MAX_VALUE_LENGTH, secret_problem, variable_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.schedules import AddScheduleCommand, Overlap
 from edge_runtime.contract.time_zones import InvalidTimeZoneError, time_zone, time_zone_text
@@ -177,7 +177,8 @@ class SharedVariables:
     QingLong task saw: its enabled entries' values joined with ``&`` in list order. Disabled
     entries, remarks, labels and the entries themselves are not carried (each row says so); a
     name already here with another value is never replaced. A name marked by
-    :data:`SECRET_NAME` is stored as a secret."""
+    :data:`SECRET_NAME` is stored as a secret (one whose value is too short to mask is not
+    imported, saying so: a secret shown in clear would be worse than none)."""
 
     def __init__(self, environment: Any) -> None:
         self._environment = environment
@@ -232,6 +233,9 @@ class SharedVariables:
         item.detail["secret"] = secret
         if secret:
             item.summary += " (secret)"
+            if secret_problem(name, value) is not None:
+                return _skip(item, f"its name marks a secret, and its value has {len(value)} characters, too few to "
+                                   f"mask safely: not imported (env set {name} VALUE stores it if it is no secret)"), None
         here = self._values.get(name)
         if here == value:
             item.action, item.reason = Action.EXISTS, "here already with this value"

@@ -175,7 +175,7 @@ def test_envs_become_variables_as_a_qinglong_task_saw_them() -> None:
         _env(5, "HERE", "same"), _env(6, "OTHER", "theirs"), _env(7, "LD_PRELOAD", "/tmp/x.so"),
         _env(8, "bad-name", "v"), _env(9, "OFF", "v", enabled=False), _env(10, "BIG", "x" * 40_000),
         QlEnv(id=11, problems=("value holds binary data, not text",)),
-        _env(12, "DEBUG", "false"),
+        _env(12, "DEBUG", "false"), _env(13, "PUSH_KEY", "abc"),
     ])
     by_name = {item.detail.get("name", item.source): (item, payload) for item, payload in rows}
     cookie, payload = by_name["JD_COOKIE"]
@@ -191,6 +191,7 @@ def test_envs_become_variables_as_a_qinglong_task_saw_them() -> None:
     assert "more than a shared variable holds" in by_name["BIG"][0].reason
     assert by_name["Envs id 11"][0].reason == "its cells cannot be read: value holds binary data, not text"
     assert by_name["DEBUG"][1] == ("DEBUG", "false", False)
+    assert by_name["PUSH_KEY"][0].reason.startswith("its name marks a secret, and its value has 3 characters, too few")
     created = [payload for item, payload in rows if item.action is Action.CREATE]
     assert [p[0] for p in created] == ["JD_COOKIE", "DEBUG"]
     target.apply(created[0])
