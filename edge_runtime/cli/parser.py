@@ -30,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
     "panel": ("panel", "set the web panel's password"),
+    "import": ("import_qinglong", "bring crons, envs and scripts over from QingLong (a data folder or data.tgz)"),
+    "scripts": ("scripts", "show the schedule each script's header asks for, and add them"),
 }
 
 

@@ -92,6 +92,9 @@ class AddScheduleCommand(RunOptions):
     #: The zone its fire times are computed in (docs/schedules.md); unset: the device's zone,
     #: which the store resolves and stores when it adds the schedule.
     time_zone: str | msgspec.UnsetType = msgspec.UNSET
+    #: Added paused, in the same transaction as the add: it never fires until resumed (an import
+    #: brings a disabled cron this way; added and then paused, it could fire in between).
+    paused: bool = False
 
     def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason

@@ -164,15 +164,15 @@ class LocalScheduleRepository:
         with schedule_repository_errors(), self._db.write() as now:
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                  self._known.next_fire_after(expression, now, zone), now, now, zone_text, boot_id,
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
-                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms),
+                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused)),
             )
             return self._row(schedule_id)
 

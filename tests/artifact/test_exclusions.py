@@ -100,6 +100,7 @@ def test_fallback_modules_have_a_working_fallback(blocked_run, exclusions) -> No
     from tests.support.runtime_probe import _h11_exchange  # the same exchange here, with the real dataclasses
 
     assert values["h11"] == _h11_exchange()  # dataclasses -> edge_runtime.panel.h11_loader's stand-in
+    assert values["tar_gz"] == [["data/scripts/a.js", True, "1;\n"]]  # grp: tarfile reads without it
 
 
 def test_each_fallback_entry_was_exercised(blocked_run, exclusions) -> None:

@@ -157,6 +157,16 @@ def test_pause_stops_firing_and_resume_starts_from_the_first_slot_after_now(back
     assert _fire_due(backend) == []
 
 
+def test_a_schedule_added_paused_never_fires_until_resumed(backend: Any) -> None:
+    record = _add(backend, paused=True)
+    assert record.paused and backend.schedules.get(record.id).paused
+    backend.advance(record.next_fire_at_ms - backend.now() + 3 * MINUTE)
+    assert backend.schedules.due_schedule_ids(64) == [] and _fire_due(backend) == []
+    assert backend.schedules.next_due_at_ms() is None
+    resumed = backend.schedules.set_paused(record.id, False)
+    assert not resumed.paused and resumed.next_fire_at_ms > backend.now()
+
+
 def test_edit_changes_only_what_is_given_and_a_new_expression_moves_the_next_fire(backend: Any) -> None:
     record = _add(backend, name="old")
     now = backend.now()

@@ -96,7 +96,23 @@ def exercise_fallbacks() -> dict[str, object]:
         "toml": msgspec.toml.decode(b'slots = 2\nname = "x"\n'),
         "decimal": msgspec.json.decode(b'"1.10"', type=__import__("decimal").Decimal).as_tuple()[1],
         "h11": _h11_exchange(),
+        "tar_gz": _tar_gz_round_trip(),
     }
+
+
+def _tar_gz_round_trip() -> list[list[object]]:
+    """A gzip'd tar written and read back in memory, as the QingLong import reads a data.tgz
+    (tarfile tries ``grp`` and falls back to none): each member's name, type and bytes."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        info = tarfile.TarInfo("data/scripts/a.js")
+        info.size = 3
+        tar.addfile(info, io.BytesIO(b"1;\n"))
+    buffer.seek(0)
+    with tarfile.open(fileobj=buffer, mode="r|*") as tar:
+        return [[m.name, m.isreg(), tar.extractfile(m).read().decode()] for m in tar]
 
 
 def _h11_exchange() -> list[str]:

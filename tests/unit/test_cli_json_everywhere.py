@@ -55,6 +55,7 @@ class World:
         Path(self.bad_db).write_text("")
         self.log_dir = tmp_path / "logs"
         self.logged = self._ended_with_a_log()
+        self.tmp = tmp_path
 
     def _ended_with_a_log(self) -> str:
         """A Run whose one Attempt printed ``hi`` into its log in ``log_dir``."""
@@ -80,6 +81,19 @@ class World:
             runs.finish_attempt(attempt_id, AttemptStatus.SUCCEEDED, actor_id=worker.owner, exit_code=0)
             worker.complete(attempt_id)
         return run_id
+
+    def qinglong_data(self) -> str:
+        """A QingLong data folder (made when a command needs one)."""
+        from tests.support.qinglong_fixtures import make_data_folder
+
+        return str(make_data_folder(self.tmp / "ql"))
+
+    def scripts(self) -> str:
+        """A folder with one script whose header asks for a schedule."""
+        folder = self.tmp / "scripts"
+        folder.mkdir(exist_ok=True)
+        (folder / "a.js").write_text("// 0 9 * * * a.js\nconst $ = new Env('甲');\n")
+        return str(folder)
 
     def cli(self, *argv: str, db: str | None = None) -> tuple[int, str, str]:
         try:
@@ -118,6 +132,8 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("schedule", "resume"): lambda w: ["schedule", "resume", w.schedule, "--json"],
     ("schedule", "remove"): lambda w: ["schedule", "remove", w.schedule, "--json"],
     ("check",): lambda w: ["check", "--json"],
+    ("import", "qinglong"): lambda w: ["import", "qinglong", w.qinglong_data(), "--dry-run", "--json"],
+    ("scripts", "scan"): lambda w: ["scripts", "scan", w.scripts(), "--add", "--json"],
 }
 #: A call of each command with --json that fails at run time (exit 1), and the code it must carry
 #: (None: any, for the commands with no input of their own to get wrong: their database is a file
@@ -144,6 +160,9 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("schedule", "resume"): (lambda w: ["schedule", "resume", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
     ("schedule", "remove"): (lambda w: ["schedule", "remove", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),
     ("check",): (lambda w: ["--db", w.bad_db, "check", "--json"], None),
+    ("import", "qinglong"): (lambda w: ["import", "qinglong", str(w.tmp / "none-such"), "--json"],
+                             "QINGLONG_SOURCE_REFUSED"),
+    ("scripts", "scan"): (lambda w: ["scripts", "scan", str(w.tmp / "none-such"), "--json"], "QINGLONG_SOURCE_REFUSED"),
 }
 
 

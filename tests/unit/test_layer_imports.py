@@ -101,7 +101,8 @@ DEPENDS_ON = {
     "contract": set(),
     "local": {"contract"},
     "service": {"contract"},
-    "cli": {"contract", "local", "service"},
+    "qinglong": {"contract"},
+    "cli": {"contract", "local", "service", "qinglong"},
     "cluster_postgres": {"contract", "service", "cli"},
 }
 _CLUSTER = _PACKAGE.parent / "cluster" / "cluster_postgres"
