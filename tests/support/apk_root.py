@@ -29,6 +29,7 @@ Usage: python -m tests.support.apk_root add ROOT PACKAGE --arch ARCH [--base NAM
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import json
 import os
@@ -125,8 +126,10 @@ def _remove_directories(root: Path, directories: list[str], keep: set[str]) -> N
         if relative and relative not in keep:
             try:
                 (root / relative).rmdir()
-            except OSError:  # not empty: another owner's files are in it
-                continue
+            except OSError as error:
+                if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+                # Not empty: the base system's files, or files someone else put there, stay.
 
 
 def add(root: Path, package_file: Path, arch: str, base: set[str]) -> None:
