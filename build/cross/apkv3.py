@@ -147,9 +147,13 @@ def _sorted_names(directory: Path) -> list[str]:
     return sorted(os.listdir(directory), key=os.fsencode)
 
 
+def _raise(error: OSError) -> None:
+    raise error
+
+
 def _subdirectories(root: Path) -> list[str]:
     found = []
-    for current, dirs, _files in os.walk(root):
+    for current, dirs, _files in os.walk(root, onerror=_raise):  # an unreadable directory stops the package
         for name in dirs:
             path = Path(current, name)
             if path.is_symlink():
