@@ -87,11 +87,15 @@ fresh_root() { # fresh_root DIR: a copy of the musl root as a router has it: no 
     cp "$CROSS_DIR/openwrt-test.sh" "$CROSS_DIR/openwrt-lifecycle.sh" "$CROSS_DIR/openwrt-rc-common.sh" "$1/tmp/"
     cp "$CROSS_DIR/openwrt-rc-common.sh" "$1/etc/rc.common"
 }
+OPENWRT_ROOTS=("$TARGET_DIR/pkg-root" "$TARGET_DIR/apk-root" "$TARGET_DIR/installer-root")
+rm -rf "${OPENWRT_ROOTS[@]}"  # a pid file left by an earlier run names nobody of ours
 stop_leftover_service() { # a failed step may leave the service it started running: end it by its pid
     local root pid
-    for root in "$TARGET_DIR"/pkg-root "$TARGET_DIR"/apk-root "$TARGET_DIR"/installer-root; do
+    for root in "${OPENWRT_ROOTS[@]}"; do
         pid="$(cat "$root/var/run/procd-test.pid" 2>/dev/null || true)"
-        [ -n "$pid" ] && kill -TERM "$pid" 2>/dev/null || true
+        if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "edge-runtime.* serve"; then
+            kill -TERM "$pid"
+        fi
     done
 }
 trap stop_leftover_service EXIT
