@@ -5,9 +5,10 @@
 #   3. in the musl root (chroot: busybox, no passwd, empty environment): device-test.sh, i.e.
 #      build/demo.sh, the process group, restart re-adoption, no-HOME errors
 #   4. OpenWrt (openwrt-package.sh), each in its own copy of the musl root with a procd stand-in:
-#      the .ipk unpacked as opkg does and its service started; the .apk added, upgraded and
-#      deleted as apk 3 does (tests/support/apk_root.py); the tarball's installer script's
-#      install, upgrade and uninstall; each with the service, a Run and a restart keeping outcomes
+#      the .ipk unpacked as opkg does, its service started, restarted by an upgrade, stopped; the
+#      .apk added, upgraded and deleted as apk 3 does (tests/support/apk_root.py); the tarball's
+#      installer script's install, upgrade and uninstall; for the last two, after each step,
+#      openwrt-lifecycle.sh (the service, a Run, a restart keeping a running Run's outcome)
 #   5. figures: sizes and start times under qemu (never pass/fail)
 # Usage: cross-test.sh TARGET PYTHON (the project venv's python)
 source "$(dirname "$0")/env.sh"
