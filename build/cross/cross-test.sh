@@ -4,8 +4,11 @@
 #   2. every built-binary test (tests/artifact/test_built_binary*.py; see below for the two left out)
 #   3. in the musl root (chroot: busybox, no passwd, empty environment): device-test.sh, i.e.
 #      build/demo.sh, the process group, restart re-adoption, no-HOME errors
-#   4. the OpenWrt package (openwrt-package.sh) installed into a copy of the musl root and its
-#      procd init script's command started there
+#   4. OpenWrt (openwrt-package.sh), each in its own copy of the musl root with a procd stand-in:
+#      the .ipk unpacked as opkg does, its service started, restarted by an upgrade, stopped; the
+#      .apk added, upgraded and deleted as apk 3 does (tests/support/apk_root.py); the tarball's
+#      installer script's install, upgrade and uninstall; for the last two, after each step,
+#      openwrt-lifecycle.sh (the service, a Run, a restart keeping a running Run's outcome)
 #   5. figures: sizes and start times under qemu (never pass/fail)
 # Usage: cross-test.sh TARGET PYTHON (the project venv's python)
 source "$(dirname "$0")/env.sh"
@@ -74,15 +77,82 @@ chroot "$SYSROOT" /bin/busybox --install -s /bin
 ln -sf /bin/busybox "$SYSROOT/usr/bin/env"
 in_root "$SYSROOT" /bin/sh /opt/edge-test/device-test.sh "/opt/edge-test/$NAME/edge-runtime"
 
-if [ -x "$CROSS_DIR/openwrt-package.sh" ]; then
-    log "4. OpenWrt package"
-    "$CROSS_DIR/openwrt-package.sh" "$TARGET"
-    pkg_root="$TARGET_DIR/pkg-root"
-    rm -rf "$pkg_root" && cp -a "$SYSROOT" "$pkg_root" && rm -rf "$pkg_root/opt/edge-test" "$pkg_root/opt/python"
-    cp "$CROSS_DIR/openwrt-test.sh" "$CROSS_DIR/openwrt-rc-common.sh" "$pkg_root/tmp/"
-    cp "$OUT"/edge-runtime_*.ipk "$pkg_root/tmp/"
-    in_root "$pkg_root" /bin/sh /tmp/openwrt-test.sh /tmp/"$(basename "$OUT"/edge-runtime_*.ipk)"
-fi
+log "4. OpenWrt: the .ipk, the .apk and the installer script, each in its own copy of the musl root"
+"$CROSS_DIR/openwrt-package.sh" "$TARGET"
+VERSION="$(sed -n 's/^__version__ = "\(.*\)"/\1/p' "$REPO_ROOT/edge_runtime/__init__.py")"
+IPK="$OUT/edge-runtime_${VERSION}_${OPENWRT_ARCH}.ipk"
+APK="$OUT/edge-runtime_${VERSION}_${OPENWRT_ARCH}.apk"
+fresh_root() { # fresh_root DIR: a copy of the musl root as a router has it: no Python, the procd stand-in
+    rm -rf "$1" && cp -a "$SYSROOT" "$1" && rm -rf "$1/opt/edge-test" "$1/opt/python"
+    mkdir -p "$1/tmp" "$1/etc" "$1/var/run"
+    cp "$CROSS_DIR/openwrt-test.sh" "$CROSS_DIR/openwrt-lifecycle.sh" "$CROSS_DIR/openwrt-rc-common.sh" "$1/tmp/"
+    cp "$CROSS_DIR/openwrt-rc-common.sh" "$1/etc/rc.common"
+}
+OPENWRT_ROOTS=("$TARGET_DIR/pkg-root" "$TARGET_DIR/apk-root" "$TARGET_DIR/installer-root")
+rm -rf "${OPENWRT_ROOTS[@]}"  # a pid file left by an earlier run names nobody of ours
+stop_leftover_service() { # a failed step may leave the service it started running: end it by its pid
+    local root pid
+    for root in "${OPENWRT_ROOTS[@]}"; do
+        pid="$(cat "$root/var/run/procd-test.pid" 2>/dev/null || true)"
+        if [ -n "$pid" ] && tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q "edge-runtime.* serve"; then
+            kill -TERM "$pid"
+        fi
+    done
+}
+trap stop_leftover_service EXIT
+in_ns() { # in_ns ROOT COMMAND...: COMMAND on the host with ROOT's /proc and /dev mounted, as apk runs beside a root
+    local root="$1"; shift
+    mkdir -p "$root/proc" "$root/dev"
+    (cd "$REPO_ROOT" && unshare --mount --fork -- \
+        sh -c 'mount -t proc proc "$0/proc" && mount --rbind /dev "$0/dev" && exec "$@"' "$root" "$@")
+}
+
+log "4a. the .ipk (OpenWrt 22.03 to 24.10), unpacked as opkg does"
+pkg_root="$TARGET_DIR/pkg-root"
+fresh_root "$pkg_root"
+cp "$IPK" "$pkg_root/tmp/"
+in_root "$pkg_root" /bin/sh /tmp/openwrt-test.sh "/tmp/$(basename "$IPK")"
+
+log "4b. the .apk (OpenWrt 25.12 on), applied as apk 3 does (tests/support/apk_root.py): add, upgrade, del"
+apk_root="$TARGET_DIR/apk-root"
+fresh_root "$apk_root"
+# The upgrade: the same build as a later version (apk upgrades only to another version).
+upgrade_dir="$TARGET_DIR/apk-upgrade"
+rm -rf "$upgrade_dir" && mkdir -p "$upgrade_dir"
+ln -s "$OUT/$NAME.tar.xz" "$upgrade_dir/$NAME.tar.xz" && ln -s "$NAME" "$upgrade_dir/edge-runtime"
+"$CROSS_DIR/openwrt-package.sh" "$TARGET" "$upgrade_dir" "$VERSION-r1"
+apk_root_cmd=("$HOST_PY" -m tests.support.apk_root)
+in_ns "$apk_root" "${apk_root_cmd[@]}" add "$apk_root" "$APK" --arch "$OPENWRT_ARCH" --base libc
+in_root "$apk_root" /bin/sh /tmp/openwrt-lifecycle.sh installed apk
+in_ns "$apk_root" "${apk_root_cmd[@]}" add "$apk_root" "$upgrade_dir/edge-runtime_${VERSION}-r1_${OPENWRT_ARCH}.apk" \
+    --arch "$OPENWRT_ARCH" --base libc
+in_root "$apk_root" /bin/sh /tmp/openwrt-lifecycle.sh upgraded apk
+in_ns "$apk_root" "${apk_root_cmd[@]}" del "$apk_root" edge-runtime
+in_root "$apk_root" /bin/sh /tmp/openwrt-lifecycle.sh removed apk
+
+log "4c. the installer script of the one-folder tarball (any OpenWrt): install, upgrade, uninstall"
+installer_root="$TARGET_DIR/installer-root"
+fresh_root "$installer_root"
+"$HOST_PY" -c 'import sys, tarfile; sys.path.insert(0, sys.argv[3]); import artifact_audit as a; a.extract_safely(tarfile.open(sys.argv[1]), sys.argv[2])' \
+    "$OUT/$NAME.tar.xz" "$installer_root/tmp" "$REPO_ROOT"
+in_root "$installer_root" /bin/sh -c '
+    set -e
+    fail() { echo "installer: FAILED: $*" >&2; exit 1; }
+    if sh "/tmp/$0/install.sh" upgrade 2>/tmp/refused; then fail "upgrade of nothing succeeded"; fi
+    grep -q "not installed by this script" /tmp/refused || fail "upgrade of nothing: $(cat /tmp/refused)"
+    if sh "/tmp/$0/install.sh" install --prefix /tmp/edge-runtime 2>/tmp/refused; then fail "an install into RAM succeeded"; fi
+    grep -q "is in RAM" /tmp/refused || fail "install into /tmp: $(cat /tmp/refused)"
+    sh "/tmp/$0/install.sh" install' "$NAME"
+in_root "$installer_root" /bin/sh /tmp/openwrt-lifecycle.sh installed installer
+in_root "$installer_root" /bin/sh -c '
+    set -e
+    if sh "/tmp/$0/install.sh" install 2>/tmp/refused; then echo "installer: FAILED: a second install succeeded" >&2; exit 1; fi
+    grep -q "already installed in /usr/lib/edge-runtime" /tmp/refused
+    sh "/tmp/$0/install.sh" upgrade' "$NAME"
+in_root "$installer_root" /bin/sh /tmp/openwrt-lifecycle.sh upgraded installer
+in_root "$installer_root" /bin/sh /usr/lib/edge-runtime/install.sh uninstall
+in_root "$installer_root" /bin/sh /tmp/openwrt-lifecycle.sh removed installer
+trap - EXIT
 
 log "5. figures under $QEMU (median of 5; qemu-user on this machine, not a router)"
 # As in step 2: no QEMU_LD_PREFIX (the programs' own paths stay real), the loader from the overlay.

@@ -1,4 +1,5 @@
-# A stand-in for OpenWrt's /etc/rc.common + procd + UCI shell API, for openwrt-test.sh only: the
+# A stand-in for OpenWrt's /etc/rc.common + procd + UCI shell API, for the router tests only
+# (openwrt-test.sh, openwrt-lifecycle.sh, and the packages' scripts they run): the
 # musl root has no procd. It implements just what build/openwrt/edge-runtime.init calls, the way
 # OpenWrt documents them: config_load/config_get/config_get_bool read /etc/config/<name>
 # ("option key 'value'" lines of one section), procd_* record the instance, and "start" runs its
@@ -28,11 +29,13 @@ procd_close_instance() { :; }
 procd_add_reload_trigger() { :; }
 enable() { mkdir -p /etc/rc.d && ln -sf "../init.d/${INIT##*/}" "/etc/rc.d/S${START}${INIT##*/}"; }
 disable() { rm -f /etc/rc.d/S??"${INIT##*/}"; }
+enabled() { [ -e "/etc/rc.d/S${START}${INIT##*/}" ]; }
 start() {
     start_service
     echo "procd-test: starting: $PROCD_COMMAND ($PROCD_ENV)"
-    # procd: no HOME, almost no environment, stdin from /dev/null.
-    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin $PROCD_ENV $PROCD_COMMAND < /dev/null 2>> /tmp/procd-test.log &
+    # procd: no HOME, almost no environment, stdin from /dev/null, stdout and stderr to the log
+    # (logread), never the caller's terminal: the service outlives the script that started it.
+    env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin $PROCD_ENV $PROCD_COMMAND < /dev/null >> /tmp/procd-test.log 2>&1 &
     echo $! > /var/run/procd-test.pid
 }
 stop() {
@@ -42,5 +45,6 @@ stop() {
     while [ -d "/proc/$pid" ] && ! grep -q '^State:.*Z' "/proc/$pid/status" 2>/dev/null; do sleep 0.1; done
     rm -f /var/run/procd-test.pid
 }
+restart() { stop; start; }
 . "$INIT"
 "$ACTION"

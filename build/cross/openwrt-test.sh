@@ -1,7 +1,8 @@
 #!/bin/sh
 # Runs INSIDE a copy of the musl root (build/cross/cross-test.sh): install the .ipk as opkg would
 # (data into /, then postinst), with a UCI setting changed, and check that the procd init script
-# starts a working service with it. Usage: openwrt-test.sh IPK
+# starts a working service with it, that an upgrade's postinst restarts it and that prerm stops
+# and disables it. Usage: openwrt-test.sh IPK
 set -eu
 IPK="$1"
 fail() { echo "openwrt-test: FAILED: $*" >&2; cat /tmp/procd-test.log >&2 2>/dev/null || true; exit 1; }
@@ -35,6 +36,11 @@ until /usr/bin/edge-runtime show "$RUN" --json | grep -q '"status":"succeeded"';
     sleep 0.1
 done
 /usr/bin/edge-runtime logs "$RUN" | grep -q 'hello from the package' || fail "no output"
+# An upgrade (opkg runs the new postinst with PKG_UPGRADE=1) restarts the enabled service.
+IPKG_INSTROOT= PKG_UPGRADE=1 sh /tmp/ipk/control/postinst
+NEW_PID=$(cat /var/run/procd-test.pid)
+[ "$NEW_PID" != "$PID" ] && [ -d "/proc/$NEW_PID" ] || fail "the upgrade did not restart the service"
+/usr/bin/edge-runtime show "$RUN" --json | grep -q '"status":"succeeded"' || fail "the Run lost its outcome"
 /etc/init.d/edge-runtime stop
 grep -q 'service.stopped' /tmp/procd-test.log || fail "service did not stop cleanly"
 IPKG_INSTROOT= sh /tmp/ipk/control/prerm

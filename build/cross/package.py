@@ -6,7 +6,8 @@ tools standing in for strip/objcopy (build/cross/toolchain.sh). The results, nam
 
 - ``dist/cross/<target>/edge-runtime-<version>-linux-<openwrt arch>-musl``: the one-file executable
   (``edge-runtime`` beside it is a symlink to it, the name the smoke test and the audit expect);
-- ``dist/cross/<target>/edge-runtime-<version>-linux-<openwrt arch>-musl.tar.xz``: the one-folder build;
+- ``dist/cross/<target>/edge-runtime-<version>-linux-<openwrt arch>-musl.tar.xz``: the one-folder build,
+  with the OpenWrt installer script (build/openwrt/install.sh) and the files it installs;
 - ``dist/cross/<target>/build-info.json``: what it was built from (also inside both artifacts).
 
 Then the audit, unchanged, with the target's budget from build/budget.toml.
@@ -98,6 +99,19 @@ def main() -> int:
             sys.stderr.write(f"Error: PyInstaller ({form}) for {target} failed with exit code {result.returncode}\n")
             return 1
         staged[form] = work / "dist" / form
+
+    # The one-folder build installs itself on OpenWrt without a package manager: its installer
+    # script at the top, the init script and UCI defaults it installs in openwrt/ (the packages,
+    # openwrt-package.sh, take those two from here too).
+    folder = staged["onefolder"] / name
+    (folder / "openwrt").mkdir(exist_ok=True)
+    for source, destination, mode in (
+        ("install.sh", "install.sh", 0o755),
+        ("edge-runtime.init", "openwrt/edge-runtime.init", 0o755),
+        ("edge-runtime.config", "openwrt/edge-runtime.config", 0o644),
+    ):
+        (folder / destination).write_bytes((ROOT / "build" / "openwrt" / source).read_bytes())
+        (folder / destination).chmod(mode)
 
     # Publish the way `make build` does (temp file, fsync, rename), into this target's directory.
     onefile = host_build.publish_onefile(staged["onefile"] / "edge-runtime", out / name)
