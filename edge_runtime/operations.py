@@ -7,6 +7,9 @@ refusal has the same error code either way), does the work in the store's own sh
 and wakes the service after the commit. Printing, argument parsing, HTTP and another product's
 shapes stay with their callers (``edge_runtime.cli.*``, ``edge_runtime.panel``,
 ``edge_runtime.qinglong``).
+
+Dependency direction: operations -> contract, and the service's ``log_capture`` (a log file is
+opened as the service names it); the faces (cli, panel, qinglong) call it, never the other way.
 """
 
 from __future__ import annotations

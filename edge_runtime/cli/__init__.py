@@ -1,8 +1,8 @@
 """The ``edge-runtime`` command line: argument parsing, output formats and exit codes only.
 
-Dependency direction: cli -> local, service, qinglong and contract; contract <- local, contract
-<- service and contract <- qinglong, which never import each other; cluster_postgres -> cli (the
-user commands, on its own store). Only the composition roots here (``serve`` and ``common.LOCAL_STORES``) pick the Local
+Dependency direction: cli -> contract, local, service, operations and the faces it mounts (panel,
+qinglong); contract <- local, contract <- service and contract <- qinglong, which never import
+each other; cluster_postgres -> cli (the user commands, on its own store). Only the composition roots here (``serve`` and ``common.LOCAL_STORES``) pick the Local
 adapter. Each sub-command lives in its own module with ``register(subparsers)`` and
 ``run(args) -> int``; business rules stay in the layers below. Errors are printed to stderr as
 one ``Error: ...`` line with a non-zero exit code.

@@ -1,8 +1,10 @@
 """The service talks to storage through the ports (edge_runtime/contract/ports.py); only a
 composition root picks an adapter (docs/architecture.md, layers and layout); each layer imports
 exactly the layers its package docstring names (contract <- local, contract <- service,
-cli -> all three, cluster_postgres -> contract, service and cli); and no modules import one
-another in a circle: every arrow points one way.
+operations -> contract, the faces -> operations, cli -> all of them, cluster_postgres -> contract,
+service and cli); the QingLong face (edge_runtime/qinglong/) imports only the contract and the
+operations, and only the composition roots import it; and no modules import one another in a
+circle: every arrow points one way.
 
 Read statically, by AST, from the source of every module: every ``import`` and ``from ... import``
 anywhere in a module (a function-level import counts: it is how the CLI defers loading), relative
@@ -99,14 +101,19 @@ def test_only_the_listed_cli_modules_import_the_local_adapter() -> None:
 
 
 #: Which layers each layer imports (by any module, statically): the direction the package
-#: docstrings state (edge_runtime/*/__init__.py, cluster/cluster_postgres/__init__.py) and
-#: docs/architecture.md draws. Exactly these: a layer that stops using one leaves the table.
+#: docstrings state (edge_runtime/*/__init__.py, edge_runtime/operations.py,
+#: cluster/cluster_postgres/__init__.py) and docs/architecture.md draws. Exactly these: a layer
+#: that stops using one leaves the table. The faces stand on the operations: the panel and the
+#: CLI are the runtime's own, qinglong speaks for QingLong's clients and imports no adapter; of
+#: them only the CLI, where the composition roots are, imports the others.
 DEPENDS_ON = {
     "contract": set(),
     "local": {"contract"},
     "service": {"contract"},
-    "qinglong": {"contract"},
-    "cli": {"contract", "local", "service", "qinglong"},
+    "operations": {"contract", "service"},
+    "qinglong": {"contract", "operations"},
+    "panel": {"contract", "local", "operations"},
+    "cli": {"contract", "local", "service", "operations", "panel", "qinglong"},
     "cluster_postgres": {"contract", "service", "cli"},
 }
 _CLUSTER = _PACKAGE.parent / "cluster" / "cluster_postgres"
@@ -151,6 +158,7 @@ def test_each_layer_imports_exactly_the_layers_its_docstring_names() -> None:
 
 def test_each_package_docstring_states_its_dependency_direction() -> None:
     packages = {layer: _PACKAGE / layer / "__init__.py" for layer in DEPENDS_ON if layer != "cluster_postgres"}
+    packages["operations"] = _PACKAGE / "operations.py"
     packages["cluster_postgres"] = _CLUSTER / "__init__.py"
     for layer, path in packages.items():
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
@@ -178,6 +186,17 @@ def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
         path.write_text(source + "\n", encoding="utf-8")
         modules = imported_modules(path, module_name(planted))
         assert any(map(is_adapter, modules)) is expected, (source, modules)
+
+
+# ----------------------------------------------------------------- the QingLong face
+
+
+def test_the_qinglong_face_imports_no_adapter_and_only_the_composition_roots_import_it() -> None:
+    # Implied by DEPENDS_ON; stated on its own as the rule of a face for another product's clients.
+    found = layer_imports()
+    assert set(found["qinglong"]) <= {"contract", "operations"}, found["qinglong"]
+    importers = {layer: targets["qinglong"] for layer, targets in found.items() if "qinglong" in targets}
+    assert set(importers) <= {"cli", "cluster_postgres"}, importers
 
 
 # ----------------------------------------------------------------- circles
