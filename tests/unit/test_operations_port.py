@@ -31,7 +31,8 @@ def test_the_port_names_everything_the_operations_use_of_a_store() -> None:
     used |= {node.args[1].value for node in ast.walk(tree)
              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
              and isinstance(node.args[0], ast.Name) and node.args[0].id == "store"}
-    members = set(ports.UserStore.__annotations__) | {name for name in vars(ports.UserStore) if not name.startswith("_")}
+    members = set(ports.UserStore.__annotations__)
+    members |= {name for name in vars(ports.UserStore) if not name.startswith("_")}
     assert {"runs", "wake_workers", "schedules", "environment"} <= used
     assert used - members == set()
 

@@ -37,7 +37,7 @@ from pathlib import Path
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, AttemptStatus
 from edge_runtime.service.attempts.fences import Fences
 from edge_runtime.service.attempts.identity import Identities
 from edge_runtime.service.attempts.logs import AttemptLogs
@@ -58,7 +58,6 @@ from edge_runtime.service.monitor import MonitorEnd
 from edge_runtime.service.watch import open_pidfd
 
 _UNSET = msgspec.UNSET
-_ACTIVE = (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING)
 #: How often an exited leader's status file is read again while its monitor has not written the
 #: end yet (it does within microseconds of reaping the task).
 EXIT_CHECK_S = 0.02
@@ -254,7 +253,7 @@ class Exits:
         if running.unrecorded:
             self._identities.record_before_end(running)
         attempt = self._runs.get_attempt(running.attempt_id)
-        if attempt is None or attempt.status not in _ACTIVE:
+        if attempt is None or attempt.status not in ACTIVE_ATTEMPT_STATUSES:
             # Ended meanwhile elsewhere: by another service that read the same status file (the
             # first to record wins), or ``lost`` by the orphan sweep once this service's session or
             # Run Lease was gone. Its verdict stands; what this service saw is only an event.
@@ -319,7 +318,7 @@ class Exits:
             if running.deferred is None:
                 continue
             attempt = self._runs.get_attempt(running.attempt_id)
-            if attempt is None or attempt.killed_at_ms is not _UNSET or attempt.status not in _ACTIVE:
+            if attempt is None or attempt.killed_at_ms is not _UNSET or attempt.status not in ACTIVE_ATTEMPT_STATUSES:
                 end, code, reason = running.deferred
                 self.finish(running, end, code, reason)
 

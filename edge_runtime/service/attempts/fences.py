@@ -18,7 +18,7 @@ from typing import NamedTuple
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import AttemptRecord, AttemptStatus, ProcessIdentity
+from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, AttemptRecord, AttemptStatus, ProcessIdentity
 from edge_runtime.service.attempts.running import RunningAttempt, describe_exit, exit_code_of
 from edge_runtime.service.attempts.tools import Tools
 from edge_runtime.service.errors import ProcfsUnavailableError
@@ -26,7 +26,6 @@ from edge_runtime.service.log_capture import status_path_of
 from edge_runtime.service.monitor import MonitorEnd, read_status
 
 _UNSET = msgspec.UNSET
-_ACTIVE = (AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING)
 
 
 class FencedLost(NamedTuple):
@@ -64,7 +63,7 @@ class Fences:
             self._journal.error("attempt.fence_check_failed", attempt=running.attempt_id, error=exc.code,
                                 detail=str(exc))
             return False
-        if attempt is not None and attempt.status in _ACTIVE:
+        if attempt is not None and attempt.status in ACTIVE_ATTEMPT_STATUSES:
             return False  # still this Attempt's: it runs on (a session that replaced ours re-adopts it)
         if running.attempt_id in self._kills or running.exited_since is not None:
             return False
