@@ -1,9 +1,15 @@
-"""The user operations, one implementation for the CLI commands and the web panel.
+"""The user operations, one implementation for the CLI commands, the web panel and the QingLong
+face.
 
-Each takes an open store (the ``Store`` port) and the values a user gave, validates them with the contract's commands
-and the same checks as the CLI (so a refusal has the same error code either way), does the work
-in the store's own short transactions and wakes the service after the commit. Printing, argument
-parsing and HTTP stay with their callers (``edge_runtime.cli.*``, ``edge_runtime.panel``).
+Each takes an open store (the ``UserStore`` port: the part of ``Store`` they use) and the values
+a user gave, validates them with the contract's commands and the same checks as the CLI (so a
+refusal has the same error code either way), does the work in the store's own short transactions
+and wakes the service after the commit. Printing, argument parsing, HTTP and another product's
+shapes stay with their callers (``edge_runtime.cli.*``, ``edge_runtime.panel``,
+``edge_runtime.qinglong``).
+
+Dependency direction: operations -> contract, and the service's ``log_capture`` (a log file is
+opened as the service names it); the faces (cli, panel, qinglong) call it, never the other way.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -25,6 +31,9 @@ from edge_runtime.contract.runs import (
     ACTIVE_ATTEMPT_STATUSES, AttemptRecord, CancelRunCommand, InvalidRunCommandError, RunStateConflictError,
     SubmitRunCommand,
 )
+
+if TYPE_CHECKING:  # the ports import the whole contract; ``submit`` loads only what it uses
+    from edge_runtime.contract.ports import UserStore
 
 
 def _unset(value: Any) -> Any:
@@ -46,7 +55,7 @@ def printable(text: str) -> str:
     return text.translate(_CONTROL_ESCAPES)
 
 
-def resolve_run_id(store: Any, form: str) -> str:
+def resolve_run_id(store: UserStore, form: str) -> str:
     """The full id of the Run that ``form`` names: a full id as it is, else a unique prefix or
     suffix of at most ``MAX_SHORT_ID_LENGTH`` characters (as ``list`` shows it).
 
@@ -58,7 +67,7 @@ def resolve_run_id(store: Any, form: str) -> str:
     return _resolve_id(form, store.runs.find_run_ids, "run", RunNotFoundError, AmbiguousRunIdError)
 
 
-def resolve_schedule_id(store: Any, form: str) -> str:
+def resolve_schedule_id(store: UserStore, form: str) -> str:
     """The full id of the schedule that ``form`` names, by the rule of :func:`resolve_run_id`.
 
     Raises:
@@ -147,7 +156,7 @@ def submit_command(argv: list[str], *, name: str | None = None, timeout: str | N
                             **(options or {}))
 
 
-def submit(store: Any, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False,
+def submit(store: UserStore, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False,
            warn: Callable[[str], object] | None = None):
     """Queue ``command`` as a new Run and wake the service; the new Run's record."""
     record = store.runs.submit(command, actor_id=actor_id)
@@ -155,7 +164,7 @@ def submit(store: Any, command: SubmitRunCommand, *, actor_id: str = "cli", note
     return record
 
 
-def cancel(store: Any, run_id: str, *, reason: str | None = None, actor_id: str = "cli"):
+def cancel(store: UserStore, run_id: str, *, reason: str | None = None, actor_id: str = "cli"):
     """Durably request the Run's cancellation (``run_id``: a full id or a unique short form)."""
     CancelRunCommand(run_id=run_id, reason=_unset(reason))  # validated before the store is read
     command = CancelRunCommand(run_id=resolve_run_id(store, run_id), reason=_unset(reason))
@@ -164,7 +173,7 @@ def cancel(store: Any, run_id: str, *, reason: str | None = None, actor_id: str 
     return record
 
 
-def masked_detail(store: Any, run_id: str):
+def masked_detail(store: UserStore, run_id: str):
     """The Run with its Attempts and dispatch; a secret's value never shown, even where the Run's
     own command, variables or reason repeat it."""
     return store_redactor(store).record(store.runs.detail(run_id))
@@ -187,7 +196,7 @@ class CommandNotStartedError(RunStateConflictError, code="COMMAND_NOT_STARTED"):
     waits for a service or a slot, was cancelled first, or its start failed, and with what)."""
 
 
-def attempt_of(store: Any, run_id: str, number: int | None) -> AttemptRecord:
+def attempt_of(store: UserStore, run_id: str, number: int | None) -> AttemptRecord:
     """The Run's latest Attempt, or its Attempt ``number``.
 
     Raises:
@@ -262,7 +271,7 @@ class LogChunk(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     done: bool
 
 
-def read_log_chunk(store: Any, run_id: str, log_dir: Path, *, attempt: int | None, offset: int,
+def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int | None, offset: int,
                    max_bytes: int) -> LogChunk:
     """At most ``max_bytes`` of the Attempt's log from byte ``offset`` (more only when the
     secrets are so long that the masker could hold back that much). The end of a piece that could
@@ -314,12 +323,12 @@ def add_schedule_command(expression: str, argv: list[str], *, name: str | None =
                               time_zone=_unset(time_zone), **(options or {}))
 
 
-def wake_schedules(store: Any, *, note_when_none: bool = False) -> None:
+def wake_schedules(store: UserStore, *, note_when_none: bool = False) -> None:
     """After a schedule changed: the service recomputes its sleep at once."""
     wake_service(store.wake_workers, note_when_none=note_when_none)
 
 
-def run_schedule_now(store: Any, schedule_id: str, *, actor_id: str = "cli"):
+def run_schedule_now(store: UserStore, schedule_id: str, *, actor_id: str = "cli"):
     """Start a Run of the schedule now (overlap applies).
 
     Raises:

@@ -19,7 +19,7 @@ import pytest
 from cluster_postgres import cli as cluster_cli
 from cluster_postgres.connection import DSN_ENV_VAR
 from cluster_postgres.store import PostgresStore
-from edge_runtime.cli.main import USAGE_ERROR_CODE
+from edge_runtime.cli.reporting import USAGE_ERROR_CODE
 from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity, SubmitRunCommand
 from edge_runtime.contract.schedules import AddScheduleCommand
 from edge_runtime.service.worker import WorkerSession

@@ -1,8 +1,8 @@
 """The ``edge-runtime`` command line: argument parsing, output formats and exit codes only.
 
-Dependency direction: cli -> local, service, qinglong and contract; contract <- local, contract
-<- service and contract <- qinglong, which never import each other; cluster_postgres -> cli (the
-user commands, on its own store). Only the composition roots here (``serve`` and ``common.LOCAL_STORES``) pick the Local
+Dependency direction: cli -> contract, local, service, operations and the faces it mounts (panel,
+qinglong); contract <- local, contract <- service and contract <- qinglong, which never import
+each other; cluster_postgres -> cli (the user commands, on its own store). Only the composition roots here (``serve`` and ``common.LOCAL_STORES``) pick the Local
 adapter. Each sub-command lives in its own module with ``register(subparsers)`` and
 ``run(args) -> int``; business rules stay in the layers below. Errors are printed to stderr as
 one ``Error: ...`` line with a non-zero exit code.
@@ -14,15 +14,14 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (``--vers
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-#: Like a tool ended by SIGINT (128 + 2): what Ctrl-C leaves.
-EXIT_INTERRUPTED = 130
-
 try:
+    from edge_runtime.cli.reporting import EXIT_INTERRUPTED, drop_stdout
+
     # Imported here, before ``main`` below is defined: importing a submodule sets the package's
     # attribute of its name, which must stay the function the console script and builds call.
     from edge_runtime.cli.main import main as _run
 except KeyboardInterrupt:  # Ctrl-C while the CLI loads (argparse, gettext): leave as quietly
-    raise SystemExit(EXIT_INTERRUPTED) from None
+    raise SystemExit(130) from None  # EXIT_INTERRUPTED, perhaps not loaded yet
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -45,14 +44,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def drop_stdout() -> None:
-    # The reader was interrupted too: what is left in stdout's buffer would fail at exit.
-    import os
-    import sys
-
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
-
-
-__all__ = ["main"]
+__all__ = ["EXIT_INTERRUPTED", "drop_stdout", "main"]

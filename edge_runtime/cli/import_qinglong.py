@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print(plan, args.dry_run)
     if failed:
-        from edge_runtime.cli.main import report_error
+        from edge_runtime.cli.reporting import report_error
 
         report_error(args.json, "QINGLONG_IMPORT_INCOMPLETE",
                      f"{len(failed)} rows failed (the table says why); what was created stays: run the same import "

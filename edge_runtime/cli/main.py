@@ -1,8 +1,10 @@
-"""The CLI's entry point and the one place that turns errors into exit codes.
+"""The CLI's entry point and the one place that turns a command's errors into exit codes (the
+codes and the error report themselves are ``reporting``'s, the floor below).
 
 What a command imports is what it uses, and each command pays only for its own imports: this
-module imports nothing beyond the interpreter's own start-up set and the error hierarchy, so
-``--version`` is answered before the parser (argparse) is built, and the parser
+module imports nothing beyond the interpreter's own start-up set and ``reporting`` (the error
+hierarchy comes with the command that runs), so ``--version`` is answered before the parser
+(argparse) is built, and the parser
 (``edge_runtime.cli.parser``) imports only the module of the command being run. A command's
 module imports the layers below it inside the functions that use them (docs/architecture.md:
 imports), so ``submit`` never loads the service stack, cron or the lease authority.
@@ -10,36 +12,24 @@ imports), so ``submit`` never loads the service stack, cron or the lease authori
 
 from __future__ import annotations
 
-import os
 import sys
 
-from edge_runtime import __version__
-from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.cli.reporting import (
+    EXIT_BROKEN_PIPE,
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_USAGE,
+    VERSION_TEXT,
+    drop_stdout,
+    report_error,
+    wants_json,
+)
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (``--version`` pays for no more)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
-#: Exit codes: 0 success, 1 a runtime error (message on stderr), 2 bad usage (argparse's own).
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-#: Like a tool killed by SIGPIPE (128 + 13), without the traceback: ``list | head -1``.
-EXIT_BROKEN_PIPE = 141
-#: What ``--version`` prints (argparse's version action prints the same for its other spellings).
-VERSION_TEXT = f"edge-runtime {__version__}"
 _GLOBAL_OPTIONS_WITH_VALUE = frozenset({"--db"})
-#: The error code of bad usage, as ``--json`` reports it (exit code 2).
-USAGE_ERROR_CODE = "USAGE"
-
-
-def wants_json(argv: Sequence[str]) -> bool:
-    """Whether ``--json`` is among the options of ``argv`` (before a ``--``: what follows is a command)."""
-    for token in argv:
-        if token == "--":
-            return False
-        if token == "--json":
-            return True
-    return False
 
 
 def _command_in(argv: Sequence[str]) -> str | None:
@@ -65,11 +55,8 @@ def require_utf8(what: str, text: str) -> None:
 
 
 def _quiet_broken_pipe() -> int:
-    # The reader went away (``| head``): point stdout at /dev/null so the interpreter's own final
-    # flush cannot raise again, and leave as a SIGPIPE'd tool would, without a word.
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, sys.stdout.fileno())
-    os.close(devnull)
+    # The reader went away (``| head``): leave as a SIGPIPE'd tool would, without a word.
+    drop_stdout()
     return EXIT_BROKEN_PIPE
 
 
@@ -117,6 +104,10 @@ def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
     """Run a command and turn its errors into the exit codes above (``edge-runtime-cluster`` runs
     the same user commands through it). With ``json_errors`` (the command's ``--json``) an error
     is one JSON object on stderr, ``{"error": {"code": ..., "message": ...}}``, same exit code."""
+    # Here, not at the top: ``--version`` never needs the error hierarchy (a command's module has
+    # loaded it by now).
+    from edge_runtime.contract.errors import EdgeRuntimeError
+
     try:
         code = run()
         sys.stdout.flush()  # a closed pipe surfaces here, not at interpreter exit
@@ -131,13 +122,4 @@ def execute(run: Callable[[], int], *, json_errors: bool = False) -> int:
         # flush of stdout would raise BrokenPipeError: drop what is left, as for a closed pipe.
         _quiet_broken_pipe()
         report_error(json_errors, "INTERRUPTED", "interrupted")
-        return 130
-
-
-def report_error(as_json: bool, code: str, message: str, *, plain: str | None = None) -> None:
-    if as_json:
-        import msgspec
-
-        sys.stderr.write(msgspec.json.encode({"error": {"code": code, "message": message}}).decode() + "\n")
-    else:
-        sys.stderr.write(f"Error: {message} [{code}]\n" if plain is None else plain)
+        return EXIT_INTERRUPTED

@@ -12,7 +12,7 @@ import importlib
 from collections.abc import Iterable
 
 from edge_runtime.cli.db_path import DB_ENV_VAR, DB_FILE_NAME, DEFAULT_STATE_HOME
-from edge_runtime.cli.main import EXIT_USAGE, USAGE_ERROR_CODE, VERSION_TEXT, report_error
+from edge_runtime.cli.reporting import EXIT_USAGE, USAGE_ERROR_CODE, VERSION_TEXT, report_error
 
 #: Command name -> (module under edge_runtime.cli, one-line help). The single source of each
 #: command's help text: the module's ``register(subparsers, help_text)`` receives it.

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 
+from edge_runtime.cli.reporting import EXIT_ERROR, report_error, wants_json
 from edge_runtime.local import handoff
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client end stays lean)
@@ -39,8 +40,6 @@ def try_hand_off(argv: Sequence[str]) -> int | None:
     try:
         printed = handoff.hand_off(request)
     except handoff.SubmitUnconfirmedError as exc:
-        from edge_runtime.cli.main import EXIT_ERROR, report_error, wants_json
-
         report_error(wants_json(argv), exc.code,
                      f"{exc}; the Run may or may not be queued: check `edge-runtime list` before submitting again")
         return EXIT_ERROR

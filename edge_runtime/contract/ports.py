@@ -11,7 +11,8 @@ too: a datagram socket that the CLI pokes on Local, ``LISTEN/NOTIFY`` on Postgre
 
 The Run/Attempt operations are described in ``docs/runs.md``. The user commands (``submit``,
 ``cancel``, ``show``, ``list``, ``events``, ``logs``, ``dispatch``, ``schedule``) are written once against these
-ports too: the edge CLI opens the Local store for them, ``edge-runtime-cluster`` a PostgreSQL one.
+ports too: the edge CLI opens the Local store for them, ``edge-runtime-cluster`` a PostgreSQL one;
+the operations they share with the panel (``edge_runtime.operations``) need only ``UserStore``.
 """
 
 from __future__ import annotations
@@ -172,26 +173,16 @@ class WakeSource(Protocol):
     def close(self) -> None: ...
 
 
-class Store(Protocol):
-    """One opened store: its repositories, its time and its wake-up. Closed by the caller."""
+class UserStore(Protocol):
+    """What the user operations (``edge_runtime.operations``: the CLI's commands, the panel, the
+    QingLong face) need of a store: its Runs, variables and schedules, and the wake-up after a
+    change. Part of ``Store``: every store is one."""
 
-    #: What this store is, for the log (a database path; never a credential).
-    where: str
     runs: RunStore
-    dispatches: CancellationDispatchStore
-    leases: WorkerLeaseStore
-    #: Copies of ended Attempts' logs, or None where the logs are only files (Local).
-    attempt_logs: AttemptLogStore | None
     #: The shared variables (``env set``; both stores keep them), or None for a store that keeps none.
     environment: EnvironmentStore | None
     #: The schedule commands' repository (``schedule add|edit|run|list|show|pause|resume|remove``).
     schedules: ScheduleAdmin
-
-    def now_ms(self) -> int:
-        """The store's time, the only time the service compares stored ``*_at_ms`` values with."""
-        ...
-
-    def open_wake(self) -> WakeSource: ...
 
     def wake_workers(self) -> None:
         """After a committed change a serving worker should act on now (a submit, cancel, rearm):
@@ -199,6 +190,23 @@ class Store(Protocol):
         change's own transaction). Best effort: an error here means only that work waits for the
         next poll, never that the change is lost."""
         ...
+
+
+class Store(UserStore, Protocol):
+    """One opened store: its repositories, its time and its wake-up. Closed by the caller."""
+
+    #: What this store is, for the log (a database path; never a credential).
+    where: str
+    dispatches: CancellationDispatchStore
+    leases: WorkerLeaseStore
+    #: Copies of ended Attempts' logs, or None where the logs are only files (Local).
+    attempt_logs: AttemptLogStore | None
+
+    def now_ms(self) -> int:
+        """The store's time, the only time the service compares stored ``*_at_ms`` values with."""
+        ...
+
+    def open_wake(self) -> WakeSource: ...
 
     def keep_time(self, *, final: bool = False) -> None:
         """Persist what the store needs to keep its time monotonic (the Local clock watermark);

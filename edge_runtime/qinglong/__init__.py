@@ -13,5 +13,6 @@ sizes, types and paths are checked before anything is used (docs/qinglong.md, th
 Dependency direction: qinglong -> contract (commands, expressions, variables; never a store's
 adapter, local, nor the service) and -> ``edge_runtime.operations`` (the user operations the CLI
 and panel share); cli -> qinglong composes them with a store (edge_runtime/cli/import_qinglong.py,
-edge_runtime/cli/scripts.py).
+edge_runtime/cli/scripts.py). Only the composition roots import it: contract, local, service,
+operations and the panel never do.
 """

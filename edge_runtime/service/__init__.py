@@ -14,9 +14,9 @@ Modules, one job each:
   the exit status it leaves in the Attempt's status file (docs/monitor.md).
 - ``log_capture``: the files an Attempt's monitor is handed, and the logs still being completed.
 - ``executor``: spawning an Attempt under its monitor, in its own session and process group.
-- ``attempts`` / ``running``: starting, watching and ending Attempts; the in-memory record and
-  its states as types.
-- ``settlement``: the undo of failed starts, ends and lease completions, retried until done.
+- ``attempts/``: starting, watching and ending Attempts, one module per part and the state it
+  owns (the start pass, identity recording, exits and ends, fences, lease renewals, logs,
+  settlements; the in-memory record and its states as types); ``AttemptSupervisor`` builds them.
 - ``worker``: this service's worker session and the Run Leases it holds.
 - ``watch``: noticing that a child or re-adopted process has exited (pidfd or slow poll).
 - ``dispatcher``: claims due cancellation dispatches and records what the controller did.

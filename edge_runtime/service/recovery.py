@@ -49,7 +49,6 @@ from edge_runtime.contract.ports import RunStore
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.journal import Journal
-from edge_runtime.service.running import REASON_GONE
 from edge_runtime.service.log_capture import status_path_of
 from edge_runtime.service.worker import WorkerSession
 

@@ -108,10 +108,10 @@ def _kill_at(step: str) -> None:
 
 def _install_kill_points() -> None:
     from edge_runtime.local.runs import LocalRunRepository
-    from edge_runtime.service import attempts
+    from edge_runtime.service.attempts import start as start_pass
     from edge_runtime.service.worker import WorkerSession
 
-    start, spawn, record = WorkerSession.start, attempts.spawn, LocalRunRepository.record_running
+    start, spawn, record = WorkerSession.start, start_pass.spawn, LocalRunRepository.record_running
 
     def start_then_kill(self, run_id):  # type: ignore[no-untyped-def]
         outcome = start(self, run_id)
@@ -130,7 +130,7 @@ def _install_kill_points() -> None:
         return attempt
 
     WorkerSession.start = start_then_kill  # type: ignore[method-assign]
-    attempts.spawn = spawn_between_kills  # type: ignore[assignment]
+    start_pass.spawn = spawn_between_kills  # type: ignore[assignment]
     LocalRunRepository.record_running = record_then_kill  # type: ignore[method-assign]
 
 
@@ -142,11 +142,11 @@ def _install_undo_failures() -> None:
     import errno
 
     from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
-    from edge_runtime.service import attempts
+    from edge_runtime.service.attempts import start as start_pass
     from edge_runtime.service.errors import SpawnError
     from edge_runtime.service.worker import WorkerSession
 
-    spawn, abandon = attempts.spawn, WorkerSession.abandon_start
+    spawn, abandon = start_pass.spawn, WorkerSession.abandon_start
     spawned = []
 
     def spawn_failing_once(*args, **kwargs):  # type: ignore[no-untyped-def]
@@ -160,7 +160,7 @@ def _install_undo_failures() -> None:
             raise WorkerLeaseRepositoryError("database is locked (injected)", retryable=True)
         return abandon(self, grant, reason)
 
-    attempts.spawn = spawn_failing_once  # type: ignore[assignment]
+    start_pass.spawn = spawn_failing_once  # type: ignore[assignment]
     WorkerSession.abandon_start = abandon_failing  # type: ignore[method-assign]
 
 

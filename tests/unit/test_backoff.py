@@ -9,8 +9,9 @@ import pytest
 from edge_runtime.contract.backoff import capped_backoff, worth_logging
 from edge_runtime.contract.cancellation_dispatch import MAX_RETRY_DELAY_MS as MAX_DISPATCH_DELAY_MS
 from edge_runtime.contract.runs import DEFAULT_RETRY_DELAY_MS, MAX_RETRY_DELAY_MS, retry_wait_ms
-from edge_runtime.service import dispatcher, settlement
-from edge_runtime.service.attempts import START_BACKOFF_MS
+from edge_runtime.service import dispatcher
+from edge_runtime.service.attempts import settlement
+from edge_runtime.service.attempts.start import START_BACKOFF_MS
 from edge_runtime.service.service import MAX_FAILURE_BACKOFF_MS, MIN_SLEEP_MS, failure_backoff_ms
 
 FAILURES = range(1, 80)

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from edge_runtime.cli.main import USAGE_ERROR_CODE, main
+from edge_runtime.cli.main import main
+from edge_runtime.cli.reporting import USAGE_ERROR_CODE
 from edge_runtime.cli.parser import build_parser
 
 

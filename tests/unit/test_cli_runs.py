@@ -174,7 +174,7 @@ def test_version_and_help_load_no_command_module_nor_storage_libraries() -> None
     )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip().splitlines()[-1] == (
-        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.parser']")
+        "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.parser', 'edge_runtime.cli.reporting']")
 
 
 def test_running_one_command_imports_only_that_command_module(db_path) -> None:
@@ -191,7 +191,7 @@ def test_running_one_command_imports_only_that_command_module(db_path) -> None:
     # A writing command applies serve's trusted-directory check (the one module of the service it loads).
     assert result.stdout.strip().splitlines()[-1] == (
         "['edge_runtime.cli.db_path', 'edge_runtime.cli.main', 'edge_runtime.cli.migrate', 'edge_runtime.cli.parser', "
-        "'edge_runtime.service', "
+        "'edge_runtime.cli.reporting', 'edge_runtime.service', "
         "'edge_runtime.service.errors', 'edge_runtime.service.trusted_paths']"
     )
 

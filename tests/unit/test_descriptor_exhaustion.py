@@ -21,8 +21,8 @@ from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
-from edge_runtime.service import attempts as attempts_module
 from edge_runtime.service import executor, log_capture
+from edge_runtime.service.attempts import exits, start
 from edge_runtime.service.attempts import AttemptSupervisor
 from edge_runtime.service.controller import LocalProcessController
 from edge_runtime.service.errors import ProcfsUnavailableError
@@ -45,7 +45,7 @@ def _open_fds() -> set[int]:
 
 @pytest.fixture
 def rig(db: LocalDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SupervisorRig]:
-    monkeypatch.setattr(attempts_module, "START_BACKOFF_MS", (20, 20))
+    monkeypatch.setattr(start, "START_BACKOFF_MS", (20, 20))
     r = SupervisorRig(db, tmp_path, slots=SLOTS)
     yield r
     r.close()
@@ -102,7 +102,7 @@ def test_no_pidfd_falls_back_to_polling_and_the_run_ends_once(rig: SupervisorRig
     """ENFILE can still take the descriptor the start freed for the pidfd: the exit is then found
     by a /proc poll (as on kernels without pidfds), never by a crash of the service."""
     run_id = rig.submit(then="echo the-output")
-    _fail_nth_call(monkeypatch, attempts_module, "open_pidfd", 1, OSError(errno.ENFILE, os.strerror(errno.ENFILE)))
+    _fail_nth_call(monkeypatch, exits, "open_pidfd", 1, OSError(errno.ENFILE, os.strerror(errno.ENFILE)))
     assert rig.run_until_ended(run_id) == "succeeded"
     assert rig.executions().count(run_id) == 1 and len(rig.runs.attempts(run_id)) == 1
     assert "attempt.pidfd_unavailable" in rig.log.getvalue()

@@ -7,7 +7,8 @@
 - the command table in README.md names every ``edge-runtime`` subcommand (nested ones too) and
   only real ones, each option it shows being one that command accepts;
 - the adapter table in docs/architecture.md names each module of edge_runtime/local/ and of
-  cluster/cluster_postgres/ once, and a concept only one adapter has says so;
+  cluster/cluster_postgres/ once, and a concept only one adapter has says so; its service table
+  names each module of edge_runtime/service/ once;
 - a reader of the README's front door from a clone meets the two set-up commands first, then how
   to get ``edge-runtime`` on ``PATH`` before the first command that uses it.
 """
@@ -224,3 +225,11 @@ def test_a_clone_meets_the_set_up_commands_first_then_how_to_put_edge_runtime_on
     before_any_command = first_run.split("```sh\n", 1)[0]
     assert "`. .venv/bin/activate`" in before_any_command and "`.venv/bin/edge-runtime`" in before_any_command
     assert first_run.split("```sh\n", 1)[1].startswith("edge-runtime ")  # the commands it makes work
+
+
+def test_the_service_table_names_every_module_of_the_service_once() -> None:
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    named = [span for _part, cell in _table(text, "| part | modules |") for span in re.findall(r"`([^`]+\.py)`", cell)]
+    package = ROOT / "edge_runtime" / "service"
+    modules = sorted(str(path.relative_to(package)) for path in package.rglob("*.py"))
+    assert sorted(named) == modules, "docs/architecture.md, the service table: edge_runtime/service/ files"

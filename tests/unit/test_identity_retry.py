@@ -20,11 +20,10 @@ from typing import Any
 import apsw
 import pytest
 
-from edge_runtime.contract.runs import ProcessIdentity, RunRepositoryError, SubmitRunCommand
+from edge_runtime.contract.runs import AttemptStatus, ProcessIdentity, RunRepositoryError, SubmitRunCommand
 from edge_runtime.local.database import LocalDatabase, open_database
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.service import attempts as attempts_module
-from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED
+from edge_runtime.service.attempts import REASON_STOPPED_UNRECORDED, start
 from edge_runtime.service.config import load_config
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.process_identity import read_stat
@@ -50,14 +49,14 @@ def rig(db: LocalDatabase, tmp_path: Path) -> Iterator[Rig]:
 def spawned(monkeypatch: pytest.MonkeyPatch) -> list[ProcessIdentity]:
     """The identities of the processes the supervisor spawns, in order."""
     seen: list[ProcessIdentity] = []
-    real = attempts_module.spawn
+    real = start.spawn
 
     def spawn(*args: Any, **kwargs: Any) -> ProcessIdentity:
         identity = real(*args, **kwargs)
         seen.append(identity)
         return identity
 
-    monkeypatch.setattr(attempts_module, "spawn", spawn)
+    monkeypatch.setattr(start, "spawn", spawn)
     return seen
 
 
@@ -227,7 +226,7 @@ def test_a_retry_that_finds_the_attempt_ended_kills_the_process(
     rig.supervisor.start_queued()
     (running,) = rig.supervisor.running.values()
     # Meanwhile someone else ended the Attempt (as the orphan sweep does once the lease lapsed).
-    rig.runs.finish_attempt(running.attempt_id, attempts_module.AttemptStatus.LOST, actor_id="sweep",
+    rig.runs.finish_attempt(running.attempt_id, AttemptStatus.LOST, actor_id="sweep",
                             reason="ended elsewhere")
     rig.supervisor.retry_completions()
     assert running.failure is not None and "not starting" in running.failure

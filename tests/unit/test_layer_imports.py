@@ -1,11 +1,15 @@
 """The service talks to storage through the ports (edge_runtime/contract/ports.py); only a
 composition root picks an adapter (docs/architecture.md, layers and layout); each layer imports
 exactly the layers its package docstring names (contract <- local, contract <- service,
-cli -> all three, cluster_postgres -> contract, service and cli).
+operations -> contract, the faces -> operations, cli -> all of them, cluster_postgres -> contract,
+service and cli); the QingLong face (edge_runtime/qinglong/) imports only the contract and the
+operations, and only the composition roots import it; and no modules import one another in a
+circle: every arrow points one way.
 
 Read statically, by AST, from the source of every module: every ``import`` and ``from ... import``
 anywhere in a module (a function-level import counts: it is how the CLI defers loading), relative
-imports resolved. Nothing is imported to check it, so an import behind a branch is seen too.
+imports resolved. Nothing is imported to check it, so an import behind a branch is seen too. For
+circles only, an import under ``if TYPE_CHECKING:`` is no arrow (it never runs).
 """
 
 from __future__ import annotations
@@ -95,14 +99,19 @@ def test_only_the_listed_cli_modules_import_the_local_adapter() -> None:
 
 
 #: Which layers each layer imports (by any module, statically): the direction the package
-#: docstrings state (edge_runtime/*/__init__.py, cluster/cluster_postgres/__init__.py) and
-#: docs/architecture.md draws. Exactly these: a layer that stops using one leaves the table.
+#: docstrings state (edge_runtime/*/__init__.py, edge_runtime/operations.py,
+#: cluster/cluster_postgres/__init__.py) and docs/architecture.md draws. Exactly these: a layer
+#: that stops using one leaves the table. The faces stand on the operations: the panel and the
+#: CLI are the runtime's own, qinglong speaks for QingLong's clients and imports no adapter; of
+#: them only the CLI, where the composition roots are, imports the others.
 DEPENDS_ON = {
     "contract": set(),
     "local": {"contract"},
     "service": {"contract"},
-    "qinglong": {"contract"},
-    "cli": {"contract", "local", "service", "qinglong"},
+    "operations": {"contract", "service"},
+    "qinglong": {"contract", "operations"},
+    "panel": {"contract", "local", "operations"},
+    "cli": {"contract", "local", "service", "operations", "panel", "qinglong"},
     "cluster_postgres": {"contract", "service", "cli"},
 }
 _CLUSTER = _PACKAGE.parent / "cluster" / "cluster_postgres"
@@ -147,6 +156,7 @@ def test_each_layer_imports_exactly_the_layers_its_docstring_names() -> None:
 
 def test_each_package_docstring_states_its_dependency_direction() -> None:
     packages = {layer: _PACKAGE / layer / "__init__.py" for layer in DEPENDS_ON if layer != "cluster_postgres"}
+    packages["operations"] = _PACKAGE / "operations.py"
     packages["cluster_postgres"] = _CLUSTER / "__init__.py"
     for layer, path in packages.items():
         doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
@@ -174,3 +184,136 @@ def test_the_scan_sees_every_form_of_import(tmp_path: Path) -> None:
         path.write_text(source + "\n", encoding="utf-8")
         modules = imported_modules(path, module_name(planted))
         assert any(map(is_adapter, modules)) is expected, (source, modules)
+
+
+# ----------------------------------------------------------------- the QingLong face
+
+
+def test_the_qinglong_face_imports_no_adapter_and_only_the_composition_roots_import_it() -> None:
+    # Implied by DEPENDS_ON; stated on its own as the rule of a face for another product's clients.
+    found = layer_imports()
+    assert set(found["qinglong"]) <= {"contract", "operations"}, found["qinglong"]
+    importers = {layer: targets["qinglong"] for layer, targets in found.items() if "qinglong" in targets}
+    assert set(importers) <= {"cli", "cluster_postgres"}, importers
+
+
+# ----------------------------------------------------------------- circles
+
+
+def _is_type_checking(node: ast.AST) -> bool:
+    test = node.test if isinstance(node, ast.If) else None
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement that can run: at module level or in a function, in any branch but
+    the body of an ``if TYPE_CHECKING:``."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        children = list(ast.iter_child_nodes(node))
+        if _is_type_checking(node):
+            children = [child for child in children if child not in node.body]
+        todo.extend(children)
+    return found
+
+
+def import_arrows(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The modules of ``modules`` that the module ``name`` (at ``path``) imports when it runs:
+    ``import a.b`` and ``from a.b import c`` point at ``a.b``, or at ``a.b.c`` when that is a
+    module (a package's ``__init__`` run on the way is no arrow of its own)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    arrows: set[str] = set()
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            arrows.update(alias.name for alias in node.names)
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        for alias in node.names:
+            arrows.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in modules else source)
+    return arrows & modules - {name}
+
+
+def circles(sources: dict[str, Path]) -> list[list[str]]:
+    """The circles among ``sources`` (module -> path): each a sorted list of the modules that
+    import one another round (Tarjan's strongly connected components of more than one)."""
+    names = set(sources)
+    graph = {name: sorted(import_arrows(path, name, names)) for name, path in sources.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for name in sorted(graph):
+        if name not in index:
+            visit(name)
+    return sorted(found)
+
+
+def _describe(circle: list[str], sources: dict[str, Path]) -> str:
+    members = set(circle)
+    arrows = [f"{name} -> {target}" for name in circle
+              for target in sorted(import_arrows(sources[name], name, set(sources)) & members)]
+    return "; ".join(arrows)
+
+
+def _cluster_modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(_CLUSTER.rglob("*.py")):
+        parts = path.relative_to(_CLUSTER.parent).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def test_no_circle_of_imports_in_the_runtime_nor_the_cluster_package() -> None:
+    modules = {**_modules(), **_cluster_modules()}
+    assert len([name for name in modules if name.startswith("cluster_postgres")]) > 5
+    found = circles(modules)
+    assert not found, "modules that import one another in a circle: " + " | ".join(
+        _describe(circle, modules) for circle in found)
+
+
+def test_the_circle_scan_counts_what_runs_and_only_that(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    package.mkdir()
+    files = {
+        "__init__.py": "",
+        "a.py": "from pkg import b\n",  # a submodule by ``from package import``
+        "b.py": "def f():\n    from .c import g\n",  # a function-level, relative import
+        "c.py": "import pkg.a\n",  # closes a -> b -> c -> a
+        "d.py": "TYPE_CHECKING = False\nif TYPE_CHECKING:\n    from pkg.e import x\nelse:\n    import pkg.f\n",
+        "e.py": "from pkg.d import y\n",  # back to d, but d only type-checks e: no circle
+        "f.py": "from pkg import d\n",  # back to d, which imports f when it runs: a circle
+    }
+    sources = {}
+    for file, text in files.items():
+        (package / file).write_text(text, encoding="utf-8")
+        sources["pkg" if file == "__init__.py" else f"pkg.{file[:-3]}"] = package / file
+    assert circles(sources) == [["pkg.a", "pkg.b", "pkg.c"], ["pkg.d", "pkg.f"]]

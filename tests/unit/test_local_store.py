@@ -24,7 +24,7 @@ def test_the_local_store_implements_every_operation_of_the_ports(tmp_path: Path)
                                     ("leases", ports.WorkerLeaseStore)):
             missing = {m for m in _port_methods(protocol) if not callable(getattr(getattr(store, attribute), m, None))}
             assert missing == set(), f"{attribute} lacks {missing}"
-        assert _port_methods(ports.Store) <= {m for m in dir(store) if callable(getattr(store, m))}
+        assert _port_methods(ports.Store) | _port_methods(ports.UserStore) <= {m for m in dir(store) if callable(getattr(store, m))}
         assert store.now_ms() == 1_000  # the store's time is the injected clock's
         wake = store.open_wake()
         try:

@@ -64,7 +64,7 @@ class Rig:
 def rig(request: pytest.FixtureRequest, db: LocalDatabase, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
     if not request.param:
-        monkeypatch.setattr("edge_runtime.service.attempts.open_pidfd", lambda pid: None)
+        monkeypatch.setattr("edge_runtime.service.attempts.exits.open_pidfd", lambda pid: None)
     r = Rig(db, tmp_path, slots=1)
     yield r
     r.close()

@@ -17,14 +17,14 @@ from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.service.attempts import AttemptSupervisor
-from edge_runtime.service.running import REASON_ADOPTED_EXIT
+from edge_runtime.service.attempts.running import REASON_ADOPTED_EXIT, REASON_GONE
 from edge_runtime.service.controller import LocalProcessController
 from tests.support.monitor import spawn_monitored
 from edge_runtime.service.journal import Journal
 from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.process_identity import read_boot_id, read_stat
 from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED
-from edge_runtime.service.recovery import REASON_GONE, REASON_REBOOTED, REASON_START_UNCONFIRMED, recover
+from edge_runtime.service.recovery import REASON_REBOOTED, REASON_START_UNCONFIRMED, recover
 from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
 from edge_runtime.service.worker import WorkerSession
 from tests.support.unfenced_attempts import take_queued_run
@@ -162,7 +162,7 @@ def test_a_live_process_is_readopted_and_its_exit_ends_the_attempt(setup: Setup,
                                                                    live_group: ProcessIdentity, pidfds: bool,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     if not pidfds:  # an old router kernel: exits of re-adopted processes are found by polling /proc
-        monkeypatch.setattr("edge_runtime.service.attempts.open_pidfd", lambda pid: None)
+        monkeypatch.setattr("edge_runtime.service.attempts.exits.open_pidfd", lambda pid: None)
     attempt_id = setup.attempt(until="running", identity=live_group, log_path=setup.tmp / "live.log")
     loop = EventLoop()
     log = io.StringIO()

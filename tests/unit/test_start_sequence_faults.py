@@ -20,8 +20,9 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.runs import LocalRunRepository
-from edge_runtime.service import attempts as attempts_module
 from edge_runtime.service import executor
+from edge_runtime.service.attempts import start
+from edge_runtime.service.log_capture import AttemptOutput
 from edge_runtime.service.errors import ProcfsUnavailableError, SpawnError
 from edge_runtime.service.worker import WorkerSession
 from tests.support.supervisor_rig import SupervisorRig
@@ -49,7 +50,7 @@ class Rig(SupervisorRig):
 
 @pytest.fixture
 def rig(db: LocalDatabase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Rig]:
-    monkeypatch.setattr(attempts_module, "START_BACKOFF_MS", (20, 20))  # the pause after EMFILE, shortened
+    monkeypatch.setattr(start, "START_BACKOFF_MS", (20, 20))  # the pause after EMFILE, shortened
     r = Rig(db, tmp_path)
     yield r
     r.close()
@@ -105,7 +106,7 @@ def test_the_start_transaction_fails(rig: Rig, fail_next_commit: Any, kind: str)
 @pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE])
 def test_no_descriptor_for_the_output_files_requeues(rig: Rig, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
     run_id = rig.submit()
-    raise_once(monkeypatch, attempts_module.AttemptOutput, "open", OSError(code, os.strerror(code)))
+    raise_once(monkeypatch, AttemptOutput, "open", OSError(code, os.strerror(code)))
     check_end(rig, run_id, "succeeded", executions=1, attempts=2)
     assert "attempt.not_started" in rig.log.getvalue()
 
@@ -127,7 +128,7 @@ def test_no_descriptor_for_the_monitors_report_requeues(rig: Rig, monkeypatch: p
 
 
 def test_descriptor_exhaustion_pauses_starting_instead_of_churning(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(attempts_module, "START_BACKOFF_MS", (60_000, 60_000))
+    monkeypatch.setattr(start, "START_BACKOFF_MS", (60_000, 60_000))
     run_ids = [rig.submit() for _ in range(3)]
     monkeypatch.setattr(os, "posix_spawn", lambda *a, **k: (_ for _ in ()).throw(OSError(errno.EMFILE, "x")))
     for _ in range(10):

@@ -68,6 +68,10 @@ class Settlements:
         self.failures += 1
         return worth_logging(self.failures)
 
+    def forget_failures(self) -> None:
+        """Nothing is left to settle: the next failure is a first one again."""
+        self.failures = 0
+
     def next_retry_s(self) -> float | None:
         """Seconds until a retry is due (a backoff that doubles while they keep failing); None
         when nothing is pending."""

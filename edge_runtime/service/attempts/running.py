@@ -1,4 +1,5 @@
-"""The in-memory record of one watched Attempt, and how an exit status is kept.
+"""The in-memory record of one watched Attempt, the registry of all of them, and how an exit
+status is kept.
 
 Exit codes are kept as shells report them: ``N`` for a normal exit, ``128 + N`` when signal N
 ended the process (``os.waitstatus_to_exitcode`` gives ``-N``); the reason names the signal.
@@ -7,6 +8,7 @@ ended the process (``os.waitstatus_to_exitcode`` gives ``-N``); the reason names
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator, Mapping, ValuesView
 from pathlib import Path
 from typing import NamedTuple
 
@@ -114,7 +116,7 @@ class RunningAttempt:
         self.note: str | None = None
         self.state: AttemptState = Watching()
 
-    # Read-only views of the state, for the supervisor's and the service's questions.
+    # Read-only views of the state, for the parts' and the service's questions.
 
     @property
     def record_by(self) -> float | None:
@@ -177,3 +179,37 @@ class RunningAttempt:
     def defer(self, end: DeferredEnd) -> None:
         """Its end waits for the SIGKILL step."""
         self.state = AwaitingKill(end)
+
+
+class Watched(Mapping[str, RunningAttempt]):
+    """The Attempts this service watches, by id. Every part of the supervisor and the service
+    read it; only ``exits`` changes it (a watch begins, an end is recorded, watching stops)."""
+
+    __slots__ = ("_by_id",)
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, RunningAttempt] = {}
+
+    def __getitem__(self, attempt_id: str) -> RunningAttempt:
+        return self._by_id[attempt_id]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __contains__(self, attempt_id: object) -> bool:
+        return attempt_id in self._by_id
+
+    def values(self) -> ValuesView[RunningAttempt]:
+        return self._by_id.values()
+
+    def add(self, running: RunningAttempt) -> None:
+        self._by_id[running.attempt_id] = running
+
+    def discard(self, attempt_id: str) -> None:
+        self._by_id.pop(attempt_id, None)
+
+    def clear(self) -> None:
+        self._by_id.clear()

@@ -1,0 +1,187 @@
+"""The start pass: queued Runs become Attempts with a process, or go back to the queue.
+
+For each queued Run while the lease authority leaves this session a slot:
+
+1. ``WorkerSession.start`` (``start_run``, one fenced transaction): the queued Run moves to
+   ``dispatching``, its Attempt is created, its Run Lease claimed and the start barrier crossed
+   (``starting``), only if this session is still the current one and its leases, counted under
+   the write lock, leave a slot. A refusal writes nothing; a failed transaction leaves the Run
+   queued.
+2. spawn under the Attempt's monitor (docs/monitor.md), the task in a new session and process
+   group. The output's descriptors (its FIFO's two ends, the log file, the status file) are all
+   opened before the spawn, so a lack of descriptors hits before a process exists.
+   Until a process exists, every failure is undone (the settlements' ``not_started``): the Run
+   goes back to the queue (a lack of descriptors, processes or memory also pauses starting, with
+   a backoff, ``START_BACKOFF_MS``); a command that cannot be started at all (not found) fails,
+   and one whose process existed for an instant ends ``lost`` (it may have begun).
+3. its identity recorded (``identity``), and its leader watched (``exits``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import NamedTuple
+
+import msgspec
+
+from edge_runtime.contract.backoff import capped_backoff
+from edge_runtime.contract.environment import compose_environment
+from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.run_lease import NoCapacityOutcome
+from edge_runtime.contract.runs import AttemptStatus, RunRecord
+from edge_runtime.service.attempts.exits import Exits
+from edge_runtime.service.attempts.identity import Identities, record_deadline
+from edge_runtime.service.attempts.logs import AttemptLogs
+from edge_runtime.service.attempts.running import RunningAttempt
+from edge_runtime.service.attempts.settlement import Settlements
+from edge_runtime.service.attempts.tools import Tools
+from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, SpawnError
+from edge_runtime.service.executor import spawn, task_environment
+from edge_runtime.service.log_capture import AttemptOutput
+from edge_runtime.service.worker import RunGrant
+
+_UNSET = msgspec.UNSET
+#: After a start failed for lack of resources (EMFILE, ...), starting pauses for this long,
+#: doubling while it goes on, so a full descriptor table is not hammered once per tick.
+START_BACKOFF_MS = (500, 30_000)
+#: ``_start`` result: end this start pass (no capacity left, or starting is paused).
+_STOP = object()
+
+
+class TaskSettings(NamedTuple):
+    """What every Attempt's process is started with, besides its Run's own command and variables."""
+
+    boot_id: str
+    #: Where a task's documented base environment is taken from; None: the service's own
+    #: (docs/environment.md).
+    env: Mapping[str, str] | None
+    #: What a task's environment is composed of besides the base.
+    pass_env: tuple[str, ...]
+    shared_env: Callable[[], Mapping[str, str]] | None
+    #: Where a Run that names no directory runs.
+    work_dir: str | None
+    log_max_bytes: int
+    log_linger_ms: int
+
+
+class StartPass:
+    """Starts queued Runs; owns what an Attempt's process is started with and the pause in
+    starting after a lack of resources."""
+
+    def __init__(
+        self, tools: Tools, *, logs: AttemptLogs, settlements: Settlements, identities: Identities, exits: Exits,
+        task: TaskSettings,
+    ) -> None:
+        self._runs, self._worker, _, self._journal, _ = tools
+        #: The parts a start hands on to: its files, its undo, its identity, its watch.
+        self._logs, self._settlements, self._identities, self._exits = logs, settlements, identities, exits
+        self._task = task
+        self._base_env = task_environment(os.environ if task.env is None else task.env)
+        #: Consecutive starts that failed for lack of resources, and when starting may resume.
+        self._failures = 0
+        self._paused_until = 0.0
+
+    def start_queued(self) -> int:
+        """Start queued Runs while the lease authority leaves this session slots; how many started.
+
+        Raises:
+            WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced
+                or expired: the caller must stop taking work.
+        """
+        if time.monotonic() < self._paused_until:
+            return 0
+        free = self._worker.free_slots()
+        if free <= 0:
+            return 0
+        started = 0
+        for run_id in self._runs.queued_run_ids(free):
+            outcome = self._start(run_id)
+            if outcome is _STOP:
+                break
+            started += outcome is True
+        return started
+
+    def seconds_paused(self) -> float | None:
+        """Seconds until starting resumes after a lack of resources; None when it is not paused."""
+        paused = self._paused_until - time.monotonic()
+        return paused if paused > 0 else None
+
+    def _start(self, run_id: str) -> bool | object:
+        grant = self._worker.start(run_id)
+        if grant is None:
+            return False  # another service took it, or it was cancelled meanwhile
+        if isinstance(grant, NoCapacityOutcome):
+            return _STOP  # nothing was written; a slot frees when one of ours ends
+        attempt_id = grant.lease.attempt_id
+        log_path, fifo_path = self._logs.paths(attempt_id)
+        try:
+            run = self._runs.get(run_id)
+            shared = {} if self._task.shared_env is None else self._task.shared_env()
+            # Every descriptor the monitor needs, before a process exists: once one does, a lack of
+            # descriptors could only cost its output or the Run.
+            output = self._logs.open_output(log_path, fifo_path)
+        except (EdgeRuntimeError, OSError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            retryable = not isinstance(exc, OSError) or exc.errno in RETRYABLE_SPAWN_ERRNOS
+            if isinstance(exc, OSError) and not retryable:
+                self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
+            return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
+        return self._spawn(run, attempt_id, grant, output, shared)
+
+    def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
+        """No process was recorded: give the Run back to the queue (every queued Run runs once),
+        or end it for good (``end``: a command that cannot be started at all, or one that may
+        have begun)."""
+        attempt_id = grant.lease.attempt_id
+        self._journal.warning("attempt.not_started", run=grant.lease.run_id, attempt=attempt_id, detail=reason,
+                              retryable=retryable)
+        if retryable:
+            self._failures += 1
+            low, high = START_BACKOFF_MS
+            self._paused_until = time.monotonic() + capped_backoff(low, self._failures, high) / 1000
+        self._settlements.not_started(grant, reason, None if retryable else end or AttemptStatus.FAILED)
+        return _STOP if retryable else False
+
+    def _spawn(
+        self, run: RunRecord, attempt_id: str, grant: RunGrant, output: AttemptOutput, shared: Mapping[str, str],
+    ) -> bool | object:
+        argv = [] if run.command is _UNSET else list(run.command)
+        task = self._task
+        env = compose_environment(self._base_env, pass_env=task.pass_env, shared=shared,
+                                  own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
+        cwd = task.work_dir if run.cwd is _UNSET else run.cwd
+        try:
+            identity = spawn(argv, output=output, env=env, boot_id=task.boot_id, log_cap_bytes=task.log_max_bytes,
+                             log_linger_ms=task.log_linger_ms, cwd=cwd)
+        except SpawnError as exc:
+            output.abandon()  # its FIFO, status file and still empty log go with it
+            # A process that existed for an instant may have begun the command: the Run ends.
+            return self._not_started(grant, str(exc), retryable=exc.retryable,
+                                     end=AttemptStatus.LOST if exc.started else AttemptStatus.FAILED)
+        output.close_after_spawn()
+        self._failures = 0
+        running = RunningAttempt(attempt_id, run.id, identity, started_here=True, grant=grant,
+                                 log_path=output.log_path)
+        try:
+            conflict = self._identities.record(running)
+        except EdgeRuntimeError as exc:
+            if not exc.retryable:
+                self._exits.watch(running)
+                self._identities.give_up(running, f"the process identity could not be recorded: {exc}",
+                                         error=exc.code)
+                return False
+            # Keep it: it is watched by its pidfd; the identity retries record it later.
+            running.await_record(record_deadline(grant), str(exc))
+            self._journal.warning("attempt.identity_pending", run=run.id, attempt=attempt_id, pid=identity.pid,
+                                  error=exc.code, detail=str(exc),
+                                  give_up_in_s=round(running.record_by - time.monotonic(), 1))
+            self._exits.watch(running)
+            return True
+        self._exits.watch(running)
+        if conflict is not None:
+            self._identities.give_up(running, conflict)
+            return False
+        self._journal.info("attempt.running", run=run.id, attempt=attempt_id, pid=identity.pid)
+        return True
