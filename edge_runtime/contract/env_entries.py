@@ -61,7 +61,7 @@ EntryId = bounded_int_type(1, MAX_SAFE_INTEGER)
 # ------------------------------------------------------------------------------------ records
 
 
-class NewEnvEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, kw_only=True):
+class NewEnvEntry(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     """An entry to add (``EnvironmentStore.add``): checked whole before anything is stored."""
 
     name: str
@@ -122,7 +122,7 @@ def shown(entry: StoredEnvEntry) -> EnvEntry:
                     created_at_ms=entry.created_at_ms, updated_at_ms=entry.updated_at_ms, **extra)
 
 
-class EnvChanges(msgspec.Struct, frozen=True, kw_only=True):
+class EnvChanges(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What a plan writes: ``inserts`` (numbered by the store in this order), whole rows to
     ``updates`` by id, ``removals`` by id. The caller gets back the rows of ``returned`` (ids of
     ``updates``, in that order) and then the inserted ones."""
