@@ -235,6 +235,12 @@ def _check_secret(name: str, value: str) -> None:
             f"value cannot be masked safely in what is shown): give a longer value, or store it without --secret")
 
 
+def _checked_flag(what: str, flag: object) -> bool:
+    if type(flag) is not bool:
+        raise InvalidVariableError(f"{what} must be true or false, not {flag!r}")
+    return flag
+
+
 def _checked_remarks(remarks: object) -> str:
     problem = _text_problem("remarks", remarks, MAX_REMARKS_LENGTH)
     if problem is not None:
@@ -348,11 +354,12 @@ def plan_add(current: Sequence[StoredEnvEntry], entries: Sequence[NewEnvEntry], 
             if not isinstance(entry, NewEnvEntry):
                 raise InvalidVariableError("an entry to add must be a NewEnvEntry")
             name = _checked_name(entry.name)
+            secret = _checked_flag("secret", entry.secret)
             rows.append(StoredEnvEntry(
-                id=0, name=name, value=_checked_value(name, entry.value, secret=entry.secret), secret=entry.secret,
-                remarks=_checked_remarks(entry.remarks), enabled=entry.enabled, position=position + index,
-                pinned=entry.pinned, labels=_checked_labels(entry.labels), created_at_ms=now_ms,
-                updated_at_ms=now_ms))
+                id=0, name=name, value=_checked_value(name, entry.value, secret=secret), secret=secret,
+                remarks=_checked_remarks(entry.remarks), enabled=_checked_flag("enabled", entry.enabled),
+                position=position + index, pinned=_checked_flag("pinned", entry.pinned),
+                labels=_checked_labels(entry.labels), created_at_ms=now_ms, updated_at_ms=now_ms))
         except InvalidVariableError as exc:
             if len(entries) == 1:
                 raise
@@ -368,7 +375,7 @@ def plan_update(current: Sequence[StoredEnvEntry], entry_id: int, now_ms: int, *
     editable."""
     (entry,) = _by_ids(current, [entry_id])
     new_name = entry.name if name is None else _checked_name(name)
-    new_secret = entry.secret if secret is None else bool(secret)
+    new_secret = entry.secret if secret is None else _checked_flag("secret", secret)
     if value is not None:
         new_value = _checked_value(new_name, value, secret=new_secret)
     else:
@@ -461,6 +468,7 @@ def plan_set(current: Sequence[StoredEnvEntry], name: str, value: str, now_ms: i
     position, pin, remarks and labels and gets the value, the secret flag and enabled; its other
     entries are removed. A name without entries gets a new one at the end."""
     name = _checked_name(name)
+    secret = _checked_flag("secret", secret)
     value = _checked_value(name, value, secret=secret)
     same = [e for e in current if e.name == name]
     if not same:

@@ -119,3 +119,23 @@ def test_refusals_name_what_is_wrong() -> None:
                                                    f"environment"):
         rules.plan_add(entries, [NewEnvEntry(name="A", value=big + "x")], NOW)
     rules.plan_add(entries, [NewEnvEntry(name="A", value=big)], NOW)
+
+
+def test_a_flag_must_be_a_boolean() -> None:
+    with pytest.raises(InvalidVariableError, match="enabled must be true or false, not 1"):
+        rules.plan_add([], [NewEnvEntry(name="A", value="x", enabled=1)], NOW)  # type: ignore[arg-type]
+    with pytest.raises(InvalidVariableError, match="secret must be true or false"):
+        rules.plan_update([_entry(1, "A", "long-enough")], 1, NOW, secret="yes")  # type: ignore[arg-type]
+
+
+def test_the_tables_limits_are_the_contracts() -> None:
+    from pathlib import Path
+
+    from edge_runtime.contract.env_entries import MAX_REMARKS_LENGTH
+    from edge_runtime.contract.environment import MAX_NAME_LENGTH
+
+    root = Path(__file__).resolve().parents[2]
+    sql = (root / "local_migrations" / "0014_env_entries.sql").read_text()
+    assert f"length(name) BETWEEN 1 AND {MAX_NAME_LENGTH})" in sql
+    assert f"length(CAST(value AS BLOB)) <= {MAX_ENV_STRING_BYTES})" in sql
+    assert f"length(remarks) <= {MAX_REMARKS_LENGTH})" in sql
