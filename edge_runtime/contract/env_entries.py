@@ -27,6 +27,7 @@ from edge_runtime.contract.environment import (
     VariableNotFoundError,
     VariableTooLongError,
     name_problem,
+    secret_problem,
 )
 from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER, SafeInt, bounded_int_type
@@ -229,10 +230,9 @@ def _checked_value(name: str, value: object, *, secret: bool) -> str:
 
 
 def _check_secret(name: str, value: str) -> None:
-    if len(value) < MIN_SECRET_LENGTH:
-        raise SecretTooShortError(
-            f"the secret {name} has {len(value)} characters; a secret has at least {MIN_SECRET_LENGTH} (a shorter "
-            f"value cannot be masked safely in what is shown): give a longer value, or store it without --secret")
+    problem = secret_problem(name, value)
+    if problem is not None:
+        raise SecretTooShortError(problem)
 
 
 def _checked_flag(what: str, flag: object) -> bool:

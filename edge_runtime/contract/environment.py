@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
 
 #: The variables an Attempt gets from the service's own environment without any setting.
 BASE_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL")
@@ -71,6 +72,14 @@ def name_problem(name: object) -> str | None:
                 f"at most {MAX_NAME_LENGTH} characters")
     if name in RESERVED_NAMES:
         return f"variable {name} is set by the service for every Attempt and cannot be set"
+    return None
+
+
+def secret_problem(name: str, value: str) -> str | None:
+    """Why ``value`` cannot be the value of a secret ``name`` (too short to mask), or None."""
+    if len(value) < MIN_SECRET_LENGTH:
+        return (f"the secret {name} has {len(value)} characters; a secret has at least {MIN_SECRET_LENGTH} (a shorter "
+                f"value cannot be masked safely in what is shown): give a longer value, or store it without --secret")
     return None
 
 
