@@ -343,3 +343,95 @@ def run_schedule_now(store: UserStore, schedule_id: str, *, actor_id: str = "cli
             f"is skip: no Run started")
     wake_schedules(store, note_when_none=True)
     return outcome
+
+
+# ------------------------------------------------------------------------------------ env entries
+#
+# The env entries (docs/environment.md) through the store's port (``EnvironmentStore``): the CLI's
+# ``env`` commands and QingLong's OpenAPI call these, so both get the same checks, the same errors
+# and entries masked the same way. Ids are integers; a command naming several ids is one
+# transaction and changes nothing when one of them names no entry. Every entry returned leaves
+# out a secret's value, and its other texts are masked with the store's secrets as they are after
+# the change (remarks that quote a secret show ``***``).
+
+
+def environment(store: UserStore):
+    """The store's env entries (``EnvironmentStore``).
+
+    Raises:
+        VariableError: the store keeps none.
+    """
+    from edge_runtime.contract.environment import VariableError
+
+    found = getattr(store, "environment", None)
+    if found is None:
+        raise VariableError("this store keeps no env entries")
+    return found
+
+
+def _masked(store: UserStore, entries: Any) -> Any:
+    redactor = store_redactor(store)
+    return redactor.records(entries) if isinstance(entries, list) else redactor.record(entries)
+
+
+def env_list(store: UserStore, *, name: str | None = None, search: str | list[str] | None = None) -> list[Any]:
+    """The entries in list order (pinned first, then position, then id), of ``name`` and/or
+    matching ``search`` (name, value or remarks contain it, case ignored; a secret's value is
+    searched, never returned)."""
+    return _masked(store, environment(store).list(name=name, search=search))
+
+
+def env_get(store: UserStore, entry_id: int) -> Any:
+    """One entry. Raises EnvEntryNotFoundError."""
+    return _masked(store, environment(store).get(entry_id))
+
+
+def env_add(store: UserStore, entries: list[Any]) -> list[Any]:
+    """Append ``entries`` (``NewEnvEntry``: name, value, secret, remarks, enabled, pinned, labels)
+    at the end of the list in their order, in one transaction (all or none); the new entries with
+    their ids, in that order."""
+    return _masked(store, environment(store).add(entries))
+
+
+def env_update(store: UserStore, entry_id: int, *, name: str | None = None, value: str | None = None,
+               secret: bool | None = None, remarks: str | None = None, labels: list[str] | None = None) -> Any:
+    """Change the fields given of one entry (None: unchanged; ``labels`` replaces them)."""
+    return _masked(store, environment(store).update(entry_id, name=name, value=value, secret=secret,
+                                                    remarks=remarks, labels=labels))
+
+
+def env_remove(store: UserStore, ids: list[int]) -> list[int]:
+    """Remove the entries; their ids."""
+    return environment(store).remove(ids)
+
+
+def env_remove_name(store: UserStore, name: str) -> list[int]:
+    """Remove every entry of ``name``; their ids. Raises VariableNotFoundError (none)."""
+    return environment(store).remove_name(name)
+
+
+def env_enable(store: UserStore, ids: list[int], enabled: bool = True) -> list[Any]:
+    """Enable (or disable) the entries; them, in list order."""
+    entries = environment(store)
+    return _masked(store, entries.enable(ids) if enabled else entries.disable(ids))
+
+
+def env_pin(store: UserStore, ids: list[int], pinned: bool = True) -> list[Any]:
+    """Pin (or unpin) the entries; them, in list order."""
+    entries = environment(store)
+    return _masked(store, entries.pin(ids) if pinned else entries.unpin(ids))
+
+
+def env_rename(store: UserStore, ids: list[int], name: str) -> list[Any]:
+    """Give the entries the name ``name``; them, in list order."""
+    return _masked(store, environment(store).rename(ids, name))
+
+
+def env_move(store: UserStore, entry_id: int, *, before: int | None) -> Any:
+    """Move the entry just before the entry ``before`` in the list (None: to its end)."""
+    return _masked(store, environment(store).move(entry_id, before=before))
+
+
+def env_set(store: UserStore, name: str, value: str, *, secret: bool) -> Any:
+    """Make ``value`` the one value of ``name`` (its first entry kept, the others removed)."""
+    return _masked(store, environment(store).set(name, value, secret=secret))

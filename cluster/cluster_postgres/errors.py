@@ -119,8 +119,8 @@ class Transaction:
 
 
 #: The rows of ``ql3.runtime_locks`` (migration 0009), one per serialisation that no row lock
-#: gives: a worker's first registration (its row does not exist yet) and ``env set`` (the count of
-#: variables against their limit).
+#: gives: a worker's first registration (its row does not exist yet) and every env entry write (the
+#: limits over all entries: their number, names and sizes).
 LOCK_WORKER_REGISTRATION = "worker_registration"
 LOCK_SHARED_ENV_SET = "shared_env_set"
 

@@ -37,8 +37,9 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Copies of Attempt logs (0003): append-only; logs may hold secrets, so the admin role reads none.
     "attempt_logs": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
     "schema_migrations": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
-    # Shared variables (0007): no DELETE (``env remove`` clears the row); secrets, so no admin read.
-    "shared_env": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    # Env entries (0011): no DELETE (``env remove`` marks the row removed and clears it); secrets,
+    # so no admin read.
+    "env_entries": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
     "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},

@@ -1,9 +1,11 @@
-"""Shared variables and a task's options on the cluster (docs/environment.md, docs/cluster.md):
-``edge-runtime-cluster env set/list/remove`` keep them in ``ql3.shared_env`` (migration 0007); a
-real ``edge-runtime-cluster serve`` worker passes them to every Run, under the Run's own
-``--env``; a secret's value is never printed (``env list``, ``show``, ``events``, ``--json``) and
-is masked in ``logs``; and the everyday options of the edge ``submit`` (``--env``, ``--cwd``,
-``--retries``), ``logs --follow``, ``list`` filters and JSON errors work through the cluster CLI.
+"""Env entries and a task's options on the cluster (docs/environment.md, docs/cluster.md):
+``edge-runtime-cluster env add/set/list/remove/...`` keep them in ``ql3.env_entries`` (migration
+0011, which turned the shared variables of 0007 into entries); a real ``edge-runtime-cluster
+serve`` worker passes each name to every Run, its enabled entries joined with ``&``, under the
+Run's own ``--env``; a secret's value is never printed (``env list``, ``show``, ``events``,
+``--json``) and is masked in ``logs``; and the everyday options of the edge ``submit`` (``--env``,
+``--cwd``, ``--retries``), ``logs --follow``, ``list`` filters and JSON errors work through the
+cluster CLI.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 
 from cluster_postgres.connection import DSN_ENV_VAR
 from edge_runtime.cli.common import NO_SERVICE_NOTE
+from edge_runtime.contract.env_entries import NewEnvEntry
 from tests.support.cluster_serve_harness import CLI, Worker, kill_attempt_groups, private_root, wait_for
 
 SECRET = "s3cr3t-cluster-value"
@@ -49,46 +52,95 @@ def test_env_set_list_remove_on_postgresql_never_show_a_secret(dsn: str, owner: 
     assert cluster(dsn, "env", "set", "PLAIN", "visible").stdout == "PLAIN set\n"
     assert cluster(dsn, "env", "set", "TOKEN", SECRET, "--secret").stdout == "TOKEN set (secret)\n"
     listed = cluster(dsn, "env", "list").stdout
-    assert listed == "PLAIN=visible\nTOKEN=*** (secret)\n"
+    assert listed == ("1  PLAIN  enabled  -  labels=-  remarks=''  value='visible'\n"
+                      "2  TOKEN  enabled  -  labels=-  remarks=''  value=*** (secret)\n")
     as_json = json.loads(cluster(dsn, "env", "list", "--json").stdout)
-    assert [(v["name"], v["secret"], v.get("value")) for v in as_json] == [("PLAIN", False, "visible"),
-                                                                         ("TOKEN", True, None)]
+    assert [(v["id"], v["name"], v["secret"], v.get("value")) for v in as_json] == [
+        (1, "PLAIN", False, "visible"), (2, "TOKEN", True, None)]
     assert SECRET not in json.dumps(as_json)
-    # Replacing keeps one row; a secret made plain shows its new value.
+    # Replacing keeps the name's one entry; a second account is an entry of its own.
     cluster(dsn, "env", "set", "PLAIN", "again")
-    assert "PLAIN=again" in cluster(dsn, "env", "list").stdout
-    # remove clears the row (the runtime role has no DELETE): the secret's value is gone from it.
+    assert "value='again'" in cluster(dsn, "env", "list").stdout
+    assert cluster(dsn, "env", "add", "TOKEN", "second-account", "--secret", "--remarks", "two").stdout == "3\n"
+    # remove marks the rows removed (the runtime role has no DELETE): the secrets' values are gone.
     assert cluster(dsn, "env", "remove", "TOKEN").stdout == "TOKEN removed\n"
-    assert owner.execute("SELECT value, secret FROM ql3.shared_env WHERE name = 'TOKEN'").fetchone() == (None, False)
-    assert cluster(dsn, "env", "list").stdout == "PLAIN=again\n"
+    assert owner.execute("SELECT id, value, secret, remarks, removed_at_ms IS NOT NULL FROM ql3.env_entries "
+                         "WHERE name = 'TOKEN' ORDER BY id").fetchall() == [(2, None, False, "", True),
+                                                                              (3, None, False, "", True)]
+    assert cluster(dsn, "env", "list", "--json").stdout.count('"id"') == 1
     again = cluster(dsn, "env", "remove", "TOKEN", check=False)
-    assert (again.returncode, again.stderr) == (1, "Error: no shared variable named 'TOKEN' [VARIABLE_NOT_FOUND]\n")
+    assert (again.returncode, again.stderr) == (1, "Error: no variable named 'TOKEN' [VARIABLE_NOT_FOUND]\n")
     as_json_error = cluster(dsn, "env", "remove", "TOKEN", "--json", check=False)
     assert as_json_error.returncode == 1 and as_json_error.stdout == ""
     assert json.loads(as_json_error.stderr) == {"error": {"code": "VARIABLE_NOT_FOUND",
-                                                          "message": "no shared variable named 'TOKEN'"}}
-    # Set again after a remove: the cleared row is filled.
-    cluster(dsn, "env", "set", "TOKEN", "back-again", "--secret")
-    assert cluster(dsn, "env", "list").stdout == "PLAIN=again\nTOKEN=*** (secret)\n"
+                                                          "message": "no variable named 'TOKEN'"}}
+    # A removed entry's id is never given again.
+    assert cluster(dsn, "env", "add", "TOKEN", "back-again", "--secret").stdout == "4\n"
+    missing = cluster(dsn, "env", "enable", "4", "3", check=False)
+    assert (missing.returncode, missing.stderr) == (
+        1, "Error: no env entry with id 3; nothing was changed [ENV_ENTRY_NOT_FOUND]\n")
     bad = cluster(dsn, "env", "set", "1BAD", "x", check=False)
     assert bad.returncode == 1 and "[INVALID_VARIABLE]" in bad.stderr
 
 
-def test_the_admin_role_cannot_read_the_shared_variables(pg_database: Any, owner: Any) -> None:
+def test_a_database_at_the_migration_before_entries_keeps_its_variables(pg_database: Any, monkeypatch) -> None:
+    """Migration 0011 turns each live shared variable (0007) into one entry, in name order, its
+    secret flag kept, and the identity goes on after them."""
+    from psycopg import sql
+
+    from cluster_postgres import migrations
+    from cluster_postgres.environment import PostgresEnvironment
+    from cluster_postgres.connection import connect
+    from cluster_postgres.readiness import bootstrap
+    from tests.support.pg_test_database import PREFIX, TestDatabase
+
+    name = f"{PREFIX}{os.getpid()}_{os.urandom(4).hex()}"
+    bootstrap(pg_database.admin_dsn, name)
+    try:
+        database = TestDatabase(pg_database.admin_dsn, name)
+        every = migrations.known_migrations()
+        monkeypatch.setattr(migrations, "known_migrations", lambda: [m for m in every if m.id < "0011"])
+        migrations.migrate(database.owner_dsn)
+        with database.owner_connection() as old:
+            old.execute("INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) VALUES "
+                        "('ZED', 'z', false, 5), ('COOKIE', %s, true, 7), ('GONE', NULL, false, 8), "
+                        "('Alpha', '', false, 9)", (SECRET,))
+        monkeypatch.setattr(migrations, "known_migrations", lambda: every)
+        assert migrations.migrate(database.owner_dsn) == [m.id for m in every if m.id >= "0011"]
+        conn = connect(database.runtime_dsn)
+        try:
+            entries = PostgresEnvironment(conn)
+            assert [(e.id, e.name, e.position, e.secret, e.enabled, e.created_at_ms) for e in entries.list()] == [
+                (1, "Alpha", 1, False, True, 9), (2, "COOKIE", 2, True, True, 7), (3, "ZED", 3, False, True, 5)]
+            assert entries.task_values() == {"Alpha": "", "COOKIE": SECRET, "ZED": "z"}
+            assert entries.secret_values() == [SECRET]
+            assert [e.id for e in entries.add([NewEnvEntry(name="NEW", value="n")])] == [4]
+        finally:
+            conn.close()
+        with database.owner_connection() as owner:
+            assert owner.execute("SELECT to_regclass('ql3.shared_env')").fetchone()[0] is None
+    finally:
+        with psycopg.connect(pg_database.admin_dsn, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def test_the_admin_role_cannot_read_the_env_entries(pg_database: Any, owner: Any) -> None:
     with psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True) as conn:
         with pytest.raises(psycopg.Error) as caught:
-            conn.execute("SELECT value FROM ql3.shared_env")
+            conn.execute("SELECT value FROM ql3.env_entries")
     assert caught.value.sqlstate == "42501"
 
 
 def test_a_worker_passes_the_shared_variables_to_every_run_under_its_own_and_masks_secrets(
         dsn: str, owner: Any, tmp_path: Path) -> None:
     cluster(dsn, "env", "set", "SHARED", "from-env-set")
+    cluster(dsn, "env", "add", "SHARED", "off", "--disabled")
+    cluster(dsn, "env", "add", "SHARED", "值 'two'")
     cluster(dsn, "env", "set", "OVERRIDDEN", "shared")
     cluster(dsn, "env", "set", "TOKEN", SECRET, "--secret")
     work = tmp_path / "task-dir"
     work.mkdir()
-    script = ("echo SHARED=$SHARED OVERRIDDEN=$OVERRIDDEN LEAK=${LEAK:-none}; echo token=$TOKEN; "
+    script = ("echo \"SHARED=$SHARED\" OVERRIDDEN=$OVERRIDDEN LEAK=${LEAK:-none}; echo token=$TOKEN; "
               "echo id=$EDGE_RUNTIME_RUN_ID; pwd")
     own = cluster(dsn, "submit", "--env", "OVERRIDDEN=own", "--env", f"COPY={SECRET}", "--cwd", str(work),
                   "--", "sh", "-c", script).stdout.strip()
@@ -100,7 +152,7 @@ def test_a_worker_passes_the_shared_variables_to_every_run_under_its_own_and_mas
             wait_for(lambda: status(owner, own) == "succeeded" and status(owner, plain) == "succeeded", 60,
                      "both runs succeeded")
             log = cluster(dsn, "logs", own).stdout
-            assert log.splitlines() == ["SHARED=from-env-set OVERRIDDEN=own LEAK=none", "token=***",
+            assert log.splitlines() == ["SHARED=from-env-set&值 'two' OVERRIDDEN=own LEAK=none", "token=***",
                                         f"id={own}", str(work)]
             assert cluster(dsn, "logs", plain).stdout == "OVERRIDDEN=shared\n"
             # The worker's log file holds what the task wrote; only the printed output is masked.
@@ -159,14 +211,18 @@ def test_submit_options_follow_filters_and_json_errors_through_the_cluster_cli(
 
 
 def test_the_tables_limits_are_the_contracts() -> None:
-    from edge_runtime.contract.environment import MAX_NAME_LENGTH, MAX_VALUE_LENGTH
+    from edge_runtime.contract.env_entries import MAX_ENV_STRING_BYTES, MAX_LABELS, MAX_REMARKS_LENGTH
+    from edge_runtime.contract.environment import MAX_NAME_LENGTH
 
-    sql = (Path(__file__).resolve().parents[1] / "cluster_postgres" / "migrations" / "0007_shared_env.sql").read_text()
-    assert f"length(name) <= {MAX_NAME_LENGTH})" in sql and f"length(value) <= {MAX_VALUE_LENGTH})" in sql
+    sql = (Path(__file__).resolve().parents[1] / "cluster_postgres" / "migrations" / "0011_env_entries.sql").read_text()
+    assert f"length(name) <= {MAX_NAME_LENGTH})" in sql and f"octet_length(value) <= {MAX_ENV_STRING_BYTES})" in sql
+    assert f"char_length(remarks) <= {MAX_REMARKS_LENGTH})" in sql and f"cardinality(labels) <= {MAX_LABELS})" in sql
 
 
 def test_the_table_refuses_what_the_contract_refuses_even_from_a_foreign_writer(owner: Any) -> None:
-    for name, value, secret in (("1BAD", "x", False), ("A", "v" * 32769, False), ("A", None, True)):
+    for name, value, secret, removed in (("1BAD", "x", False, None), ("A", "v" * 131073, False, None),
+                                         ("A", None, False, None), ("A", "x", False, 5), ("A", None, True, 5)):
         with pytest.raises(psycopg.errors.CheckViolation):
-            owner.execute("INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) VALUES (%s, %s, %s, 0)",
-                          (name, value, secret))
+            owner.execute("INSERT INTO ql3.env_entries (name, value, secret, remarks, enabled, position, pinned, "
+                          "labels, created_at_ms, updated_at_ms, removed_at_ms) "
+                          "VALUES (%s, %s, %s, '', true, 1, false, '{}', 0, 0, %s)", (name, value, secret, removed))

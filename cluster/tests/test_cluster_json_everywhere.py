@@ -44,7 +44,8 @@ class World:
             self.to_cancel = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
             self.blocked = store.runs.submit(SubmitRunCommand(argv=["sleep", "9"])).id
             attempt = take_queued_run(store.runs, self.blocked, actor_id="t")
-            store.environment.set("PLAIN", "x", secret=False)
+            store.environment.set("PLAIN", "x", secret=False)  # entry 1
+            store.environment.set("OTHER", "y", secret=False)  # entry 2
             self.schedule = store.schedules.add(AddScheduleCommand(expression="@daily", argv=["true"])).id
             self.logged = _ended_elsewhere_with_a_copy(store)
         finally:
@@ -88,6 +89,13 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef-long", "--secret", "--json"],
     ("env", "list"): lambda w: ["env", "list", "--json"],
     ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
+    ("env", "add"): lambda w: ["env", "add", "TOKEN", "abcdef-long", "--secret", "--remarks", "r", "--json"],
+    ("env", "edit"): lambda w: ["env", "edit", "1", "--remarks", "r", "--json"],
+    ("env", "enable"): lambda w: ["env", "enable", "1", "2", "--json"],
+    ("env", "disable"): lambda w: ["env", "disable", "2", "--json"],
+    ("env", "pin"): lambda w: ["env", "pin", "2", "--json"],
+    ("env", "unpin"): lambda w: ["env", "unpin", "2", "--json"],
+    ("env", "move"): lambda w: ["env", "move", "2", "--before", "1", "--json"],
     ("check",): lambda w: ["check", "--dsn", w.dsn, "--json"],
     ("schedule", "add"): lambda w: ["schedule", "add", "@hourly", "--json", "--", "true"],
     ("schedule", "edit"): lambda w: ["schedule", "edit", w.schedule, "--name", "n", "--json"],
@@ -115,6 +123,13 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("env", "list"): (lambda w: ["env", "list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
                       "CLUSTER_STORAGE_FAILED"),
     ("env", "remove"): (lambda w: ["env", "remove", "NONE_SUCH", "--json"], "VARIABLE_NOT_FOUND"),
+    ("env", "add"): (lambda w: ["env", "add", "TOKEN", "short", "--secret", "--json"], "SECRET_TOO_SHORT"),
+    ("env", "edit"): (lambda w: ["env", "edit", "9", "--remarks", "r", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "enable"): (lambda w: ["env", "enable", "1", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "disable"): (lambda w: ["env", "disable", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "pin"): (lambda w: ["env", "pin", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "unpin"): (lambda w: ["env", "unpin", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "move"): (lambda w: ["env", "move", "1", "--before", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
     ("check",): (lambda w: ["check", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2", "--json"],
                  "CLUSTER_STORAGE_FAILED"),
     ("schedule", "add"): (lambda w: ["schedule", "add", "*", "--json", "--", "true"], "INVALID_CRON_EXPRESSION"),

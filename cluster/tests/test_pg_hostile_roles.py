@@ -26,6 +26,7 @@ from cluster_postgres.environment import PostgresEnvironment
 from cluster_postgres.readiness import readiness
 from cluster_postgres.store import WAKE_MIN_INTERVAL_S, PostgresStore, PostgresWake, WakeCoalescer
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.env_entries import NewEnvEntry
 from edge_runtime.contract.environment import MAX_VARIABLES, InvalidVariableError
 from edge_runtime.contract.runs import SubmitRunCommand
 from edge_runtime.contract.worker_session import RegisterWorkerCommand
@@ -182,7 +183,7 @@ def test_the_admin_role_holding_the_old_env_lock_blocks_no_env_set(pg_database: 
         env = PostgresEnvironment(runtime())
         assert env.set("HELD", "1", secret=False).name == "HELD"
         assert env.set("HELD", "held-secret-2", secret=True).secret
-        env.remove("HELD")
+        env.remove_name("HELD")
     finally:
         admin.close()
 
@@ -204,11 +205,11 @@ def test_the_admin_role_holding_a_worker_s_old_registration_lock_blocks_no_regis
 @pytest.mark.parametrize("statement", [
     "SELECT 1 FROM ql3.runtime_locks FOR KEY SHARE",
     "LOCK TABLE ql3.runtime_locks IN ACCESS SHARE MODE",
-    "LOCK TABLE ql3.shared_env IN ACCESS SHARE MODE",
+    "LOCK TABLE ql3.env_entries IN ACCESS SHARE MODE",
     "LOCK TABLE ql3.worker_sessions IN ACCESS SHARE MODE",
     "LOCK TABLE ql3.runs IN SHARE ROW EXCLUSIVE MODE",  # it may read runs: ACCESS SHARE only
     "SELECT 1 FROM ql3.runs FOR KEY SHARE",
-    "SELECT 1 FROM ql3.shared_env FOR UPDATE",
+    "SELECT 1 FROM ql3.env_entries FOR UPDATE",
 ])
 def test_the_admin_role_may_take_no_lock_a_runtime_write_waits_for(pg_database: Any, statement: str) -> None:
     with psycopg.connect(pg_database.cluster_admin_dsn, autocommit=True) as admin:
@@ -228,9 +229,10 @@ def test_no_operation_of_the_runtime_waits_on_an_advisory_lock() -> None:
 
 def test_env_sets_of_new_names_racing_at_the_limit_store_exactly_one(pg_database: Any, owner: Any,
                                                                       runtime: Any) -> None:
-    # What the lock is for: two sets of new names must not both pass the count below the limit.
-    owner.execute("INSERT INTO ql3.shared_env (name, value, secret, updated_at_ms) "
-                  "SELECT 'V' || n, 'x', false, 0 FROM generate_series(1, %s) AS n", (MAX_VARIABLES - 1,))
+    # What the lock is for: two writes of new names must not both pass the count below the limit.
+    owner.execute("INSERT INTO ql3.env_entries (name, value, secret, remarks, enabled, position, pinned, labels, "
+                  "created_at_ms, updated_at_ms) SELECT 'V' || n, 'x', false, '', true, n, false, '{}', 0, 0 "
+                  "FROM generate_series(1, %s) AS n", (MAX_VARIABLES - 1,))
     racers = [PostgresEnvironment(runtime()) for _ in range(4)]
     barrier = threading.Barrier(len(racers))
     results: dict[int, str] = {}
@@ -238,7 +240,10 @@ def test_env_sets_of_new_names_racing_at_the_limit_store_exactly_one(pg_database
     def race(index: int) -> None:
         barrier.wait(timeout=30)
         try:
-            racers[index].set(f"NEW{index}", "1", secret=False)
+            if index % 2:
+                racers[index].set(f"NEW{index}", "1", secret=False)
+            else:
+                racers[index].add([NewEnvEntry(name=f"NEW{index}", value="1")])
             results[index] = "stored"
         except InvalidVariableError:
             results[index] = "refused"
@@ -249,7 +254,8 @@ def test_env_sets_of_new_names_racing_at_the_limit_store_exactly_one(pg_database
     for thread in threads:
         thread.join()
     assert sorted(results.values()) == ["refused", "refused", "refused", "stored"]
-    assert owner.execute("SELECT count(*) FROM ql3.shared_env WHERE value IS NOT NULL").fetchone()[0] == MAX_VARIABLES
+    assert owner.execute("SELECT count(DISTINCT name) FROM ql3.env_entries WHERE removed_at_ms IS NULL"
+                         ).fetchone()[0] == MAX_VARIABLES
 
 
 # --------------------------------------------------------------------------- large objects

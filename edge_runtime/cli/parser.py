@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "events": ("events", "show a Run's event log"),
     "logs": ("logs", "print the captured output of a Run's Attempt"),
     "dispatch": ("dispatch", "inspect or re-arm a Run's cancellation dispatch"),
-    "env": ("env", "set, list or remove the shared variables every Run gets (secrets never shown)"),
+    "env": ("env", "the env entries every Run gets, as QingLong keeps its envs (secrets never shown)"),
     "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),

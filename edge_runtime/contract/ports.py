@@ -26,7 +26,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultCommand,
     RecordResultOutcome,
 )
-from edge_runtime.contract.environment import EnvironmentStore
+from edge_runtime.contract.env_entries import EnvironmentStore
 from edge_runtime.contract.schedules import ScheduleAdmin
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
@@ -179,7 +179,7 @@ class UserStore(Protocol):
     change. Part of ``Store``: every store is one."""
 
     runs: RunStore
-    #: The shared variables (``env set``; both stores keep them), or None for a store that keeps none.
+    #: The env entries (``env add|set|list...``; both stores keep them), or None for a store that keeps none.
     environment: EnvironmentStore | None
     #: The schedule commands' repository (``schedule add|edit|run|list|show|pause|resume|remove``).
     schedules: ScheduleAdmin

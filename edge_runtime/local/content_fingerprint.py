@@ -19,10 +19,13 @@ _BATCH_ROWS = 512
 
 def fingerprint_tables(connection: apsw.Connection, *, ignored_device_events: tuple[str, ...] = ()) -> dict[str, list]:
     """``{table: [rows, sha256 hex]}`` for every table and for ``sqlite_schema`` (without root
-    pages), leaving out the ``device_events`` rows of the types named (a step's own records)."""
+    pages), leaving out the ``device_events`` rows of the types named (a step's own records).
+    SQLite's own tables are left out but ``sqlite_sequence``: the last id each AUTOINCREMENT
+    table gave, which no row may show any more (an env entry's id is never given again)."""
     result = {"sqlite_schema": _digest_rows(connection, "SELECT type, name, tbl_name, sql FROM sqlite_schema", 4, ())}
     tables = connection.execute(
-        "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite^_%' ESCAPE '^' ORDER BY name"
+        "SELECT name FROM sqlite_schema WHERE type = 'table' AND (name NOT LIKE 'sqlite^_%' ESCAPE '^' "
+        "OR name = 'sqlite_sequence') ORDER BY name"
     ).fetchall()
     for (name,) in tables:
         quoted = '"{}"'.format(name.replace('"', '""'))

@@ -1,25 +1,58 @@
-"""Local shared variables (``env set/list/remove``): the ``shared_env`` table of the 0600 database.
+"""Local env entries (``env add|set|edit|list|...``): the ``env_entries`` table of the 0600 database.
 
-A secret's value is read by two callers only: the service, composing an Attempt's environment
-(``task_values``), and the printing commands, masking it (``secret_values``). ``list`` never
-returns it.
+Every rule is the contract's (``edge_runtime/contract/env_entries.py``): a write reads the
+entries in list order inside its ``BEGIN IMMEDIATE`` transaction, has a plan decide, and writes
+what the plan returns. A secret's value leaves this module for two callers only: the service,
+composing an Attempt's environment (``task_values``), and the printing commands, masking it
+(``secret_values``); every listed entry leaves it out.
 """
 
 from __future__ import annotations
 
-from edge_runtime.contract.environment import (
-    EnvironmentRepositoryError,
-    InvalidVariableError,
-    MAX_VARIABLES,
-    SharedVariable,
-    VariableNotFoundError,
-    check_variable,
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apsw
+import msgspec
+
+from edge_runtime.contract import env_entries as rules
+from edge_runtime.contract.env_entries import (
+    ENTRY_ORDER_SQL,
+    EnvChanges,
+    EnvEntry,
+    NewEnvEntry,
+    StoredEnvEntry,
+    shown,
 )
-from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
+from edge_runtime.contract.environment import EnvEntryNotFoundError, EnvironmentRepositoryError
+from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
 
 environment_errors = StorageErrors(EnvironmentRepositoryError)
+
+_COLUMNS = ("id, name, value, secret, remarks, enabled, position, pinned, labels, created_at_ms, updated_at_ms")
+_decode_labels = msgspec.json.Decoder(tuple[str, ...]).decode
+
+
+def _stored(row: tuple[Any, ...]) -> StoredEnvEntry:
+    entry_id, name, value, secret, remarks, enabled, position, pinned, labels, created, updated = row
+    try:
+        decoded = _decode_labels(labels)
+    except msgspec.DecodeError as exc:
+        raise EnvironmentRepositoryError(f"env entry {entry_id} has unreadable labels ({exc}): refused") from None
+    return StoredEnvEntry(id=entry_id, name=name, value=value, secret=bool(secret), remarks=remarks,
+                          enabled=bool(enabled), position=position, pinned=bool(pinned), labels=decoded,
+                          created_at_ms=created, updated_at_ms=updated)
+
+
+def _read(connection: apsw.Connection, where: str = "", params: tuple[Any, ...] = ()) -> list[StoredEnvEntry]:
+    return [_stored(row) for row in connection.execute(
+        f"SELECT {_COLUMNS} FROM env_entries {where} ORDER BY {ENTRY_ORDER_SQL}", params)]
+
+
+def _labels(entry: StoredEnvEntry) -> str:
+    return msgspec.json.encode(list(entry.labels)).decode()
 
 
 class LocalEnvironmentRepository:
@@ -28,42 +61,88 @@ class LocalEnvironmentRepository:
     def __init__(self, db: LocalDatabase) -> None:
         self._db = db
 
-    def set(self, name: str, value: str, *, secret: bool) -> SharedVariable:
-        check_variable(name, value, secret=secret)
-        with environment_errors(), self._db.write() as now:
-            connection = self._db.connection
-            exists = connection.execute("SELECT 1 FROM shared_env WHERE name = ?", (name,)).fetchone()
-            if exists is None and connection.execute("SELECT count(*) FROM shared_env").fetchone()[0] >= MAX_VARIABLES:
-                raise InvalidVariableError(f"there are {MAX_VARIABLES} shared variables already; remove one first")
-            connection.execute(
-                "INSERT INTO shared_env (name, value, secret, updated_at_ms) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET value = excluded.value, secret = excluded.secret, "
-                "updated_at_ms = excluded.updated_at_ms",
-                (name, value, int(secret), now),
-            )
-        return SharedVariable(name=name, secret=secret, updated_at_ms=now,
-                              **({} if secret else {"value": value}))
+    # ----------------------------------------------------------------- reads
 
-    def remove(self, name: str) -> None:
-        with environment_errors(), self._db.write():
-            self._db.connection.execute("DELETE FROM shared_env WHERE name = ?", (name,))
-            if self._db.connection.changes() != 1:
-                raise VariableNotFoundError(f"no shared variable named {name!r}")
-
-    def list(self) -> list[SharedVariable]:
+    def _all(self) -> list[StoredEnvEntry]:
         with environment_errors():
-            rows = self._db.connection.execute(
-                "SELECT name, secret, CASE WHEN secret = 0 THEN value END, updated_at_ms, "
-                "secret <> 0 AND length(value) < ? FROM shared_env ORDER BY name", (MIN_SECRET_LENGTH,)
-            ).fetchall()
-        return [SharedVariable(name=name, secret=bool(secret), updated_at_ms=at,
-                               **({} if value is None else {"value": value}), **({"too_short": True} if short else {}))
-                for name, secret, value, at, short in rows]
+            return _read(self._db.connection)
+
+    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None) -> list[EnvEntry]:
+        return [shown(e) for e in rules.matching(self._all(), name=name, search=search)]
+
+    def get(self, entry_id: int) -> EnvEntry:
+        with environment_errors():
+            found = (_read(self._db.connection, "WHERE id = ?", (entry_id,))
+                     if type(entry_id) is int and 1 <= entry_id <= MAX_SAFE_INTEGER else [])
+        if not found:
+            raise EnvEntryNotFoundError(f"no env entry with id {entry_id}")
+        return shown(found[0])
 
     def task_values(self) -> dict[str, str]:
-        with environment_errors():
-            return dict(self._db.connection.execute("SELECT name, value FROM shared_env ORDER BY name").fetchall())
+        return rules.task_values(self._all())
 
     def secret_values(self) -> list[str]:
-        with environment_errors():
-            return [row[0] for row in self._db.connection.execute("SELECT value FROM shared_env WHERE secret = 1")]
+        return rules.secret_values(self._all())
+
+    # ----------------------------------------------------------------- writes
+
+    def _write(self, plan: Callable[[list[StoredEnvEntry], int], EnvChanges]) -> list[EnvEntry]:
+        changes, inserted = self._apply(plan)
+        return changes.result(inserted)
+
+    def _apply(self, plan: Callable[[list[StoredEnvEntry], int], EnvChanges]) -> tuple[EnvChanges, list[int]]:
+        """One transaction: the entries as they are, the plan's decision, its writes; the
+        decision and the ids the inserted entries got."""
+        with environment_errors(), self._db.write() as now:
+            connection = self._db.connection
+            changes = plan(_read(connection), now)
+            for entry_id in changes.removals:
+                connection.execute("DELETE FROM env_entries WHERE id = ?", (entry_id,))
+            for row in changes.updates:
+                connection.execute(
+                    "UPDATE env_entries SET name = ?, value = ?, secret = ?, remarks = ?, enabled = ?, position = ?, "
+                    "pinned = ?, labels = ?, updated_at_ms = ? WHERE id = ?",
+                    (row.name, row.value, int(row.secret), row.remarks, int(row.enabled), row.position,
+                     int(row.pinned), _labels(row), row.updated_at_ms, row.id))
+            inserted = [connection.execute(
+                "INSERT INTO env_entries (name, value, secret, remarks, enabled, position, pinned, labels, "
+                "created_at_ms, updated_at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                (row.name, row.value, int(row.secret), row.remarks, int(row.enabled), row.position, int(row.pinned),
+                 _labels(row), row.created_at_ms, row.updated_at_ms)).fetchall()[0][0] for row in changes.inserts]
+        return changes, inserted
+
+    def add(self, entries: Sequence[NewEnvEntry]) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_add(current, entries, now))
+
+    def update(self, entry_id: int, *, name: str | None = None, value: str | None = None,
+               secret: bool | None = None, remarks: str | None = None,
+               labels: Sequence[str] | None = None) -> EnvEntry:
+        return self._write(lambda current, now: rules.plan_update(
+            current, entry_id, now, name=name, value=value, secret=secret, remarks=remarks, labels=labels))[0]
+
+    def remove(self, ids: Sequence[int]) -> list[int]:
+        return list(self._apply(lambda current, _now: rules.plan_remove(current, ids))[0].removals)
+
+    def remove_name(self, name: str) -> list[int]:
+        return list(self._apply(lambda current, _now: rules.plan_remove_name(current, name))[0].removals)
+
+    def enable(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=True))
+
+    def disable(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=False))
+
+    def pin(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=True))
+
+    def unpin(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=False))
+
+    def rename(self, ids: Sequence[int], name: str) -> list[EnvEntry]:
+        return self._write(lambda current, now: rules.plan_rename(current, ids, name, now))
+
+    def move(self, entry_id: int, *, before: int | None) -> EnvEntry:
+        return self._write(lambda current, now: rules.plan_move(current, entry_id, before, now))[0]
+
+    def set(self, name: str, value: str, *, secret: bool) -> EnvEntry:
+        return self._write(lambda current, now: rules.plan_set(current, name, value, now, secret=secret))[0]

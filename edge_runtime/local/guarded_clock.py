@@ -98,7 +98,7 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("clock_watermark", "updated_at_ms"), ("device_events", "created_at_ms"),
     # A waiting fire time is a slot that already came (overlap kept it for later): observed.
     ("schedules", "waiting_fire_at_ms"), ("schedules", "last_fire_at_ms"), ("schedules", "created_at_ms"),
-    ("schedules", "updated_at_ms"), ("shared_env", "updated_at_ms"),
+    ("schedules", "updated_at_ms"), ("env_entries", "created_at_ms"), ("env_entries", "updated_at_ms"),
     # Small tables (one password, a few panel sessions): read whole by the floor.
     ("panel_password", "set_at_ms"), ("panel_sessions", "created_at_ms"), ("panel_sessions", "last_seen_at_ms"),
 )

@@ -97,15 +97,16 @@ def _clock_floor(db: LocalDatabase) -> HealthCheck:
 
 
 def _secrets(db: LocalDatabase) -> HealthCheck:
-    """Secrets stored before secrets had a minimum length and shorter than it: still given to
-    tasks and masked whole wherever shown, but too short to mask safely (docs/environment.md)."""
-    variables = LocalEnvironmentRepository(db).list()
-    short = [v.name for v in variables if v.too_short is True]
-    secrets = sum(v.secret for v in variables)
+    """Secret entries stored before secrets had a minimum length and shorter than it: still given
+    to tasks and masked whole wherever shown, but too short to mask safely (docs/environment.md)."""
+    entries = LocalEnvironmentRepository(db).list()
+    short = [f"{e.name} (id {e.id})" for e in entries if e.too_short is True]
+    secrets = sum(e.secret for e in entries)
     if short:
         return HealthCheck("secrets", False, f"{len(short)} of {secrets} secrets shorter than {MIN_SECRET_LENGTH} "
-                                             f"characters, too short to mask safely: {', '.join(short)} (set each "
-                                             f"again with a longer value: `edge-runtime env set NAME --secret`)")
+                                             f"characters, too short to mask safely: {', '.join(short)} (give each "
+                                             f"a longer value: `edge-runtime env edit ID --stdin`, or make it plain: "
+                                             f"`edge-runtime env edit ID --no-secret`)")
     return HealthCheck("secrets", True, f"{secrets} secrets, each at least {MIN_SECRET_LENGTH} characters")
 
 

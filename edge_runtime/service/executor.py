@@ -21,6 +21,7 @@ error here and not a task that exits 127. Its pgid is its pid (``setsid`` ran be
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import select
@@ -31,6 +32,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from edge_runtime.contract.device import ETC, device_time_zone
+from edge_runtime.contract.env_entries import MAX_ENV_STRING_BYTES
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
@@ -131,7 +133,8 @@ def spawn(
             first = os.posix_spawn(program, monitor_argv, dict(env), file_actions=actions, setsid=True,
                                    setsigdef=_DEFAULT_SIGNALS, setsigmask=())
         except OSError as exc:
-            raise SpawnError(f"cannot start the monitor of {argv[0]!r}: {exc.strerror or exc}",
+            raise SpawnError(f"cannot start the monitor of {argv[0]!r}: {exc.strerror or exc}"
+                             f"{_too_big(monitor_argv, env) if exc.errno == errno.E2BIG else ''}",
                              os_errno=exc.errno) from None
     except BaseException:
         os.close(report_read)
@@ -145,6 +148,16 @@ def spawn(
     finally:
         os.close(report_read)
     return _identity_from_report(line, argv[0], boot_id)
+
+
+def _too_big(argv: Sequence[str], env: Mapping[str, str]) -> str:
+    """Why execve said E2BIG, with the sizes: a task's command and environment that the kernel
+    refuses fail its Attempt at start (docs/environment.md, "Limits")."""
+    strings = [*argv, *(f"{name}={value}" for name, value in env.items())]
+    sizes = [len(text.encode("utf-8", "surrogateescape")) + 1 for text in strings]
+    return (f" (its command and environment are {len(strings)} strings of {sum(sizes)} bytes, the longest "
+            f"{max(sizes)}; Linux allows one string at most {MAX_ENV_STRING_BYTES} bytes and all of them together "
+            f"a quarter of the stack limit, `ulimit -s`)")
 
 
 def _read_report(fd: int) -> str:

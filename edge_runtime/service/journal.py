@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TextIO
 
-from edge_runtime.contract.environment import EnvironmentStore
+from edge_runtime.contract.env_entries import EnvironmentStore
 from edge_runtime.contract.redaction import Redactor
 
 

@@ -66,7 +66,7 @@ def test_a_non_qinglong_database_is_refused_with_what_was_found(harness: Harness
     (folder / "db" / "database.sqlite").write_bytes(harness.db_path.read_bytes())
     result = _import(harness, folder, check=False)
     assert result.returncode == 1 and "QINGLONG_SCHEMA_UNKNOWN" in result.stderr
-    assert "missing table Crontabs, table Envs" in result.stderr and "shared_env" in result.stderr
+    assert "missing table Crontabs, table Envs" in result.stderr and "env_entries" in result.stderr
 
 
 def test_progress_is_a_line_per_hundred_rows_on_stderr(harness: Harness) -> None:

@@ -45,7 +45,8 @@ def test_a_secret_is_never_shown_by_env_list_show_or_events(harness: Harness) ->
     harness.cli("env", "set", "PLAIN", "visible")
     listed = harness.cli("env", "list").stdout
     as_json = decode_json(harness.cli("env", "list", "--json").stdout)
-    assert SECRET not in listed and "TOKEN=*** (secret)" in listed and "PLAIN=visible" in listed
+    assert SECRET not in listed and "TOKEN  enabled  -  labels=-  remarks=''  value=*** (secret)" in listed
+    assert "PLAIN  enabled  -  labels=-  remarks=''  value='visible'" in listed
     assert {v["name"]: v.get("value") for v in as_json} == {"PLAIN": "visible", "TOKEN": None}
     submitted = harness.cli("submit", "--json", "--env", f"COPY={SECRET}", "--", "echo", SECRET).stdout
     assert SECRET not in submitted

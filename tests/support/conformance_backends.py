@@ -44,7 +44,7 @@ class _SetUp:
     leases: Any
     #: The run store (``RunStore`` and the CLI's operations).
     runs: Any
-    #: The shared variables (``EnvironmentStore``).
+    #: The env entries (``EnvironmentStore``).
     environment: Any
     #: The schedule store (``ScheduleAdmin`` and the service's ``ScheduleStore``).
     schedules: Any
@@ -57,10 +57,16 @@ class _SetUp:
 
     # ----------------------------------------------------------------- arrange
 
-    def store_secret_as_is(self, name: str, value: str) -> None:
-        """A secret row as an earlier release (no minimum length) may have stored it."""
-        self._exec("INSERT INTO shared_env (name, value, secret, updated_at_ms) VALUES (?, ?, ?, ?)",
-                   (name, value, True, self.now()))
+    #: An entry's empty labels, as each engine keeps them (JSON text on Local, text[] on PostgreSQL).
+    EMPTY_LABELS = "'[]'"
+
+    def store_entry_as_is(self, name: str, value: str, *, secret: bool = False, enabled: bool = True) -> None:
+        """An entry another writer stored, past the rules a store applies: a secret as an earlier
+        release (no minimum length) may have stored it, or entries whose join is beyond the limit."""
+        self._exec("INSERT INTO env_entries (name, value, secret, remarks, enabled, position, pinned, labels, "
+                   f"created_at_ms, updated_at_ms) SELECT ?, ?, ?, '', ?, coalesce(max(position), 0) + 1, ?, "
+                   f"{self.EMPTY_LABELS}, ?, ? FROM env_entries", (name, value, secret, enabled, False, self.now(),
+                                                                  self.now()))
 
     def create_run(self, run_id: str, *, status: str = "running", execution_owner: str = "runtime",
                    cancel_requested_at_ms: int | None = None) -> None:
@@ -174,6 +180,7 @@ class PostgresBackend(_SetUp):
     """The PostgreSQL adapter: repositories on a ``ql3_runtime`` connection; set-up as the owner."""
 
     name = "postgres"
+    EMPTY_LABELS = "'{}'"
 
     def __init__(self, database: Any) -> None:
         from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository

@@ -41,7 +41,8 @@ class World:
         self.run = self.out("submit", "--", "true")
         self.to_cancel = self.out("submit", "--", "sleep", "9")
         self.schedule = self.out("schedule", "add", "@daily", "--", "true")
-        self.out("env", "set", "PLAIN", "x")
+        self.out("env", "set", "PLAIN", "x")  # entry 1
+        self.out("env", "add", "PLAIN", "y")  # entry 2
         self.blocked = self.out("submit", "--", "sleep", "9")
         from edge_runtime.local.database import open_database
         from tests.support.unfenced_attempts import take_queued_run
@@ -124,6 +125,13 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("env", "set"): lambda w: ["env", "set", "TOKEN", "abcdef-long", "--secret", "--json"],
     ("env", "list"): lambda w: ["env", "list", "--json"],
     ("env", "remove"): lambda w: ["env", "remove", "PLAIN", "--json"],
+    ("env", "add"): lambda w: ["env", "add", "TOKEN", "abcdef-long", "--secret", "--remarks", "r", "--json"],
+    ("env", "edit"): lambda w: ["env", "edit", "1", "--remarks", "r", "--json"],
+    ("env", "enable"): lambda w: ["env", "enable", "1", "2", "--json"],
+    ("env", "disable"): lambda w: ["env", "disable", "2", "--json"],
+    ("env", "pin"): lambda w: ["env", "pin", "2", "--json"],
+    ("env", "unpin"): lambda w: ["env", "unpin", "2", "--json"],
+    ("env", "move"): lambda w: ["env", "move", "2", "--before", "1", "--json"],
     ("schedule", "add"): lambda w: ["schedule", "add", "@hourly", "--json", "--", "true"],
     ("schedule", "edit"): lambda w: ["schedule", "edit", w.schedule, "--name", "n", "--json"],
     ("schedule", "run"): lambda w: ["schedule", "run", w.schedule, "--json"],
@@ -152,6 +160,13 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("env", "set"): (lambda w: ["env", "set", "1BAD", "x", "--json"], "INVALID_VARIABLE"),
     ("env", "list"): (lambda w: ["--db", w.bad_db, "env", "list", "--json"], None),
     ("env", "remove"): (lambda w: ["env", "remove", "NONE_SUCH", "--json"], "VARIABLE_NOT_FOUND"),
+    ("env", "add"): (lambda w: ["env", "add", "TOKEN", "short", "--secret", "--json"], "SECRET_TOO_SHORT"),
+    ("env", "edit"): (lambda w: ["env", "edit", "9", "--remarks", "r", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "enable"): (lambda w: ["env", "enable", "1", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "disable"): (lambda w: ["env", "disable", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "pin"): (lambda w: ["env", "pin", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "unpin"): (lambda w: ["env", "unpin", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
+    ("env", "move"): (lambda w: ["env", "move", "1", "--before", "9", "--json"], "ENV_ENTRY_NOT_FOUND"),
     ("schedule", "add"): (lambda w: ["schedule", "add", "*", "--json", "--", "true"], "INVALID_CRON_EXPRESSION"),
     ("schedule", "edit"): (lambda w: ["schedule", "edit", "none-such", "--name", "n", "--json"], "SCHEDULE_NOT_FOUND"),
     ("schedule", "run"): (lambda w: ["schedule", "run", "none-such", "--json"], "SCHEDULE_NOT_FOUND"),

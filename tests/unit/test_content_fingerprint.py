@@ -57,3 +57,17 @@ def test_ignored_device_events_do_not_count(tmp_path: Path) -> None:
     assert fingerprint_tables(connection)["device_events"] != before["device_events"]
     connection.execute("CREATE INDEX t_value ON t (value)")
     assert fingerprint_tables(connection, ignored_device_events=("step.done",))["sqlite_schema"] != before["sqlite_schema"]
+
+
+def test_an_id_taken_by_autoincrement_counts_even_when_its_row_is_gone(tmp_path: Path) -> None:
+    """``sqlite_sequence`` keeps the last id an AUTOINCREMENT table gave (env entries' ids are
+    never given again): an entry added then removed leaves no row, but a copy or rollback that
+    lost the counter would give its id again."""
+    connection = apsw.Connection(str(tmp_path / "a.db"))
+    connection.execute("CREATE TABLE e (id INTEGER PRIMARY KEY AUTOINCREMENT, v TEXT)")
+    before = fingerprint_tables(connection)
+    with connection:
+        connection.execute("INSERT INTO e (v) VALUES ('x')")
+        connection.execute("DELETE FROM e")
+    after = fingerprint_tables(connection)
+    assert after["e"] == before.get("e") and after != before

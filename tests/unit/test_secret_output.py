@@ -68,15 +68,18 @@ def test_check_names_a_secret_stored_before_the_minimum(capsys, tmp_path) -> Non
     code, out, _ = _cli(capsys, "--db", str(db), "check")
     assert "ok   secrets: 1 secrets, each at least 8 characters" in out
     with open_database(str(db), create=False) as opened:  # as an earlier release stored it
-        opened.connection.execute("INSERT INTO shared_env (name, value, secret, updated_at_ms) "
-                                  "VALUES ('OLD', '1234', 1, 1)")
+        opened.connection.execute("INSERT INTO env_entries (name, value, secret, remarks, enabled, position, pinned, "
+                                  "labels, created_at_ms, updated_at_ms) VALUES ('OLD', '1234', 1, '', 1, 2, 0, '[]', "
+                                  "1, 1)")
     code, out, _ = _cli(capsys, "--db", str(db), "check")
-    assert code == 1 and "FAIL secrets: 1 of 2 secrets shorter than 8 characters, too short to mask safely: OLD" in out
+    assert code == 1 and ("FAIL secrets: 1 of 2 secrets shorter than 8 characters, too short to mask safely: "
+                          "OLD (id 2)") in out
     assert "1234" not in out
     code, out, _ = _cli(capsys, "--db", str(db), "env", "list")
-    assert "OLD=*** (secret; shorter than 8 characters" in out
+    assert "2  OLD  enabled  -  labels=-  remarks=''  value=*** (secret; shorter than 8 characters" in out
     assert json.loads(_cli(capsys, "--db", str(db), "env", "list", "--json")[1])[1] == {
-        "name": "OLD", "secret": True, "updatedAtMs": 1, "tooShort": True}
+        "id": 2, "name": "OLD", "secret": True, "remarks": "", "enabled": True, "position": 2, "pinned": False,
+        "labels": [], "createdAtMs": 1, "updatedAtMs": 1, "tooShort": True}
 
 
 # ------------------------------------------------------------------ masked before quoted, encoded or cut

@@ -92,6 +92,18 @@ def test_spawn_of_a_missing_program_is_a_spawn_error(tmp_path: Path, groups: lis
         _spawn(["no-such-program-xyz"], tmp_path / "out", groups)
 
 
+def test_an_environment_beyond_what_the_kernel_takes_fails_the_start_saying_how_big(tmp_path: Path,
+                                                                                     groups: list[int]) -> None:
+    """Linux caps a new program's arguments and environment together at a quarter of the stack
+    limit and never above 6 MiB: 7 MiB of strings, each below MAX_ARG_STRLEN, is always refused."""
+    env = {"PATH": os.environ["PATH"], **{f"BIG{index}": "x" * 100_000 for index in range(70)}}
+    with pytest.raises(SpawnError, match=r"Argument list too long \(its command and environment are \d+ strings of "
+                                         r"\d+ bytes, the longest 100007; Linux allows one string at most 131072 "
+                                         r"bytes and all of them together a quarter of the stack limit") as refused:
+        spawn_monitored(["true"], tmp_path / "out", env=env)
+    assert not refused.value.retryable and not refused.value.started
+
+
 def test_a_signal_death_is_kept_as_the_negative_signal(tmp_path: Path, groups: list[int]) -> None:
     identity = _spawn(["sleep", "30"], tmp_path / "out", groups)
     os.killpg(identity.pgid, signal.SIGUSR1)

@@ -35,20 +35,20 @@ def test_assignments_are_parsed_and_bad_ones_refused() -> None:
             parse_assignments([bad])
 
 
-def test_shared_variables_on_the_device_store_never_list_a_secrets_value(db: LocalDatabase) -> None:
+def test_env_entries_on_the_device_store_never_list_a_secrets_value(db: LocalDatabase) -> None:
     repo = LocalEnvironmentRepository(db)
     repo.set("PLAIN", "v1", secret=False)
     made = repo.set("TOKEN", "s3cr3t-value", secret=True)
     assert made.secret and "s3cr3t-value" not in repr(made)
-    repo.set("PLAIN", "v2", secret=False)  # replaced in place
+    repo.set("PLAIN", "v2", secret=False)  # its one entry, replaced in place
     listed = {v.name: v for v in repo.list()}
-    assert listed["PLAIN"].value == "v2" and listed["TOKEN"].secret
+    assert listed["PLAIN"].value == "v2" and listed["PLAIN"].id == 1 and listed["TOKEN"].secret
     assert "s3cr3t-value" not in repr(repo.list())
     assert repo.task_values() == {"PLAIN": "v2", "TOKEN": "s3cr3t-value"}
     assert repo.secret_values() == ["s3cr3t-value"]
-    repo.remove("TOKEN")
+    repo.remove_name("TOKEN")
     with pytest.raises(VariableNotFoundError):
-        repo.remove("TOKEN")
+        repo.remove_name("TOKEN")
     with pytest.raises(InvalidVariableError):
         repo.set("BAD NAME", "x", secret=False)
 
