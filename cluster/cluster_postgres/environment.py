@@ -54,8 +54,9 @@ class PostgresEnvironment:
         with reading(ClusterEnvironmentStorageError):
             return _read(self._conn.cursor())
 
-    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None) -> list[EnvEntry]:
-        return [shown(e) for e in rules.matching(self._all(), name=name, search=search)]
+    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None,
+             value: str | None = None) -> list[EnvEntry]:
+        return [shown(e) for e in rules.matching(self._all(), name=name, search=search, value=value)]
 
     def get(self, entry_id: int) -> EnvEntry:
         found: list[StoredEnvEntry] = []

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from edge_runtime.qinglong.data_folder import open_source
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
     from edge_runtime.qinglong.import_apply import apply_plan, check_space
-    from edge_runtime.qinglong.import_plan import Action, SharedVariables, choose_zone, make_plan
+    from edge_runtime.qinglong.import_plan import Action, EnvEntries, choose_zone, make_plan
     from edge_runtime.qinglong.sqlite_reader import read_database
 
     scripts_dir = os.path.abspath(args.scripts_dir or default_scripts_dir(args.db))
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         _require_scripts_directory(scripts_dir)
         with _store(args) as store, _scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
             existing = _existing(store, scripts_fd)
-            envs = SharedVariables(store.environment if store is not None else _NoVariablesYet())
+            envs = EnvEntries(None if store is None else store.environment)
             plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir, zone=zone)
             if args.dry_run:
                 if scripts_fd is not None:
@@ -155,14 +155,6 @@ def _scripts_directory(path: str, *, create: bool) -> Iterator[int | None]:
         yield fd
     finally:
         os.close(fd)
-
-
-class _NoVariablesYet:
-    """The variables of a device without a database yet (a dry run): none."""
-
-    @staticmethod
-    def task_values() -> dict[str, str]:
-        return {}
 
 
 def _device_zone() -> str:

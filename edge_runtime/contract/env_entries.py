@@ -177,12 +177,14 @@ def secret_values(entries: Iterable[StoredEnvEntry]) -> list[str]:
 
 
 def matching(entries: Iterable[StoredEnvEntry], *, name: str | None = None,
-             search: str | Sequence[str] | None = None) -> list[StoredEnvEntry]:
+             search: str | Sequence[str] | None = None, value: str | None = None) -> list[StoredEnvEntry]:
     """The entries of ``name`` (all when None) whose name, value or remarks contain ``search``
-    (or one of several texts; case ignored). A secret's value is searched too, so a cookie is
-    found by its account (``pt_pin=...``); the caller shows the entry, never that value."""
+    (or one of several texts; case ignored), and whose value is exactly ``value`` when given (an
+    importer or client that must not add the same account twice). A secret's value is searched
+    and compared too, so a cookie is found by its account (``pt_pin=...``); the caller shows the
+    entry, never that value."""
     texts = None if search is None else [t.lower() for t in ([search] if isinstance(search, str) else search)]
-    return [e for e in entries if (name is None or e.name == name) and (
+    return [e for e in entries if (name is None or e.name == name) and (value is None or e.value == value) and (
         texts is None or any(t in e.name.lower() or t in e.value.lower() or t in e.remarks.lower() for t in texts))]
 
 
@@ -486,9 +488,11 @@ class EnvironmentStore(Protocol):
     naming several ids is one transaction and changes none when one names no entry. Every
     shown entry leaves out a secret's value."""
 
-    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None) -> list[EnvEntry]:
+    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None,
+             value: str | None = None) -> list[EnvEntry]:
         """The entries in list order: of ``name`` only, and/or those whose name, value or remarks
-        contain ``search`` (see :func:`matching`: a secret's value is searched, never returned)."""
+        contain ``search``, and/or whose value is exactly ``value`` (see :func:`matching`: a
+        secret's value is searched and compared, never returned)."""
         ...
 
     def get(self, entry_id: int) -> EnvEntry:

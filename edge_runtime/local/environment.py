@@ -67,8 +67,9 @@ class LocalEnvironmentRepository:
         with environment_errors():
             return _read(self._db.connection)
 
-    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None) -> list[EnvEntry]:
-        return [shown(e) for e in rules.matching(self._all(), name=name, search=search)]
+    def list(self, *, name: str | None = None, search: str | Sequence[str] | None = None,
+             value: str | None = None) -> list[EnvEntry]:
+        return [shown(e) for e in rules.matching(self._all(), name=name, search=search, value=value)]
 
     def get(self, entry_id: int) -> EnvEntry:
         with environment_errors():

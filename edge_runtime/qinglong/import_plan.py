@@ -46,7 +46,8 @@ from typing import Any, Protocol
 import msgspec
 
 from edge_runtime.contract.cron import parse_schedule
-from edge_runtime.contract.environment import MAX_VALUE_LENGTH, secret_problem, variable_problem
+from edge_runtime.contract.env_entries import NewEnvEntry, plan_add
+from edge_runtime.contract.environment import InvalidVariableError, secret_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.schedules import AddScheduleCommand, Overlap
 from edge_runtime.contract.time_zones import InvalidTimeZoneError, time_zone, time_zone_text
@@ -172,82 +173,63 @@ def qinglong_order(entries: Iterable[QlEnv]) -> list[QlEnv]:
     return sorted(listed, key=lambda e: (not e.pinned, e.position is None, -(e.position or 0.0), e.created_at, e.id))
 
 
-class SharedVariables:
-    """Today's target: the store's shared variables, one value per name. A name gets what a
-    QingLong task saw: its enabled entries' values joined with ``&`` in list order. Disabled
-    entries, remarks, labels and the entries themselves are not carried (each row says so); a
-    name already here with another value is never replaced. A name marked by
-    :data:`SECRET_NAME` is stored as a secret (one whose value is too short to mask is not
-    imported, saying so: a secret shown in clear would be worse than none)."""
+class EnvEntries:
+    """QingLong's envs as env entries, one entry per ``Envs`` row in QingLong's list order:
+    name, value, remarks, enabled, pinned and labels carried, so a task sees what a QingLong task
+    saw (each name's enabled values joined with ``&``). An entry is here already when an entry of
+    the same name has exactly its value (searched by the store, never printed); it is never
+    replaced. A name marked by :data:`SECRET_NAME` is stored as a secret (one whose value is too
+    short to mask is not imported, saying so: a secret shown in clear would be worse than none).
+    Each entry is checked by the contract's own rule for a new entry before the plan is shown."""
 
     def __init__(self, environment: Any) -> None:
+        #: None: a device without a database yet (a dry run), so nothing is here already.
         self._environment = environment
-        # Values are compared in memory to tell "here already" from "another value", never shown.
-        self._values = {} if environment is None else dict(environment.task_values())
 
     def plan(self, entries: list[QlEnv]) -> list[tuple[PlanItem, Any]]:
-        rows: list[tuple[PlanItem, Any]] = []
-        groups: dict[str, list[QlEnv]] = {}
-        for entry in qinglong_order(entries):
-            if entry.problems or entry.name is None or entry.value is None:
-                rows.append((PlanItem(kind=Kind.ENV, action=Action.SKIP, source=f"Envs id {entry.id}",
-                                      summary=entry.name or "?", reason="its cells cannot be read: "
-                                      + "; ".join(entry.problems or ("no name or value",))), None))
-                continue
-            groups.setdefault(entry.name, []).append(entry)
-        for name, group in groups.items():
-            rows.append(self._plan_name(name, group))
-        return rows
+        planned: dict[tuple[str, str], int] = {}
+        return [self._plan_entry(entry, planned) for entry in qinglong_order(entries)]
 
-    def _plan_name(self, name: str, group: list[QlEnv]) -> tuple[PlanItem, Any]:
-        ids = ", ".join(str(e.id) for e in group)
-        enabled = [e for e in group if e.enabled]
-        item = PlanItem(kind=Kind.ENV, action=Action.CREATE, source=f"Envs {name} (id {ids})",
-                        summary=f"{name}: {len(enabled)} of {len(group)} entr{'y' if len(group) == 1 else 'ies'}"
-                                + (" joined with &" if len(enabled) > 1 else ""),
-                        detail={"name": name, "entries": len(group), "enabled": len(enabled)})
-        disabled = [str(e.id) for e in group if not e.enabled]
-        if disabled:
-            item.notes.append(f"disabled entries (id {', '.join(disabled)}) are not part of the value")
-        if any(e.remarks for e in group):
-            item.notes.append("remarks not carried (shared variables have none)")
-        if any(e.labels for e in group):
-            item.notes.append("labels not carried")
-        if self._environment is None:
-            return _skip(item, "this store keeps no shared variables"), None
+    def _plan_entry(self, entry: QlEnv, planned: dict[tuple[str, str], int]) -> tuple[PlanItem, Any]:
+        if entry.problems or entry.name is None or entry.value is None:
+            return _skip(PlanItem(kind=Kind.ENV, action=Action.CREATE, source=f"Envs id {entry.id}",
+                                  summary=entry.name or "?"), "its cells cannot be read: "
+                         + "; ".join(entry.problems or ("no name or value",))), None
+        name, value = entry.name, entry.value
+        secret = bool(SECRET_NAME.search(name))
+        state = "enabled" if entry.enabled else "disabled"
+        item = PlanItem(kind=Kind.ENV, action=Action.CREATE, source=f"Envs id {entry.id}",
+                        summary=f"{name} ({state}{', pinned' if entry.pinned else ''}{', secret' if secret else ''})",
+                        detail={"name": name, "enabled": entry.enabled, "pinned": entry.pinned, "secret": secret})
+        if entry.remarks:
+            item.detail["remarks"] = entry.remarks
         if not _QINGLONG_NAME.fullmatch(name):
             return _skip(item, "not a variable name (QingLong never exports it to a task either)"), None
         if name in LOADER_NAMES:
             return _skip(item, f"{name} changes how every task's program starts: never imported from a backup; "
-                               f"set it by hand (env set) if you mean it"), None
-        if not enabled:
-            return _skip(item, "every entry is disabled: QingLong exported nothing for it"), None
-        value = "&".join(e.value or "" for e in enabled)
-        if len(value) > MAX_VALUE_LENGTH:
-            return _skip(item, f"the joined value is {len(value)} characters, more than a shared variable holds "
-                               f"({MAX_VALUE_LENGTH})"), None
-        problem = variable_problem(name, value)
-        if problem is not None:
-            return _skip(item, problem), None
-        secret = bool(SECRET_NAME.search(name))
-        item.detail["secret"] = secret
-        if secret:
-            item.summary += " (secret)"
-            if secret_problem(name, value) is not None:
-                return _skip(item, f"its name marks a secret, and its value has {len(value)} characters, too few to "
-                                   f"mask safely: not imported (env set {name} VALUE stores it if it is no secret)"), None
-        here = self._values.get(name)
-        if here == value:
-            item.action, item.reason = Action.EXISTS, "here already with this value"
+                               f"add it by hand (env add) if you mean it"), None
+        if secret and secret_problem(name, value) is not None:
+            return _skip(item, f"its name marks a secret, and its value has {len(value)} characters, too few to "
+                               f"mask safely: not imported (env add {name} stores it if it is no secret)"), None
+        new = NewEnvEntry(name=name, value=value, secret=secret, remarks=entry.remarks or "", enabled=entry.enabled,
+                          pinned=entry.pinned, labels=tuple(entry.labels or ()))
+        try:
+            plan_add((), [new], 0)  # the contract's own check of one new entry, before anything is shown
+        except InvalidVariableError as exc:
+            return _skip(item, str(exc)), None
+        earlier = planned.get((name, value))
+        if earlier is not None:
+            item.action, item.reason = Action.EXISTS, f"the same account as Envs id {earlier}"
             return item, None
-        if here is not None:
-            return _skip(item, f"{name} is here already with another value: not replaced "
-                               f"(env set {name} ... replaces it)"), None
-        return item, (name, value, secret)
+        planned[(name, value)] = entry.id
+        here = [] if self._environment is None else self._environment.list(name=name, value=value)
+        if here:
+            item.action, item.reason = Action.EXISTS, f"here already (entry {here[0].id})"
+            return item, None
+        return item, new
 
     def apply(self, payload: Any) -> None:
-        name, value, secret = payload
-        self._environment.set(name, value, secret=secret)
+        self._environment.add([payload])
 
 
 def _skip(item: PlanItem, reason: str) -> PlanItem:

@@ -297,6 +297,17 @@ def test_search_finds_a_secret_by_its_value_and_never_returns_it(env) -> None:
     assert env.list(search="nowhere") == []
 
 
+def test_an_exact_value_finds_the_same_account_and_never_returns_a_secret(env) -> None:
+    env.add([NewEnvEntry(name="JD_COOKIE", value=SECRET_1, secret=True),
+             NewEnvEntry(name="JD_COOKIE", value=SECRET_2, secret=True, enabled=False),
+             NewEnvEntry(name="NOTE", value=SECRET_1)])
+    found = env.list(name="JD_COOKIE", value=SECRET_2)
+    assert [e.id for e in found] == [2] and SECRET_2 not in repr(found)
+    assert _ids(env, value=SECRET_1) == [1, 3]
+    assert env.list(name="JD_COOKIE", value=SECRET_1[:-1]) == []  # a part is no match
+    assert env.list(name="JD_COOKIE", value=SECRET_1.upper()) == []  # nor another case
+
+
 def test_secret_values_mask_every_secret_entry_and_an_all_secret_join(backend, env) -> None:
     env.add([NewEnvEntry(name="JD_COOKIE", value=SECRET_1, secret=True),
              NewEnvEntry(name="JD_COOKIE", value=SECRET_2, secret=True),

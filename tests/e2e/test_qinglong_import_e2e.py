@@ -35,7 +35,7 @@ def test_a_data_folder_then_its_backup_import_once(harness: Harness) -> None:
 
     first = _import(harness, archive, "--json")
     counts = _counts(first)
-    assert counts["created"] == {"env": 5, "schedule": 16, "script": 9}
+    assert counts["created"] == {"env": 9, "schedule": 16, "script": 9}
     schedules = decode_json(harness.cli("schedule", "list", "--json").stdout)
     assert len(schedules) == 16 and sum(s["paused"] for s in schedules) == 2
     assert (harness.tmp / "scripts" / "shufflewzc_faker2_main" / "jd_farm_help.js").exists()

@@ -51,7 +51,7 @@ def test_an_import_creates_schedules_variables_and_scripts_and_a_second_creates_
     schedules = _actions(report, "schedule")
     assert schedules["created"] == (15 if version == "2.11.0" else 16) and "failed" not in schedules
     assert _actions(report, "script") == {"created": len(SCRIPTS)}
-    assert _actions(report, "env") == {"created": 5, "skip": 3}
+    assert _actions(report, "env") == {"created": 9, "skip": 2}
     code, listed, _ = _cli(capsys, "--db", str(db), "schedule", "list", "--json")
     records = {r["name"] if "name" in r else "-": r for r in json.loads(listed)}
     assert records["京豆变动通知"]["command"] == ["task", "jd_bean_change.js"] and not records["京豆变动通知"]["paused"]
@@ -59,8 +59,14 @@ def test_an_import_creates_schedules_variables_and_scripts_and_a_second_creates_
     assert records["签到领现金"]["expression"] == "0 0,12 * * *"  # 6 fields, second 0: canonical 5
     assert records["京豆变动通知"]["timeZone"] in ("Asia/Shanghai", "CST-8")
     code, variables, _ = _cli(capsys, "--db", str(db), "env", "list", "--json")
-    shown = {v["name"]: v for v in json.loads(variables)}
-    assert shown["JD_COOKIE"]["secret"] and "value" not in shown["JD_COOKIE"]
+    entries = json.loads(variables)
+    shown = {v["name"]: v for v in entries}
+    cookies = [v for v in entries if v["name"] == "JD_COOKIE"]
+    pinned = version.startswith("2.21")  # isPinned came with 2.20; before, the entry at position 1 is simply last
+    expected = [("大号", True, False), ("小号", True, False), ("已过期", False, False)]
+    expected = [("", True, True), *expected] if pinned else [*expected, ("", True, False)]
+    assert [(c["remarks"], c["enabled"], c["pinned"]) for c in cookies] == expected  # QingLong's order
+    assert all(c["secret"] and "value" not in c for c in cookies)
     assert shown["QUOTED"]["value"] == "it's \"quoted\" & spaced 中文"
     scripts = tmp_path / "dev" / "scripts"
     for relative, content in SCRIPTS.items():
@@ -83,8 +89,7 @@ def test_a_dry_run_writes_nothing(capsys, tmp_path: Path) -> None:
     code, _, _ = _cli(capsys, "--db", str(db), "env", "set", "JD_DEBUG", "true")
     before = db.read_bytes()
     report = _import(capsys, db, data, "--dry-run")
-    assert [i["reason"] for i in report["items"] if i["source"] == "Envs JD_DEBUG (id 7)"] == [
-        "JD_DEBUG is here already with another value: not replaced (env set JD_DEBUG ... replaces it)"]
+    assert [i["action"] for i in report["items"] if i["source"] == "Envs id 7"] == ["create"]  # another value: another entry
     assert db.read_bytes() == before and not (tmp_path / "dev" / "scripts").exists()
 
 

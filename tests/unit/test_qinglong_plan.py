@@ -1,16 +1,20 @@
 """The import plan's rules (edge_runtime/qinglong/import_plan.py): how a QingLong cron becomes a
 schedule or why it does not (system crons, old-style subscriptions, @once, what the cron parser
 refuses), its command as argv, overlap, pause and zone, what is "here already" (identity), and
-how envs become shared variables (QingLong's join, order, secrets, names never imported)."""
+how envs become env entries (QingLong's order, what an entry carries, secrets, names never imported)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Any
+
 import pytest
 
+from edge_runtime.contract.env_entries import NewEnvEntry
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.qinglong import import_plan
 from edge_runtime.qinglong.import_plan import (
-    Action, Existing, ImportPlan, SharedVariables, choose_zone, plan_crons, qinglong_command, schedule_identity,
+    Action, EnvEntries, Existing, ImportPlan, choose_zone, plan_crons, qinglong_command, schedule_identity,
     system_cron, task_script,
 )
 from edge_runtime.qinglong.sqlite_reader import QlCron, QlEnv
@@ -152,50 +156,61 @@ def _env(id_: int, name: str, value: str, *, enabled: bool = True, position: flo
                  created_at=f"2026-01-0{id_ % 9 + 1}")
 
 
-class _Variables:
-    def __init__(self, values: dict[str, str]) -> None:
-        self.values = dict(values)
-        self.set_calls: list[tuple[str, str, bool]] = []
+class _Entries:
+    """A store's env entries as the import target asks them: exact matches, and adds."""
 
-    def task_values(self) -> dict[str, str]:
-        return dict(self.values)
+    def __init__(self, here: dict[str, list[str]]) -> None:
+        self.here = here
+        self.added: list[NewEnvEntry] = []
 
-    def set(self, name: str, value: str, *, secret: bool) -> None:
-        self.set_calls.append((name, value, secret))
+    def list(self, *, name: str, value: str) -> list[Any]:
+        return [SimpleNamespace(id=7)] if value in self.here.get(name, ()) else []
+
+    def add(self, entries: list[NewEnvEntry]) -> None:
+        self.added.extend(entries)
 
 
-def test_envs_become_variables_as_a_qinglong_task_saw_them() -> None:
-    variables = _Variables({"HERE": "same", "OTHER": "mine"})
-    target = SharedVariables(variables)
+def test_envs_become_entries_in_qinglongs_order_with_what_they_carry() -> None:
+    entries = _Entries({"HERE": ["same"], "OTHER": ["mine"]})
+    target = EnvEntries(entries)
     rows = target.plan([
-        _env(1, "JD_COOKIE", "pt_key=a;", position=3.0, remarks="大号"),
-        _env(2, "JD_COOKIE", "pt_key=b;", position=2.0),
-        _env(3, "JD_COOKIE", "pt_key=c;", position=1.0, enabled=False),
-        _env(4, "JD_COOKIE", "pt_key=p;", position=None, pinned=True),
+        _env(1, "JD_COOKIE", "pt_key=a;pt_pin=1;", position=3.0, remarks="大号"),
+        _env(2, "JD_COOKIE", "pt_key=b;pt_pin=2;", position=2.0),
+        _env(3, "JD_COOKIE", "pt_key=c;pt_pin=3;", position=1.0, enabled=False),
+        _env(4, "JD_COOKIE", "pt_key=p;pt_pin=4;", position=None, pinned=True),
         _env(5, "HERE", "same"), _env(6, "OTHER", "theirs"), _env(7, "LD_PRELOAD", "/tmp/x.so"),
-        _env(8, "bad-name", "v"), _env(9, "OFF", "v", enabled=False), _env(10, "BIG", "x" * 40_000),
+        _env(8, "bad-name", "v"), _env(10, "BIG", "x" * 140_000),
         QlEnv(id=11, problems=("value holds binary data, not text",)),
-        _env(12, "DEBUG", "false"), _env(13, "PUSH_KEY", "abc"),
+        _env(12, "DEBUG", "false"), _env(13, "PUSH_KEY", "abc"), _env(14, "DEBUG", "false"),
     ])
-    by_name = {item.detail.get("name", item.source): (item, payload) for item, payload in rows}
-    cookie, payload = by_name["JD_COOKIE"]
-    assert payload == ("JD_COOKIE", "pt_key=p;&pt_key=a;&pt_key=b;", True)  # pinned first, then position, enabled
-    assert cookie.summary == "JD_COOKIE: 3 of 4 entries joined with & (secret)"
-    assert "disabled entries (id 3) are not part of the value" in cookie.notes
-    assert "remarks not carried (shared variables have none)" in cookie.notes
-    assert by_name["HERE"][0].action is Action.EXISTS
-    assert by_name["OTHER"][0].reason.startswith("OTHER is here already with another value: not replaced")
-    assert "never imported from a backup" in by_name["LD_PRELOAD"][0].reason
-    assert by_name["bad-name"][0].reason.startswith("not a variable name")
-    assert by_name["OFF"][0].reason == "every entry is disabled: QingLong exported nothing for it"
-    assert "more than a shared variable holds" in by_name["BIG"][0].reason
-    assert by_name["Envs id 11"][0].reason == "its cells cannot be read: value holds binary data, not text"
-    assert by_name["DEBUG"][1] == ("DEBUG", "false", False)
-    assert by_name["PUSH_KEY"][0].reason.startswith("its name marks a secret, and its value has 3 characters, too few")
+    by_source = {item.source: (item, payload) for item, payload in rows}
+    cookies = [by_source[f"Envs id {i}"] for i in (4, 1, 2, 3)]
+    assert [item.source for item, _ in rows][:4] == ["Envs id 4", "Envs id 1", "Envs id 2", "Envs id 3"]  # pinned first
+    assert [p.value for _, p in cookies] == ["pt_key=p;pt_pin=4;", "pt_key=a;pt_pin=1;", "pt_key=b;pt_pin=2;",
+                                             "pt_key=c;pt_pin=3;"]
+    assert all(p.secret and p.name == "JD_COOKIE" for _, p in cookies)
+    assert [p.enabled for _, p in cookies] == [True, True, True, False]  # a disabled entry comes in disabled
+    assert cookies[0][1].pinned and cookies[1][1].remarks == "大号"
+    assert cookies[0][0].summary == "JD_COOKIE (enabled, pinned, secret)"
+    assert all("pt_key" not in item.summary and "pt_key" not in repr(item.detail) for item, _ in cookies)
+    assert by_source["Envs id 5"][0].action is Action.EXISTS and by_source["Envs id 5"][0].reason == "here already (entry 7)"
+    assert by_source["Envs id 6"][0].action is Action.CREATE  # another account of OTHER: added beside "mine"
+    assert "never imported from a backup" in by_source["Envs id 7"][0].reason
+    assert by_source["Envs id 8"][0].reason.startswith("not a variable name")
+    assert "MAX_ARG_STRLEN" in by_source["Envs id 10"][0].reason
+    assert by_source["Envs id 11"][0].reason == "its cells cannot be read: value holds binary data, not text"
+    assert by_source["Envs id 12"][1] == NewEnvEntry(name="DEBUG", value="false")
+    assert by_source["Envs id 14"][0].reason == "the same account as Envs id 12"
+    assert by_source["Envs id 13"][0].reason.startswith("its name marks a secret, and its value has 3 characters, too few")
     created = [payload for item, payload in rows if item.action is Action.CREATE]
-    assert [p[0] for p in created] == ["JD_COOKIE", "DEBUG"]
+    assert sorted(p.name for p in created) == ["DEBUG"] + ["JD_COOKIE"] * 4 + ["OTHER"]
     target.apply(created[0])
-    assert variables.set_calls == [("JD_COOKIE", "pt_key=p;&pt_key=a;&pt_key=b;", True)]
+    assert entries.added == [created[0]]
+
+
+def test_a_dry_run_without_a_database_finds_nothing_here() -> None:
+    rows = EnvEntries(None).plan([_env(1, "DEBUG", "false")])
+    assert [(item.action, payload) for item, payload in rows] == [(Action.CREATE, NewEnvEntry(name="DEBUG", value="false"))]
 
 
 @pytest.mark.parametrize(("name", "secret"), [("JD_COOKIE", True), ("TG_BOT_TOKEN", True), ("PUSH_KEY", True),
