@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     # Validate before touching the store: a bad request must not even create the database file.
     command = SubmitRunCommand(argv=argv, **_common_fields(args))
     with args.stores.open(args, CREATE) as store:
-        record = operations.submit(store, command, note_when_none=True)
+        record = operations.submit(store, command, note_when_none=True,
+                                   scripts_dir=lambda: args.stores.scripts_dir(args))
         printed = handed_off_output(store, record, as_json=args.json)
     sys.stdout.write(printed)
     return 0
@@ -148,6 +149,8 @@ def _run_batch(args: argparse.Namespace) -> int:
     # Every line is checked before the store is opened: one bad line stores nothing.
     commands = batch_commands(args.batch, _common_fields(args), shell=args.shell)
     with args.stores.open(args, CREATE) as store:
+        for command in commands:
+            operations.require_runnable_task(store, command.argv, command.env, lambda: args.stores.scripts_dir(args))
         run_ids = store.runs.submit_batch(commands)
         wake_service(store.wake_workers, note_when_none=True)
     if args.json:
