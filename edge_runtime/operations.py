@@ -181,7 +181,7 @@ def require_runnable_task(store: UserStore | None, argv: list[str], own_env: Any
     from edge_runtime.contract.environment import DEFAULT_PATH
     from edge_runtime.service.script_task import check_task
 
-    environment = getattr(store, "environment", None)
+    environment = None if store is None else getattr(store, "environment", None)
     shared = environment.task_values() if environment is not None else {}
     # Later wins, as compose_environment composes it; a PATH given empty is empty, not absent.
     path = os.environ.get("PATH", DEFAULT_PATH)

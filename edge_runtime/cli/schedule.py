@@ -27,7 +27,7 @@ from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.runs import short_id
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
-from edge_runtime.cli.submit import add_run_options, run_options
+from edge_runtime.cli.submit import add_run_options, check_task_first, run_options
 from edge_runtime.contract.schedules import (
     EditScheduleCommand,
     FireOutcome,
@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         command = operations.add_schedule_command(  # validated whole before the database is touched
             args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
             options=run_options(args))
+        check_task_first(args, command.argv, command.env)
         with args.stores.open(args, CREATE) as store:
             record = operations.add_schedule(store, command, scripts_dir=lambda: args.stores.scripts_dir(args),
                                              note_when_none=True)

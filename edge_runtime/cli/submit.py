@@ -90,12 +90,23 @@ def run(args: argparse.Namespace) -> int:
         args.usage_error("--shell applies to the lines of --batch; for one command use -- sh -c '...'")
     # Validate before touching the store: a bad request must not even create the database file.
     command = SubmitRunCommand(argv=argv, **_common_fields(args))
+    check_task_first(args, command.argv, command.env)
     with args.stores.open(args, CREATE) as store:
         record = operations.submit(store, command, note_when_none=True,
                                    scripts_dir=lambda: args.stores.scripts_dir(args))
         printed = handed_off_output(store, record, as_json=args.json)
     sys.stdout.write(printed)
     return 0
+
+
+def check_task_first(args: argparse.Namespace, argv: list[str], env: Any) -> None:
+    """Check a ``task`` command before a database that does not exist yet is created for it (a
+    refused command creates nothing; without a database there is no shared ``PATH`` either). An
+    existing database is opened first: ``operations.submit`` and ``add_schedule`` check there,
+    with its shared variables."""
+    db = getattr(args, "db", None)
+    if db is not None and not os.path.exists(db):
+        operations.require_runnable_task(None, argv, env, lambda: args.stores.scripts_dir(args))
 
 
 def handed_off_output(store: Any, record: Any, *, as_json: bool) -> str:
@@ -148,6 +159,8 @@ def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
 def _run_batch(args: argparse.Namespace) -> int:
     # Every line is checked before the store is opened: one bad line stores nothing.
     commands = batch_commands(args.batch, _common_fields(args), shell=args.shell)
+    for command in commands:
+        check_task_first(args, command.argv, command.env)
     with args.stores.open(args, CREATE) as store:
         for command in commands:
             operations.require_runnable_task(store, command.argv, command.env, lambda: args.stores.scripts_dir(args))

@@ -33,9 +33,12 @@ def write(path: Path, text: str) -> Path:
 
 
 def refused(harness: Harness, *argv: str) -> dict:
+    existed = harness.db_path.exists()
+    before = harness.cli("list", "--json").stdout if existed else None
     result = harness.cli("submit", "--json", *argv, check=False)
     assert result.returncode == 1, result
-    assert harness.cli("list", "--json").stdout.strip() == "[]"  # nothing stored
+    # Nothing stored; no database created for a refused command.
+    assert harness.db_path.exists() == existed and (not existed or harness.cli("list", "--json").stdout == before)
     return decode_json(result.stderr)["error"]
 
 
@@ -175,6 +178,7 @@ def test_a_script_leading_out_of_the_scripts_directory_or_changeable_by_others_i
     error = refused(harness, "--", "task", "shared.sh")
     assert error["code"] == "TASK_SCRIPT_REFUSED" and "writable by group or others (mode 0666)" in error["message"]
     # The service applies the same rule to what it finds stored.
+    harness.cli("migrate")
     [leading_out, writable] = harness.submit_many([["task", "link.sh"], ["task", "shared.sh"]])
     harness.serve()
     assert "outside the scripts directory" in failed_reason(harness, leading_out)
@@ -192,3 +196,15 @@ def test_a_schedule_of_a_missing_script_is_refused_and_desi_without_the_variable
     harness.cli("env", "set", "CK", "only-one")
     run_id = decode_json(harness.cli("schedule", "run", schedule_id, "--json").stdout)["runId"]
     assert failed_reason(harness, run_id) == "task x.sh desi CK: account 2 was asked for, and the variable has 1 account"
+
+
+def test_a_submit_handed_to_the_service_is_checked_there(harness: Harness) -> None:
+    write(scripts(harness) / "x.sh", "echo handed\n")
+    service = harness.serve()
+    run_id = harness.cli("submit", "--", "task", "x.sh").stdout.strip()
+    harness.wait_status(run_id, "succeeded")
+    assert harness.cli("logs", run_id).stdout == "handed\n"
+    # Refused by the service (nothing stored there), then by the CLI the same way, which reports it.
+    assert refused(harness, "--", "task", "nope.sh")["code"] == "TASK_SCRIPT_NOT_FOUND"
+    assert "submit_handoff.declined error=TASK_SCRIPT_NOT_FOUND" in service.log()
+    assert [r["id"] for r in decode_json(harness.cli("list", "--json").stdout)] == [run_id]
