@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.support.service_harness import Harness, decode_json, process_gone, wait_for
@@ -107,17 +108,22 @@ def test_conc_runs_one_process_per_account_each_with_its_own(harness: Harness) -
     assert "task: account 2 of CK exited with status 1" in harness.cli("logs", failing).stdout
 
 
-def test_cancel_of_a_conc_run_kills_every_process_and_their_background_children(harness: Harness, tmp_path: Path) -> None:
+@pytest.mark.parametrize("end", ["cancel", "timeout"])
+def test_cancel_or_timeout_of_a_conc_run_kills_every_process_and_their_background_children(
+        harness: Harness, tmp_path: Path, end: str) -> None:
     pids = tmp_path / "pids"
     write(scripts(harness) / "long.sh", f"sleep 600 & echo $! >> {pids}\necho $$ >> {pids}\nsleep 600\n")
     harness.cli("env", "set", "CK", "a&b&c")
-    run_id = harness.cli("submit", "--", "task", "long.sh", "conc", "CK").stdout.strip()
+    timeout = ["--timeout", "3s"] if end == "timeout" else []
+    run_id = harness.cli("submit", *timeout, "--", "task", "long.sh", "conc", "CK").stdout.strip()
     harness.serve()
     leader = harness.wait_running(run_id)
     started = wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 6 and pids.read_text().split(),
                        "three accounts and their background sleeps")
-    harness.cli("cancel", run_id)
-    harness.wait_status(run_id, "cancelled")
+    if end == "cancel":
+        harness.cli("cancel", run_id)
+    detail = harness.wait_status(run_id, "cancelled")
+    assert detail.cancel_reason == ("timeout" if end == "timeout" else msgspec.UNSET)
     wait_for(lambda: all(process_gone(int(pid)) for pid in [*started, leader.pid]), "every process of the Run to end")
 
 
