@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -106,7 +107,7 @@ def check_task_first(args: argparse.Namespace, argv: list[str], env: Any) -> Non
     with its shared variables."""
     db = getattr(args, "db", None)
     if db is not None and not os.path.exists(db):
-        operations.require_runnable_task(None, argv, env, lambda: args.stores.scripts_dir(args))
+        operations.require_runnable_task(argv, env, lambda: args.stores.scripts_dir(args))
 
 
 def handed_off_output(store: Any, record: Any, *, as_json: bool) -> str:
@@ -162,8 +163,10 @@ def _run_batch(args: argparse.Namespace) -> int:
     for command in commands:
         check_task_first(args, command.argv, command.env)
     with args.stores.open(args, CREATE) as store:
+        scripts_dir = functools.cache(lambda: args.stores.scripts_dir(args))  # read once, for a task line only
+        shared = functools.cache(operations.shared_variables(store))
         for command in commands:
-            operations.require_runnable_task(store, command.argv, command.env, lambda: args.stores.scripts_dir(args))
+            operations.require_runnable_task(command.argv, command.env, scripts_dir, shared)
         run_ids = store.runs.submit_batch(commands)
         wake_service(store.wake_workers, note_when_none=True)
     if args.json:
