@@ -214,3 +214,17 @@ def test_a_submit_handed_to_the_service_is_checked_there(harness: Harness) -> No
     assert refused(harness, "--", "task", "nope.sh")["code"] == "TASK_SCRIPT_NOT_FOUND"
     assert "submit_handoff.declined error=TASK_SCRIPT_NOT_FOUND" in service.log()
     assert [r["id"] for r in decode_json(harness.cli("list", "--json").stdout)] == [run_id]
+
+
+def test_desi_and_conc_number_the_enabled_entries_of_a_name_in_list_order(harness: Harness) -> None:
+    write(scripts(harness) / "show.sh", 'printf "[%s]\\n" "$CK"\n')
+    for value in ("张三 'one'", "two", "three \"3\""):
+        harness.cli("env", "add", "CK", value)
+    harness.cli("env", "disable", "2")  # account 2 is now the third entry
+    desi = harness.cli("submit", "--", "task", "show.sh", "desi", "CK", "2").stdout.strip()
+    conc = harness.cli("submit", "--", "task", "show.sh", "conc", "CK").stdout.strip()
+    harness.serve()
+    harness.wait_status(desi, "succeeded")
+    harness.wait_status(conc, "succeeded")
+    assert harness.cli("logs", desi).stdout == "[three \"3\"]\n"
+    assert sorted(harness.cli("logs", conc).stdout.splitlines()) == ["[three \"3\"]", "[张三 'one']"]
