@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -156,9 +156,52 @@ def submit_command(argv: list[str], *, name: str | None = None, timeout: str | N
                             **(options or {}))
 
 
+#: Where this device's scripts are (``scripts_dir``, as its service resolves it), asked only for
+#: a ``task`` command; None (or a callable giving None): the scripts are on another host (the
+#: cluster's workers), so nothing is checked at submit.
+ScriptsDir = Callable[[], "Path | None"] | None
+
+
+def require_runnable_task(argv: list[str], own_env: Any, scripts_dir: ScriptsDir,
+                          shared: Callable[[], Mapping[str, str]] = dict) -> None:
+    """Refuse a ``task`` command whose script or program is missing on this device (docs/qinglong.md,
+    "task"), before anything is stored. The program is looked up on the ``PATH`` the task would get
+    as far as this side knows it: the command's own (``own_env``), else the shared one (``shared``:
+    the store's variables, read only for a ``task`` command), else this process's (the service's
+    own when it takes the submit: the hand-off, the panel).
+
+    Raises:
+        TaskUnavailableError: the script or its program is missing or refused (nothing stored).
+    """
+    from edge_runtime.contract.script_task import is_task
+
+    if scripts_dir is None or not is_task(argv):
+        return
+    where = scripts_dir()
+    if where is None:
+        return
+    from edge_runtime.contract.environment import DEFAULT_PATH
+    from edge_runtime.service.script_task import check_task
+
+    # Later wins, as compose_environment composes it; a PATH given empty is empty, not absent.
+    path = os.environ.get("PATH", DEFAULT_PATH)
+    for layer in (shared(), own_env if isinstance(own_env, dict) else {}):
+        path = layer.get("PATH", path)
+    check_task(argv, scripts_dir=str(where), path=path)
+
+
+def shared_variables(store: UserStore) -> Callable[[], Mapping[str, str]]:
+    """The store's shared variables as a task gets them, read when called (none for a store that keeps none)."""
+    environment = store.environment
+    return dict if environment is None else environment.task_values
+
+
 def submit(store: UserStore, command: SubmitRunCommand, *, actor_id: str = "cli", note_when_none: bool = False,
-           warn: Callable[[str], object] | None = None):
-    """Queue ``command`` as a new Run and wake the service; the new Run's record."""
+           warn: Callable[[str], object] | None = None, scripts_dir: ScriptsDir = None):
+    """Queue ``command`` as a new Run and wake the service; the new Run's record. A ``task``
+    command is checked first where ``scripts_dir`` says the scripts are here
+    (:func:`require_runnable_task`)."""
+    require_runnable_task(command.argv, command.env, scripts_dir, shared_variables(store))
     record = store.runs.submit(command, actor_id=actor_id)
     wake_service(store.wake_workers, note_when_none=note_when_none, warn=warn)
     return record
@@ -321,6 +364,26 @@ def add_schedule_command(expression: str, argv: list[str], *, name: str | None =
     return AddScheduleCommand(expression=expression, argv=argv, name=_unset(name), overlap=chosen,
                               timeout_ms=msgspec.UNSET if timeout is None else parse_duration_ms(timeout),
                               time_zone=_unset(time_zone), **(options or {}))
+
+
+def add_schedule(store: UserStore, command: Any, *, scripts_dir: ScriptsDir = None, note_when_none: bool = False):
+    """Add the schedule ``command`` (a ``task`` command checked first: :func:`require_runnable_task`)
+    and wake the service; its record."""
+    require_runnable_task(command.argv, command.env, scripts_dir, shared_variables(store))
+    record = store.schedules.add(command)
+    wake_schedules(store, note_when_none=note_when_none)
+    return record
+
+
+def edit_schedule(store: UserStore, command: Any, *, scripts_dir: ScriptsDir = None):
+    """Change a schedule in place (a new ``task`` command checked first, with the variables the
+    schedule will have) and wake the service; its record."""
+    if command.argv is not msgspec.UNSET:
+        env = command.env if command.env is not msgspec.UNSET else store.schedules.get(command.schedule_id).env
+        require_runnable_task(command.argv, env, scripts_dir, shared_variables(store))
+    record = store.schedules.edit(command)
+    wake_schedules(store)
+    return record
 
 
 def wake_schedules(store: UserStore, *, note_when_none: bool = False) -> None:

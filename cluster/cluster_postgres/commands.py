@@ -49,6 +49,12 @@ class PostgresStores:
 
         return resolved_log_dir(load_config(), os.environ)
 
+    @staticmethod
+    def scripts_dir(args: argparse.Namespace) -> None:
+        """None: a ``task`` command's script is on the host of whichever worker runs it, so it is
+        not checked at submit (a missing one fails the Run, saying so)."""
+        return None
+
 
 POSTGRES_STORES = PostgresStores()
 

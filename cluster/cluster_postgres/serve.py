@@ -102,6 +102,8 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
     # An Attempt never runs wherever `serve` was started: work_dir, else a `work` beside the logs.
     work_dir = (Path(config.work_dir).expanduser() if config.work_dir is not msgspec.UNSET
                 else log_dir.parent / "work")
+    # A `task` command's relative script: scripts_dir, else a `scripts` beside the logs (as `work`).
+    scripts_dir = config.scripts_dir_beside(log_dir.parent)
 
     # The host's boot id only marks a start: @reboot is refused on the cluster, so none is armed.
     boot_id = read_boot_id()
@@ -113,5 +115,6 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
         return PostgresRetention(store.retention, log_dir, log_total_max_bytes=config.log_total_max_bytes,
                                  log_dir_fd=log_dir_fd)
 
-    return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, journal=journal, tick_hooks=(scheduler,),
+    return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, scripts_dir=scripts_dir, journal=journal,
+                         tick_hooks=(scheduler,),
                          retention=retention)

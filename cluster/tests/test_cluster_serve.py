@@ -30,7 +30,7 @@ from cluster_postgres.migrations import migrate
 from cluster_postgres.readiness import bootstrap
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED, REASON_WORKER_GONE
-from edge_runtime.contract.runs import CancelRunCommand, SubmitRunCommand
+from edge_runtime.contract.runs import CancelRunCommand, InvalidRunCommandError, SubmitRunCommand
 from edge_runtime.service.worker import WorkerSession
 from tests.support.ha_cluster import HaPair, unavailable_reason
 from tests.support.pg_test_database import unavailable
@@ -534,6 +534,45 @@ def test_a_worker_cut_off_from_the_database_keeps_its_attempt_running_backs_off_
                         store.close()
         finally:
             ns.delete()
+
+
+# ====================================================================== task
+
+
+def test_a_worker_runs_task_as_the_device_does_from_its_own_scripts_directory(
+        pg_database: Any, owner: Any, tmp_path: Path) -> None:
+    pg_database.reset(owner, None)
+    ledger = tmp_path / "ledger"
+    store = PostgresStore(pg_database.runtime_dsn)
+    with private_root() as root:
+        worker = Worker(root, "tasker", pg_database.runtime_dsn, slots=2, env={"EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"})
+        scripts = root / "scripts"  # the default: `scripts` beside the worker's log directory
+        (scripts / "jd").mkdir(parents=True)
+        (scripts / "jd" / "acc.sh").write_text(f'echo "$CK $(pwd)" >> {ledger}\n')
+        try:
+            store.environment.set("CK", "first&second&third", secret=False)
+            # The form is the contract's: every store refuses what no worker could run.
+            with pytest.raises(InvalidRunCommandError, match="conc needs the name of the variable"):
+                store.runs.submit(SubmitRunCommand(argv=["task", "jd/acc.sh", "conc"]))
+            conc = store.runs.submit(SubmitRunCommand(argv=["task", "jd/acc.sh", "conc", "CK", "1", "3"])).id
+            desi = store.runs.submit(SubmitRunCommand(argv=["task jd/acc.sh desi CK 2"])).id
+            # Not checked at submit (the script is the worker's host's business): the Run fails, saying why.
+            missing = store.runs.submit(SubmitRunCommand(argv=["task", "nope.sh"])).id
+            worker.start()
+            wait_for(lambda: all(_status(owner, r) not in ACTIVE for r in (conc, desi, missing)), 60, "the runs ended")
+            assert [_status(owner, r) for r in (conc, desi, missing)] == ["succeeded", "succeeded", "failed"]
+            assert sorted(ledger.read_text().splitlines()) == [f"{account} {scripts / 'jd'}"
+                                                              for account in ("first", "second", "third")]
+            [(_, _, reason, _, _)] = _attempts(owner, missing)
+            assert reason == f"task nope.sh: no such script: {scripts / 'nope.sh'}"
+            assert store.runs.get(conc).command == ["task", "jd/acc.sh", "conc", "CK", "1", "3"]  # as written
+        except BaseException:
+            print(worker.log_text())
+            raise
+        finally:
+            worker.stop()
+            kill_attempt_groups(owner)
+            store.close()
 
 
 # ====================================================================== the command itself

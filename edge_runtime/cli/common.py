@@ -63,6 +63,15 @@ class LocalStores:
 
         return load_config().resolved_log_dir(args.db)
 
+    @staticmethod
+    def scripts_dir(args: argparse.Namespace) -> Path:
+        """The scripts directory as ``serve`` resolves it (configuration, else ``scripts`` beside ``--db``):
+        where ``task`` commands find their scripts, ``import qinglong`` copies them and ``scripts scan``
+        makes its commands relative to."""
+        from edge_runtime.service.config import load_config
+
+        return load_config().resolved_scripts_dir(args.db)
+
 
 LOCAL_STORES = LocalStores()
 

@@ -20,9 +20,8 @@ import msgspec
 
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, READ, add_json_flag, print_json, printable
 
-#: The scripts directory when none is given: ``scripts/`` beside the database (a ``scripts_dir``
-#: setting will name it once the service runs ``task`` commands from one).
-SCRIPTS_DIR_NAME = "scripts"
+#: Where the scripts go when ``--scripts-dir`` is not given: the service's own (``LocalStores.scripts_dir``).
+SCRIPTS_DIR_DEFAULT = "the scripts_dir setting, else scripts/ beside the database"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -40,16 +39,11 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     qinglong.add_argument("path", metavar="PATH", help="QingLong's data folder, or its data.tgz")
     qinglong.add_argument("--dry-run", action="store_true", help="print the plan only; write nothing")
     qinglong.add_argument("--scripts-dir", metavar="DIR",
-                          help=f"where the scripts go (default: {SCRIPTS_DIR_NAME}/ beside the database)")
+                          help=f"where the scripts go (default: {SCRIPTS_DIR_DEFAULT})")
     qinglong.add_argument("--tz", metavar="ZONE", help="the zone the schedules fire in (default: QingLong's own, "
                           "from its settings, else Asia/Shanghai as its image)")
     add_json_flag(qinglong)
     parser.set_defaults(run=run, stores=stores)
-
-
-def default_scripts_dir(db: str) -> str:
-    """``scripts/`` beside the database ``db``."""
-    return os.path.join(os.path.dirname(os.path.abspath(db)), SCRIPTS_DIR_NAME)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from edge_runtime.qinglong.import_plan import Action, EnvEntries, choose_zone, make_plan
     from edge_runtime.qinglong.sqlite_reader import read_database
 
-    scripts_dir = os.path.abspath(args.scripts_dir or default_scripts_dir(args.db))
+    scripts_dir = os.path.abspath(args.scripts_dir or args.stores.scripts_dir(args))
     progress = _progress(args.json)
     with open_source(args.path, progress=progress) as source:
         # Everything that can refuse the import is asked before the database is opened (or made).

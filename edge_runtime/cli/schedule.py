@@ -27,7 +27,7 @@ from edge_runtime.contract.cron import NEVER_BY_THE_CLOCK_MS
 from edge_runtime.contract.durations import format_duration, parse_duration_ms
 from edge_runtime.contract.runs import short_id
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
-from edge_runtime.cli.submit import add_run_options, run_options
+from edge_runtime.cli.submit import add_run_options, check_task_first, run_options
 from edge_runtime.contract.schedules import (
     EditScheduleCommand,
     FireOutcome,
@@ -105,9 +105,11 @@ def run(args: argparse.Namespace) -> int:
         command = operations.add_schedule_command(  # validated whole before the database is touched
             args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
             options=run_options(args))
+        check_task_first(args, command.argv, command.env)
         with args.stores.open(args, CREATE) as store:
-            record = store.schedules.add(command)
-            return _done(args, store, record, record.id)
+            record = operations.add_schedule(store, command, scripts_dir=lambda: args.stores.scripts_dir(args),
+                                             note_when_none=True)
+            return _done(args, store, record, record.id, woken=True)
     if args.action == "edit":
         # The options may follow the id (`edit ID --name N -- CMD`): what comes before `--` in the
         # remainder is parsed as the options it is, the rest is the new command.
@@ -123,8 +125,8 @@ def run(args: argparse.Namespace) -> int:
                                    **run_options(args))
         with args.stores.open(args, WRITE) as store:
             edit = msgspec.structs.replace(edit, schedule_id=operations.resolve_schedule_id(store, edit.schedule_id))
-            record = store.schedules.edit(edit)
-            return _done(args, store, record, f"schedule {record.id} changed")
+            record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
+            return _done(args, store, record, f"schedule {record.id} changed", woken=True)
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
             outcome = operations.run_schedule_now(store, operations.resolve_schedule_id(store, args.schedule_id))
@@ -161,8 +163,9 @@ def run(args: argparse.Namespace) -> int:
         return _done(args, store, record, f"schedule {args.schedule_id} {done}")
 
 
-def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, text: str) -> int:
-    operations.wake_schedules(store, note_when_none=args.action == "add")  # after the commit
+def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, text: str, *, woken: bool = False) -> int:
+    if not woken:
+        operations.wake_schedules(store)  # after the commit
     if args.json:
         if record is not None:
             record = store_redactor(store).record(record)

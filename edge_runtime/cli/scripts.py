@@ -17,7 +17,7 @@ from edge_runtime.cli.common import CREATE, LOCAL_STORES, add_json_flag, print_j
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
-    from edge_runtime.cli.import_qinglong import SCRIPTS_DIR_NAME
+    from edge_runtime.cli.import_qinglong import SCRIPTS_DIR_DEFAULT
 
     parser = subparsers.add_parser(
         "scripts", help=help_text,
@@ -36,18 +36,17 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
                       help="a script without a schedule in its header gets a daily time drawn from SEED and its "
                       "path (the same every time for the same SEED)")
     scan.add_argument("--scripts-dir", metavar="DIR",
-                      help=f"the scripts directory task commands are relative to (default: {SCRIPTS_DIR_NAME}/ "
-                      f"beside the database); a script outside it is run by its absolute path")
+                      help=f"the scripts directory task commands are relative to (default: {SCRIPTS_DIR_DEFAULT}); "
+                      "a script outside it is run by its absolute path")
     add_json_flag(scan)
     parser.set_defaults(run=run, stores=stores)
 
 
 def run(args: argparse.Namespace) -> int:
-    from edge_runtime.cli.import_qinglong import default_scripts_dir
     from edge_runtime.qinglong.errors import QingLongSourceError
     from edge_runtime.qinglong.script_scan import scan_folder
 
-    scripts_dir = os.path.realpath(args.scripts_dir or default_scripts_dir(args.db))
+    scripts_dir = os.path.realpath(args.scripts_dir or args.stores.scripts_dir(args))
     top = os.path.realpath(args.dir)
     try:
         top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

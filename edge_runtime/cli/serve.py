@@ -94,7 +94,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         from edge_runtime.cli.submit_handoff import SubmitHandoffServer
 
         floor = store.now_ms()  # read here, in the service's thread
-        return SubmitHandoffServer(db_path=db_path, journal=journal,
+        return SubmitHandoffServer(db_path=db_path, journal=journal, scripts_dir=str(config.resolved_scripts_dir(db_path)),
                                    open_store=lambda: _peer_store(store.db, store.where, floor))
 
     side_servers = {"submit_handoff": submit_handoff}
@@ -112,7 +112,8 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     policy = RetentionPolicy(retain_runs=config.retain_runs, retain_days=config.retain_days,
                              log_total_max_bytes=config.log_total_max_bytes)
     log_dir = config.resolved_log_dir(db_path)
-    return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path), journal=journal,
+    return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path),
+                         scripts_dir=config.resolved_scripts_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
                          tick_hooks=(_scheduler,),
                          side_servers=side_servers)

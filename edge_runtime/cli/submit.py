@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import sys
 from collections.abc import Iterator
@@ -90,11 +91,23 @@ def run(args: argparse.Namespace) -> int:
         args.usage_error("--shell applies to the lines of --batch; for one command use -- sh -c '...'")
     # Validate before touching the store: a bad request must not even create the database file.
     command = SubmitRunCommand(argv=argv, **_common_fields(args))
+    check_task_first(args, command.argv, command.env)
     with args.stores.open(args, CREATE) as store:
-        record = operations.submit(store, command, note_when_none=True)
+        record = operations.submit(store, command, note_when_none=True,
+                                   scripts_dir=lambda: args.stores.scripts_dir(args))
         printed = handed_off_output(store, record, as_json=args.json)
     sys.stdout.write(printed)
     return 0
+
+
+def check_task_first(args: argparse.Namespace, argv: list[str], env: Any) -> None:
+    """Check a ``task`` command before a database that does not exist yet is created for it (a
+    refused command creates nothing; without a database there is no shared ``PATH`` either). An
+    existing database is opened first: ``operations.submit`` and ``add_schedule`` check there,
+    with its shared variables."""
+    db = getattr(args, "db", None)
+    if db is not None and not os.path.exists(db):
+        operations.require_runnable_task(argv, env, lambda: args.stores.scripts_dir(args))
 
 
 def handed_off_output(store: Any, record: Any, *, as_json: bool) -> str:
@@ -147,7 +160,13 @@ def _common_fields(args: argparse.Namespace) -> dict[str, Any]:
 def _run_batch(args: argparse.Namespace) -> int:
     # Every line is checked before the store is opened: one bad line stores nothing.
     commands = batch_commands(args.batch, _common_fields(args), shell=args.shell)
+    for command in commands:
+        check_task_first(args, command.argv, command.env)
     with args.stores.open(args, CREATE) as store:
+        scripts_dir = functools.cache(lambda: args.stores.scripts_dir(args))  # read once, for a task line only
+        shared = functools.cache(operations.shared_variables(store))
+        for command in commands:
+            operations.require_runnable_task(command.argv, command.env, scripts_dir, shared)
         run_ids = store.runs.submit_batch(commands)
         wake_service(store.wake_workers, note_when_none=True)
     if args.json:

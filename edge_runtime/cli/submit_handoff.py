@@ -82,8 +82,11 @@ class SubmitHandoffServer:
     request at a time. ``open_store`` gives its own connection; ``db_path`` is the service's
     database (a request for another one is declined)."""
 
-    def __init__(self, *, db_path: str, open_store: Callable[[], object], journal) -> None:
+    def __init__(self, *, db_path: str, open_store: Callable[[], object], journal,
+                 scripts_dir: str | None = None) -> None:
         self._db_path = os.path.abspath(db_path)
+        #: This service's scripts directory: a ``task`` command's script is checked there.
+        self._scripts_dir = scripts_dir
         self._open_store = open_store
         self._journal = journal
         self._listener: handoff.HandoffListener | None = None
@@ -160,7 +163,7 @@ class SubmitHandoffServer:
             if prepared is None:
                 return handoff.FALLBACK, ""
             command, as_json = prepared
-            record = operations.submit(self._store, command, warn=self._warn)
+            record = operations.submit(self._store, command, warn=self._warn, scripts_dir=lambda: self._scripts_dir)
         except Exception as exc:  # noqa: BLE001  (this thread's boundary: nothing stored, the client reports it)
             self._journal.info("submit_handoff.declined", error=getattr(exc, "code", type(exc).__name__))
             return handoff.FALLBACK, ""

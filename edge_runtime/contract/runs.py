@@ -16,6 +16,7 @@ from edge_runtime.contract.cancellation_dispatch import DispatchRecord
 from edge_runtime.contract.durations import MAX_DURATION_MS, MIN_DURATION_MS
 from edge_runtime.contract.environment import env_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.script_task import task_problem
 from edge_runtime.contract.validation import (  # noqa: F401 (RunId: re-exported)
     RunId,
     Command,
@@ -206,7 +207,7 @@ def argv_problem(argv: object) -> str | None:
             return f"argument {index} contains a NUL character"
     if not argv[0]:
         return "the program (first argument) must not be empty"
-    return None
+    return task_problem(argv)
 
 
 class RunOptions(Command, kw_only=True):

@@ -133,6 +133,10 @@ class Api:
         status, value = getattr(self, handler)(item_id, query, body)
         return status, store_redactor(self.store).value(msgspec.to_builtins(value))
 
+    def _scripts_dir(self) -> Path:
+        """This service's scripts directory, where a ``task`` command's script must be."""
+        return self.config.resolved_scripts_dir(self.db_path)
+
     def error_message(self, exc: EdgeRuntimeError) -> str:
         """A refusal's message as answered, masked as answers are (it may quote a stored reason).
         When the secrets cannot be read, the message is withheld; its code still says what failed."""
@@ -163,7 +167,7 @@ class Api:
         request = decode(body, RunBody)
         command = operations.submit_command(request.command, name=request.name, timeout=request.timeout,
                                             options=_options(request))
-        return 201, operations.submit(self.store, command, actor_id=ACTOR)
+        return 201, operations.submit(self.store, command, actor_id=ACTOR, scripts_dir=self._scripts_dir)
 
     def cancel(self, run_id: str, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
         request = decode(body, CancelBody)
@@ -177,9 +181,7 @@ class Api:
         command = operations.add_schedule_command(request.cron, request.command, name=request.name,
                                                   overlap=request.overlap, timeout=request.timeout,
                                                   time_zone=request.tz, options=_options(request))
-        record = self.store.schedules.add(command)
-        operations.wake_schedules(self.store)
-        return 201, record
+        return 201, operations.add_schedule(self.store, command, scripts_dir=self._scripts_dir)
 
     def _paused(self, schedule_id: str, paused: bool) -> tuple[int, Any]:
         record = self.store.schedules.set_paused(schedule_id, paused)

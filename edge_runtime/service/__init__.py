@@ -14,6 +14,7 @@ Modules, one job each:
   the exit status it leaves in the Attempt's status file (docs/monitor.md).
 - ``log_capture``: the files an Attempt's monitor is handed, and the logs still being completed.
 - ``executor``: spawning an Attempt under its monitor, in its own session and process group.
+- ``script_task``: what a ``task`` command's Attempt runs (its script, program, folder, accounts).
 - ``attempts/``: starting, watching and ending Attempts, one module per part and the state it
   owns (the start pass, identity recording, exits and ends, fences, lease renewals, logs,
   settlements; the in-memory record and its states as types); ``AttemptSupervisor`` builds them.

@@ -28,6 +28,9 @@ ENV_PREFIX = "EDGE_RUNTIME_"
 
 _Ms = Annotated[int, msgspec.Meta(ge=1, le=86_400_000)]
 
+#: The scripts directory's name beside the database when ``scripts_dir`` is not set.
+SCRIPTS_DIR_NAME = "scripts"
+
 #: A configuration file is a few hundred bytes; anything this large is not one (``/dev/zero``).
 MAX_CONFIG_BYTES = 64 * 1024
 
@@ -86,6 +89,10 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     #: The working directory of an Attempt whose Run names none; default: a ``work`` directory
     #: beside the database (created 0700 at start when missing).
     work_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
+    #: Where a ``task`` command's relative script is found (docs/qinglong.md, "task"); default: a
+    #: ``scripts`` directory beside the database (on a router ``/etc/edge-runtime/scripts``: on the
+    #: flash that keeps the database, root's alone). ``import qinglong`` and ``scripts scan`` use it too.
+    scripts_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
     #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
     stop_runs_on_exit: bool = False
     #: Serve the web panel (docs/panel.md) on ``HOST:PORT``; unset: no panel, none of it imported.
@@ -110,6 +117,18 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
         if self.work_dir is not msgspec.UNSET:
             return Path(self.work_dir).expanduser().resolve()
         return Path(db_path).expanduser().resolve().parent / "work"
+
+    def resolved_scripts_dir(self, db_path: str) -> Path:
+        """The scripts directory of the device service on ``db_path``: the setting, else
+        ``scripts`` beside the database."""
+        return self.scripts_dir_beside(Path(db_path).expanduser().resolve().parent)
+
+    def scripts_dir_beside(self, parent: Path) -> Path:
+        """The scripts directory: the setting, else ``scripts`` in ``parent``; absolute, not
+        resolved (a symlink on it is followed, and checked, when a script is run)."""
+        if self.scripts_dir is not msgspec.UNSET:
+            return Path(os.path.abspath(Path(self.scripts_dir).expanduser()))
+        return parent / SCRIPTS_DIR_NAME
 
     def resolved_log_dir(self, db_path: str) -> Path:
         if self.log_dir is not msgspec.UNSET:
@@ -179,7 +198,7 @@ def _decode_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "panel_listen"})
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "scripts_dir", "panel_listen"})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

@@ -120,6 +120,7 @@ class DeviceService:
         *,
         log_dir: Path,
         work_dir: Path | None = None,
+        scripts_dir: Path | None = None,
         journal: Journal | None = None,
         controller: LocalProcessController | None = None,
         retention: Callable[[Store, int], Retention] | None = None,
@@ -138,6 +139,8 @@ class DeviceService:
         self.log_dir = log_dir
         #: Where an Attempt whose Run names no directory runs (the ``work_dir`` setting).
         self.work_dir = work_dir
+        #: Where a ``task`` command's relative script is (the ``scripts_dir`` setting); None: nowhere.
+        self.scripts_dir = scripts_dir
         self.journal = journal or Journal()
         self.controller = controller or LocalProcessController()
         self._open_store = open_store
@@ -234,6 +237,7 @@ class DeviceService:
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
                 log_linger_ms=config.log_linger_ms, log_copies=store.attempt_logs, grace_ms=config.grace_ms,
                 pass_env=config.pass_env, work_dir=None if self.work_dir is None else str(self.work_dir),
+                scripts_dir=None if self.scripts_dir is None else str(self.scripts_dir),
                 # Read at each start; a change also renews the journal's mask (JournalSecrets).
                 shared_env=None if getattr(store, "environment", None) is None else secrets.task_values,
                 log_dir_fd=log_dir_fd,

@@ -120,3 +120,18 @@ def test_the_retry_delay_doubles_and_is_capped() -> None:
     assert [retry_wait_ms(4, 1_000, n) for n in (1, 2, 3, 4, 5)] == [1_000, 2_000, 4_000, 8_000, None]
     assert retry_wait_ms(100, 1_000_000, 90) == MAX_RETRY_DELAY_MS
     assert retry_wait_ms(None, None, 1) is None and retry_wait_ms(0, 1_000, 1) is None
+
+
+def test_a_task_command_is_kept_as_written_and_one_that_asks_for_nothing_runnable_is_refused(backend, runs) -> None:
+    from edge_runtime.contract.schedules import AddScheduleCommand, InvalidScheduleCommandError
+
+    for argv in (["task", "jd/jd_bean.js", "conc", "JD_COOKIE", "1-3"], ["task jd_bean.js now"]):
+        assert runs.get(runs.submit(SubmitRunCommand(argv=argv)).id).command == argv
+    for argv in (["task"], ["task", "x.rb"], ["task", "x.js", "desi"], ["task x.js; reboot"]):
+        with pytest.raises(InvalidRunCommandError, match="task"):
+            runs.submit(SubmitRunCommand(argv=argv))
+        with pytest.raises(InvalidScheduleCommandError, match="task"):
+            backend.schedules.add(AddScheduleCommand(expression="@daily", argv=argv))
+    assert len(runs.list_runs(limit=10)) == 2 and backend.schedules.list() == []
+    schedule = backend.schedules.add(AddScheduleCommand(expression="@daily", argv=["task", "x.py", "desi", "CK", "2"]))
+    assert backend.schedules.get(schedule.id).command == ["task", "x.py", "desi", "CK", "2"]

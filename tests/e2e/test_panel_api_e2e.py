@@ -69,6 +69,27 @@ def test_refusals_have_the_cli_s_codes(panel, body, cli) -> None:
 
 
 @pytest.mark.e2e
+def test_a_task_command_is_checked_as_the_cli_checks_it_and_runs(panel) -> None:
+    harness, port, token = panel
+    scripts = harness.db_path.parent / "scripts"
+    scripts.mkdir(mode=0o755)
+    for command, code_expected in ((["task", "nope.sh"], "TASK_SCRIPT_NOT_FOUND"),
+                                   (["task", "x.sh", "conc"], "INVALID_RUN_COMMAND")):
+        code, error = _api(port, token, "POST", "/api/runs", {"command": command})
+        cli_error = decode_json(harness.cli("submit", "--json", "--", *command, check=False).stderr)
+        assert error["error"] == cli_error["error"] and error["error"]["code"] == code_expected, (error, cli_error)
+        assert code == (404 if code_expected.endswith("NOT_FOUND") else 400)
+    code, error = _api(port, token, "POST", "/api/schedules", {"cron": "@daily", "command": ["task", "nope.sh"]})
+    assert error["error"]["code"] == "TASK_SCRIPT_NOT_FOUND"
+    assert _api(port, token, "GET", "/api/runs")[1] == [] and _api(port, token, "GET", "/api/schedules")[1] == []
+    (scripts / "x.sh").write_text("echo from $(pwd)\n")
+    code, created = _api(port, token, "POST", "/api/runs", {"command": ["task", "x.sh"]})
+    assert code == 201 and created["command"] == ["task", "x.sh"]
+    harness.wait_status(created["id"], "succeeded")
+    assert _api(port, token, "GET", f"/api/runs/{created['id']}/log?offset=0")[1]["text"] == f"from {scripts}\n"
+
+
+@pytest.mark.e2e
 def test_malformed_bodies_and_unknown_ids(panel) -> None:
     _harness, port, token = panel
     for body in (b"", b"{", b"[]", b'{"command": "sh"}', b'{"command": ["x"], "extra": 1}'):

@@ -116,6 +116,9 @@ def test_the_configuration_table_lists_every_key_with_its_default() -> None:
         elif name == "work_dir":
             assert value is msgspec.UNSET and doc.startswith("`work/` beside the database")
             assert config.resolved_work_dir("/srv/x/edge.db") == Path("/srv/x/work")
+        elif name == "scripts_dir":
+            assert value is msgspec.UNSET and doc.startswith("`scripts/` beside the database")
+            assert config.resolved_scripts_dir("/srv/x/edge.db") == Path("/srv/x/scripts")
         elif name == "panel_listen":
             assert value is msgspec.UNSET and doc.startswith("none (no panel)")
         elif name == "idle_session_lease_ms":

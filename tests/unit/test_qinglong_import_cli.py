@@ -93,6 +93,22 @@ def test_a_dry_run_writes_nothing(capsys, tmp_path: Path) -> None:
     assert db.read_bytes() == before and not (tmp_path / "dev" / "scripts").exists()
 
 
+def test_the_scripts_go_where_the_service_runs_them_from_the_scripts_dir_setting(
+        capsys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = make_data_folder(tmp_path / "ql")
+    db = tmp_path / "dev" / "edge-runtime.db"
+    config = tmp_path / "config.toml"
+    config.write_text(f'scripts_dir = "{tmp_path / "usb" / "scripts"}"\n')
+    monkeypatch.setenv("EDGE_RUNTIME_CONFIG", str(config))
+    assert _import(capsys, db, data, "--dry-run")["scriptsDir"] == str(tmp_path / "usb" / "scripts")
+    monkeypatch.setenv("EDGE_RUNTIME_SCRIPTS_DIR", str(tmp_path / "other"))  # the environment over the file
+    assert _import(capsys, db, data, "--dry-run")["scriptsDir"] == str(tmp_path / "other")
+    (tmp_path / "other" / "repo").mkdir(parents=True)
+    (tmp_path / "other" / "repo" / "x.js").write_text("// 1 2 * * * x.js\n")
+    code, out, _ = _cli(capsys, "--db", str(db), "scripts", "scan", str(tmp_path / "other" / "repo"), "--json")
+    assert json.loads(out)["scripts"][0]["command"] == ["task", "repo/x.js"]
+
+
 def test_the_text_report_names_what_is_skipped_and_why(capsys, tmp_path: Path) -> None:
     data = make_data_folder(tmp_path / "ql")
     code, out, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data), "--dry-run")

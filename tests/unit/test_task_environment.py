@@ -13,7 +13,7 @@ from edge_runtime.contract.environment import (
 )
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.environment import LocalEnvironmentRepository
-from edge_runtime.service.config import load_config
+from edge_runtime.service.config import ConfigError, load_config
 
 SERVICE_ENV = {"PATH": "/bin", "HOME": "/root", "LANG": "C.UTF-8", "AWS_SECRET": "x", "PROXY": "p",
                "LD_PRELOAD": "/evil.so"}
@@ -58,3 +58,15 @@ def test_pass_env_and_work_dir_settings(tmp_path) -> None:
     assert config.pass_env == ["HTTP_PROXY", "NO_PROXY"]
     assert str(config.resolved_work_dir(str(tmp_path / "db"))) == "/srv/x"
     assert load_config(env={}).resolved_work_dir(str(tmp_path / "edge.db")) == tmp_path / "work"
+
+
+def test_the_scripts_dir_setting(tmp_path, monkeypatch) -> None:
+    assert load_config(env={}).resolved_scripts_dir(str(tmp_path / "edge.db")) == tmp_path / "scripts"
+    config = load_config(env={"EDGE_RUNTIME_SCRIPTS_DIR": "/mnt/usb/scripts"})
+    assert str(config.resolved_scripts_dir(str(tmp_path / "edge.db"))) == "/mnt/usb/scripts"
+    assert str(config.scripts_dir_beside(tmp_path)) == "/mnt/usb/scripts"  # a cluster worker's too
+    monkeypatch.chdir(tmp_path)  # a relative setting is taken from where serve starts, once
+    relative = load_config(env={"EDGE_RUNTIME_SCRIPTS_DIR": "mine"})
+    assert relative.resolved_scripts_dir("/srv/edge.db") == tmp_path / "mine"
+    with pytest.raises(ConfigError, match="scripts_dir"):
+        load_config(env={"EDGE_RUNTIME_SCRIPTS_DIR": ""})

@@ -13,7 +13,9 @@ For each queued Run while the lease authority leaves this session a slot:
    Until a process exists, every failure is undone (the settlements' ``not_started``): the Run
    goes back to the queue (a lack of descriptors, processes or memory also pauses starting, with
    a backoff, ``START_BACKOFF_MS``); a command that cannot be started at all (not found) fails,
-   and one whose process existed for an instant ends ``lost`` (it may have begun).
+   and one whose process existed for an instant ends ``lost`` (it may have begun). A ``task``
+   command is resolved first (``service/script_task.py``: its script, program and accounts); one
+   that cannot run fails, with the reason naming what is missing.
 3. its identity recorded (``identity``), and its leader watched (``exits``).
 """
 
@@ -31,6 +33,7 @@ from edge_runtime.contract.environment import compose_environment
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.run_lease import NoCapacityOutcome
 from edge_runtime.contract.runs import AttemptStatus, RunRecord
+from edge_runtime.contract.script_task import InvalidTaskCommandError, TaskUnavailableError
 from edge_runtime.service.attempts.exits import Exits
 from edge_runtime.service.attempts.identity import Identities, record_deadline
 from edge_runtime.service.attempts.logs import AttemptLogs
@@ -40,6 +43,7 @@ from edge_runtime.service.attempts.tools import Tools
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, SpawnError
 from edge_runtime.service.executor import spawn, task_environment
 from edge_runtime.service.log_capture import AttemptOutput
+from edge_runtime.service.script_task import task_launch
 from edge_runtime.service.worker import RunGrant
 
 _UNSET = msgspec.UNSET
@@ -62,6 +66,8 @@ class TaskSettings(NamedTuple):
     shared_env: Callable[[], Mapping[str, str]] | None
     #: Where a Run that names no directory runs.
     work_dir: str | None
+    #: Where a ``task`` command's relative script is (the ``scripts_dir`` setting); None: nowhere.
+    scripts_dir: str | None
     log_max_bytes: int
     log_linger_ms: int
 
@@ -152,6 +158,15 @@ class StartPass:
         env = compose_environment(self._base_env, pass_env=task.pass_env, shared=shared,
                                   own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
         cwd = task.work_dir if run.cwd is _UNSET else run.cwd
+        try:  # a `task` command: what runs is decided now, from the scripts directory and this environment
+            launch = task_launch(argv, env=env, scripts_dir=task.scripts_dir, cwd=None if run.cwd is _UNSET else run.cwd)
+        except (InvalidTaskCommandError, TaskUnavailableError) as exc:
+            output.abandon()
+            return self._not_started(grant, str(exc), retryable=False)  # nothing started: the Run fails, saying why
+        if launch is not None:
+            argv, env, cwd = launch.argv, launch.env, launch.cwd
+            self._journal.info("attempt.task", run=run.id, attempt=attempt_id, program=launch.program,
+                               script=launch.script, accounts=" ".join(map(str, launch.numbers)) or None)
         try:
             identity = spawn(argv, output=output, env=env, boot_id=task.boot_id, log_cap_bytes=task.log_max_bytes,
                              log_linger_ms=task.log_linger_ms, cwd=cwd)
