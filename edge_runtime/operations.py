@@ -352,7 +352,7 @@ def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int
 
 
 def add_schedule_command(expression: str, argv: list[str], *, name: str | None = None, overlap: str = "skip",
-                         timeout: str | None = None, time_zone: str | None = None,
+                         timeout: str | None = None, time_zone: str | None = None, labels: list[str] | None = None,
                          options: dict[str, Any] | None = None):
     """The validated command of a new schedule (before any store is touched)."""
     from edge_runtime.contract.schedules import AddScheduleCommand, InvalidScheduleCommandError, Overlap
@@ -363,7 +363,7 @@ def add_schedule_command(expression: str, argv: list[str], *, name: str | None =
         raise InvalidScheduleCommandError(f"overlap must be one of {', '.join(o.value for o in Overlap)}") from None
     return AddScheduleCommand(expression=expression, argv=argv, name=_unset(name), overlap=chosen,
                               timeout_ms=msgspec.UNSET if timeout is None else parse_duration_ms(timeout),
-                              time_zone=_unset(time_zone), **(options or {}))
+                              time_zone=_unset(time_zone), labels=_unset(labels), **(options or {}))
 
 
 def add_schedule(store: UserStore, command: Any, *, scripts_dir: ScriptsDir = None, note_when_none: bool = False):
