@@ -348,6 +348,41 @@ def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int
                     done=not active and at_end)
 
 
+def read_log_tail(store: Any, run_id: str, log_dir: Path, *, max_bytes: int) -> tuple[str, int] | None:
+    """The Run's latest Attempt's log as text, every secret's value masked: the whole of it, or
+    its last ``max_bytes`` (masked from the start, so a value cut by the tail is never half
+    shown), with how many bytes before them were left out. None when it has no log (not yet
+    started, ended before its command started, or its file was removed by the log cap)."""
+    attempts = store.runs.attempts(run_id)
+    if not attempts or attempts[-1].log_path is msgspec.UNSET:
+        return None
+    try:
+        fd = open_log(attempts[-1], run_id, log_dir)
+    except RunStateConflictError:
+        return None
+    masker = SecretMasker(secret_values(store))
+    kept = bytearray()
+    dropped = 0
+    try:
+        offset = 0
+        while True:
+            data = os.pread(fd, 64 * 1024, offset)
+            if not data:
+                break
+            offset += len(data)
+            kept += masker.feed(data)
+            if len(kept) > 2 * max_bytes:
+                dropped += len(kept) - max_bytes
+                del kept[:len(kept) - max_bytes]
+    finally:
+        os.close(fd)
+    kept += masker.flush()
+    if len(kept) > max_bytes:
+        dropped += len(kept) - max_bytes
+        del kept[:len(kept) - max_bytes]
+    return kept.decode("utf-8", "replace"), dropped
+
+
 # ------------------------------------------------------------------------------------ schedules
 
 
