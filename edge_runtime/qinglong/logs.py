@@ -17,7 +17,7 @@ import datetime as dt
 import re
 from typing import Any
 
-from edge_runtime.contract.runs import RunRecord, RunStatus, short_run_id
+from edge_runtime.contract.runs import RunRecord, RunStatus, short_id
 from edge_runtime.contract.schedules import ScheduleRecord
 
 #: Runs of one schedule a log listing shows (newest first): QingLong's clients read the newest.
@@ -60,7 +60,7 @@ def number_of_directory(name: str) -> int | None:
 def file_name(run: RunRecord, utc_offset_s: int) -> str:
     """A Run's log file name: its creation time on the device's clock, then its short id."""
     local = dt.datetime.fromtimestamp(run.created_at_ms / 1000, dt.timezone(dt.timedelta(seconds=utc_offset_s)))
-    return f"{local:%Y-%m-%d-%H-%M-%S}-{run.created_at_ms % 1000:03d}_{short_run_id(run.id)}.log"
+    return f"{local:%Y-%m-%d-%H-%M-%S}-{run.created_at_ms % 1000:03d}_{short_id(run.id)}.log"
 
 
 def short_id_of_file(name: str) -> str | None:
