@@ -5,8 +5,9 @@
 -- given to another (QingLong's clients name crons by such numbers: docs/qinglong.md). Schedules
 -- already stored are numbered here in the order `schedule list` shows them (creation time, then
 -- insertion order). SQLite cannot add a NOT NULL column without a default to a table that has
--- rows: the column is nullable, every stored row gets its number here and every add gives one,
--- and a row without one is refused when read (the contract's record requires it).
+-- rows, nor default one to a sequence: the triggers below give every inserted row the next number
+-- (as PostgreSQL's identity column does), refuse a number written by hand and any change of one,
+-- so a row's number is the counter's and unique; a row without one is refused when read.
 --
 -- labels is a JSON array of short texts (at most 32 of at most 64 characters, the contract's
 -- MAX_LABELS and LABEL_MAX_LENGTH); NULL when the schedule has none.
@@ -27,3 +28,19 @@ CREATE TABLE schedule_numbers (
 ) STRICT;
 
 INSERT INTO schedule_numbers (id, last_number) SELECT 1, coalesce(max(number), 0) FROM schedules;
+
+CREATE TRIGGER schedules_number_given BEFORE INSERT ON schedules WHEN NEW.number IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'a schedule''s number is given by the store');
+END;
+
+CREATE TRIGGER schedules_number AFTER INSERT ON schedules WHEN NEW.number IS NULL
+BEGIN
+    UPDATE schedule_numbers SET last_number = last_number + 1 WHERE id = 1;
+    UPDATE schedules SET number = (SELECT last_number FROM schedule_numbers WHERE id = 1) WHERE rowid = NEW.rowid;
+END;
+
+CREATE TRIGGER schedules_number_kept BEFORE UPDATE OF number ON schedules WHEN OLD.number IS NOT NULL
+BEGIN
+    SELECT RAISE(ABORT, 'a schedule''s number never changes');
+END;

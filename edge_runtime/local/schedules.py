@@ -173,20 +173,19 @@ class LocalScheduleRepository:
         self._known.next_fire_after(expression, before, zone)  # one that never fires in its zone: refused here
         schedule_id = str(uuid.uuid4())
         with schedule_repository_errors(), self._db.write() as now:
-            # The counter only grows: a removed schedule's number is never given again.
-            self._db.connection.execute("UPDATE schedule_numbers SET last_number = last_number + 1 WHERE id = 1")
-            number = self._db.connection.execute("SELECT last_number FROM schedule_numbers WHERE id = 1").fetchone()[0]
+            # number: the next of the counter that only grows, given by migration 0015's trigger (a
+            # removed schedule's number is never given again).
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, number, "
-                "labels) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                  self._known.next_fire_after(expression, now, zone), now, now, zone_text, boot_id,
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
-                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused), number,
+                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused),
                  None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
             )
             return self._row(schedule_id)

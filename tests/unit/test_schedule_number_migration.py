@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import apsw
+import pytest
 
 from edge_runtime.contract.schedules import AddScheduleCommand
 from edge_runtime.local.clock import ManualClock
@@ -36,5 +37,16 @@ def test_stored_schedules_are_numbered_in_list_order_and_the_counter_continues_a
         repository = LocalScheduleRepository(db, device_zone="UTC0")
         assert [r.number for r in repository.list()] == [1, 2, 3, 4]
         assert repository.add(AddScheduleCommand(expression="@daily", argv=["true"])).number == 5
+        # A row another program inserts gets the next number too; one it numbers itself is refused,
+        # and a number never changes.
+        db.connection.execute("INSERT INTO schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, "
+                              "updated_at_ms) VALUES ('foreign', '@daily', '[\"true\"]', 'skip', 0, 5, 5)")
+        assert repository.get("foreign").number == 6
+        for statement in ("INSERT INTO schedules (id, expression, command, overlap, next_fire_at_ms, created_at_ms, "
+                          "updated_at_ms, number) VALUES ('n', '@daily', '[\"true\"]', 'skip', 0, 5, 5, 99)",
+                          "UPDATE schedules SET number = 1 WHERE id = 'foreign'"):
+            with pytest.raises(apsw.ConstraintError, match="number"):
+                db.connection.execute(statement)
+        assert sorted(r.number for r in repository.list()) == [1, 2, 3, 4, 5, 6]
     finally:
         db.close()
