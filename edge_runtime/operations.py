@@ -350,8 +350,8 @@ def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int
 
 def read_log_tail(store: Any, run_id: str, log_dir: Path, *, max_bytes: int) -> tuple[str, int] | None:
     """The Run's latest Attempt's log as text, every secret's value masked: the whole of it, or
-    its last ``max_bytes`` (masked from the start, so a value cut by the tail is never half
-    shown), with how many bytes before them were left out. None when it has no log (not yet
+    its last ``max_bytes``, with how many bytes before them were left out (read as a log cut at its
+    start: a secret the cut split shows on neither side). None when it has no log (not yet
     started, ended before its command started, or its file was removed by the log cap)."""
     attempts = store.runs.attempts(run_id)
     if not attempts or attempts[-1].log_path is msgspec.UNSET:
@@ -360,27 +360,21 @@ def read_log_tail(store: Any, run_id: str, log_dir: Path, *, max_bytes: int) -> 
         fd = open_log(attempts[-1], run_id, log_dir)
     except RunStateConflictError:
         return None
-    masker = SecretMasker(secret_values(store))
-    kept = bytearray()
-    dropped = 0
     try:
-        offset = 0
-        while True:
+        skipped = max(0, os.fstat(fd).st_size - max_bytes)
+        masker = store_redactor(store).log(cut_at_start=skipped > 0)
+        shown = bytearray()
+        offset = skipped
+        while len(shown) < 2 * max_bytes:  # a log still growing is read up to twice the tail, no more
             data = os.pread(fd, 64 * 1024, offset)
             if not data:
                 break
             offset += len(data)
-            kept += masker.feed(data)
-            if len(kept) > 2 * max_bytes:
-                dropped += len(kept) - max_bytes
-                del kept[:len(kept) - max_bytes]
+            shown += masker.feed(data)
     finally:
         os.close(fd)
-    kept += masker.flush()
-    if len(kept) > max_bytes:
-        dropped += len(kept) - max_bytes
-        del kept[:len(kept) - max_bytes]
-    return kept.decode("utf-8", "replace"), dropped
+    shown += masker.flush()
+    return shown.decode("utf-8", "replace"), skipped
 
 
 # ------------------------------------------------------------------------------------ schedules
