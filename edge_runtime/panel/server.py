@@ -518,14 +518,14 @@ class PanelServer:
             if handler == "token":
                 status, value = self._token(connection, matched)
             else:
-                status, value = getattr(self._open, handler)(matched, connection.app, body)
+                status, value = self._open.answer(handler, matched, connection.app, body)
             payload = msgspec.json.encode(value)
         except SecretCheckThrottledError as exc:
             self._refuse_open(connection, 429, str(exc), retry_after=exc.retry_after_s)
             return
         except EdgeRuntimeError as exc:
             status = open_error_status(exc)
-            payload = _open_body(status, str(exc))
+            payload = _open_body(status, self._open.error_message(exc))
         except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
             self.journal.error("panel.request_failed", handler=f"open.{handler}", error=type(exc).__name__,
                                detail=str(exc))

@@ -6,6 +6,11 @@ calls the handler of the route with the match, the app and the body. A handler r
 data). A refusal is raised as an error with its code (:func:`error_status` gives the HTTP status
 and the panel answers ``{"code": <status>, "message": ...}``).
 
+Every answer and error message passes :meth:`OpenApi.answer` / :meth:`OpenApi.error_message`:
+the store's secrets masked in every string, as the panel's answers are (a cron's command or name
+may repeat a secret's value). A client that sends such a masked text back (it GETs a cron and
+PUTs it again) leaves the stored one as it is.
+
 Each change goes through ``edge_runtime.operations`` and the ``Store`` port as the CLI's and the
 panel's do: one short transaction each, the service woken after the commit. A bulk request names
 every id first and changes nothing when one is unknown (QingLong ignores unknown ids silently).
@@ -23,6 +28,7 @@ import msgspec
 
 from edge_runtime import __version__, operations
 from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStateConflictError
 from edge_runtime.contract.schedules import EditScheduleCommand, ScheduleNotFoundError, ScheduleOverlapError
 from edge_runtime.contract.time_zones import TimeZone, time_zone
@@ -67,6 +73,19 @@ class OpenApi:
         if self._zone is None:
             self._zone = time_zone(self.store.schedules.device_zone())
         return self._zone.utc_offset(ms // 1000)
+
+    def answer(self, handler: str, match: OpenMatch, app: Any, body: bytes) -> tuple[int, Any]:
+        """The handler's ``(status, value)`` with the secrets masked in every string (read now: a
+        secret set a moment ago is masked too)."""
+        status, value = getattr(self, handler)(match, app, body)
+        return status, store_redactor(self.store).value(value)
+
+    def error_message(self, exc: EdgeRuntimeError) -> str:
+        """A refusal's message, masked as answers are; withheld when the secrets cannot be read."""
+        try:
+            return store_redactor(self.store).text(str(exc))
+        except EdgeRuntimeError as failed:
+            return f"(message withheld: the secrets to mask it with could not be read [{failed.code}])"
 
     @staticmethod
     def _actor(app: Any) -> str:
@@ -160,9 +179,13 @@ class OpenApi:
         changes: dict[str, Any] = {}
         if parse_schedule(request.schedule).text != record.expression:  # the same rule keeps its next fire
             changes["expression"] = request.schedule
-        if request.command.strip() != crons.command_text(record.command):
+        # What the client read back (masked, where it repeats a secret's value) changes nothing.
+        redactor = store_redactor(self.store)
+        command = crons.command_text(record.command)
+        if request.command.strip() not in (command, redactor.text(command)):
             changes["argv"] = crons.command_argv(request.command)
-        if request.name is not None and request.name != (None if record.name is msgspec.UNSET else record.name):
+        name = None if record.name is msgspec.UNSET else record.name
+        if request.name is not None and request.name != name and (name is None or request.name != redactor.text(name)):
             changes["name"] = request.name
         labels = crons.labels_of(request.labels)
         if labels is not None and labels != record.labels:

@@ -87,3 +87,25 @@ def test_a_log_longer_than_an_answer_gives_its_end_and_says_so(device) -> None:
     text = log["data"]
     assert code == 200 and text.startswith(f"[the first {size - MAX_LOG_BYTES} bytes of this log are left out]\n")
     assert text.endswith("bend\n") and SECRET[8:] not in text and SECRET[:8] not in text and "***" in text
+
+
+@pytest.mark.e2e
+def test_a_secret_in_a_crons_own_command_is_masked_and_sending_the_masked_text_back_keeps_it(device) -> None:
+    from edge_runtime.local.database import open_database
+    from edge_runtime.local.schedules import LocalScheduleRepository
+
+    harness, port, token = device
+    harness.cli("env", "set", "TOKEN", SECRET, "--secret")
+    command = f"curl -H 'x: {SECRET}' http://127.0.0.1:9/"
+    code, added = _call(port, token, "POST", "/open/crons", {"command": command, "schedule": "0 3 * * *",
+                                                             "name": f"uses {SECRET}"})
+    cron = added["data"]
+    assert code == 200 and cron["command"] == "curl -H 'x: ***' http://127.0.0.1:9/" and cron["name"] == "uses ***"
+    code, listed = _call(port, token, "GET", f"/open/crons?searchValue={cron['id']}")
+    assert SECRET not in json.dumps(listed)
+    code, edited = _call(port, token, "PUT", "/open/crons", {"id": cron["id"], "command": cron["command"],
+                                                             "name": cron["name"], "schedule": "0 4 * * *"})
+    assert code == 200 and edited["data"]["schedule"] == "0 4 * * *"
+    with open_database(str(harness.db_path)) as db:
+        [stored] = LocalScheduleRepository(db).list()
+    assert stored.command == ["sh", "-c", command] and stored.name == f"uses {SECRET}"  # kept, not "***"
