@@ -31,7 +31,7 @@ DEFAULT_TOKEN_TTL_MS = 30 * 86_400_000
 MIN_TOKEN_TTL_MS = 60_000
 MAX_TOKEN_TTL_MS = 365 * 86_400_000
 #: A token is issued per window of ``ttl / TOKEN_WINDOWS_PER_TTL`` (the same token to every request
-#: of one window): an app has at most about this many live tokens, however often it asks.
+#: of one window): an app has at most this many and two more live tokens, however often it asks.
 TOKEN_WINDOWS_PER_TTL = 30
 #: Characters of a ``client_id`` and a ``client_secret`` (as long as QingLong's).
 CLIENT_ID_LENGTH = 12

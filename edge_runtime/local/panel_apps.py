@@ -12,7 +12,7 @@ again. So a token is *derived*, not drawn: ``HMAC-SHA256(client_secret, client_i
 the window of time the request falls in (:func:`~edge_runtime.contract.panel_apps.token_window_ms`:
 the lifetime / 30, one day for the 30-day default). Every request in one window gets the same
 token, without a raw token kept anywhere, in memory or on disk, and across restarts of the
-service; an app therefore holds at most about 31 live tokens (one row each), however often it
+service; an app therefore holds at most 32 live tokens (one row each), however often it
 asks, and issuing one never ends another. Deriving needs the secret, which only the requester
 has (the store keeps its digest): a copy of the database derives nothing, and one token tells
 nothing of another. A token lives from its window's end for the app's lifetime: at least the
