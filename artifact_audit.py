@@ -71,7 +71,7 @@ SQLITE_NAMES = frozenset({"sqlite3", "_sqlite3"})
 # (edge_runtime/service/monitor.py, MONITOR_RELATIVE_PATH).
 MONITOR_PATH = "edge_runtime/service/native/edge-runtime-monitor"
 # The web panel (docs/panel.md): its modules, the HTTP parser it uses, and the page's files.
-# The OpenAPI on the panel's listener (docs/qinglong.md): the server imports its QingLong face at start.
+# The OpenAPI on the panel's listener (docs/qinglong.md): serve hands the server its QingLong face at start.
 PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "edge_runtime.panel.api",
                            "edge_runtime.panel.server", "edge_runtime.panel.connections",
                            "edge_runtime.panel.secret_throttle", "edge_runtime.qinglong",

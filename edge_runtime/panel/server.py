@@ -18,7 +18,9 @@ raced to it). A refusal closes the connection. An error a handler did not expect
 journal line; it never ends the panel, and nothing the panel does can stop the service.
 
 The OpenAPI (``/open/...``, docs/qinglong.md) has its own exact table and gate on the same
-listener, limits and loop: ``qinglong.open_routes.match`` (404 for anything not in it) -> the
+listener, limits and loop, when ``serve`` hands the server its face (``open_api``: QingLong's
+shapes stay in ``edge_runtime/qinglong``, which the panel never imports; without one, ``/open/``
+is the panel's 404): the face's ``match`` (404 for anything not in its table) -> the
 ``Host`` check -> the token request's throttle, or an app's bearer token holding the route's
 scope (401 otherwise; a route refused on purpose is 403 for any valid token) -> the body -> the
 handler (``qinglong.openapi``). It answers in QingLong's shape, ``{"code": ..., "message": ...}``.
@@ -46,9 +48,6 @@ from edge_runtime.panel.connections import MAX_CONNECTIONS, make_room
 from edge_runtime.panel.h11_loader import load_h11
 from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, host_is_this_device, match
 from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckThrottledError
-from edge_runtime.qinglong import open_routes
-from edge_runtime.qinglong.openapi import OpenApi
-from edge_runtime.qinglong.openapi import error_status as open_error_status
 
 MAX_HEADER_BYTES = 8 * 1024
 REQUEST_TIMEOUT_S = 10.0
@@ -93,7 +92,8 @@ class _Connection:
         self.waiting_since = time.monotonic()
         self.deadline = self.waiting_since + REQUEST_TIMEOUT_S
         self.request: h11.Request | None = None
-        self.matched: Match | open_routes.OpenMatch | None = None
+        #: The panel's route, or the OpenAPI face's.
+        self.matched: Any = None
         #: The app whose token opened the OpenAPI request being read.
         self.app: Any = None
         self.body = bytearray()
@@ -120,9 +120,13 @@ class PanelServer:
     """The panel: bound by :meth:`start` (in the service's thread), served in a thread of its own."""
 
     def __init__(self, *, host: str, port: int, db_path: str, log_dir: Path, config: Any, journal: Any,
-                 open_store: Callable[[], Any]) -> None:
+                 open_store: Callable[[], Any], open_api: Callable[..., Any] | None = None) -> None:
+        """``open_api(store, log_dir=...)``: the OpenAPI's face over the panel's store, with its
+        route table (``match``, its ``Match`` and ``Refusal``), its handlers (``answer``) and its
+        refusals (``error_status``, ``error_message``); None serves no ``/open/`` route."""
         self.host, self.port, self.db_path, self.log_dir = host, port, db_path, log_dir
         self.config, self.journal, self._open_store = config, journal, open_store
+        self._open_api = open_api
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_reader, self._stop_writer = socket.socketpair()
@@ -201,7 +205,7 @@ class PanelServer:
         from edge_runtime.local.panel_auth import LocalPanelAuth
 
         self._api = panel_api.Api(store, db_path=self.db_path, log_dir=self.log_dir, config=self.config)
-        self._open = OpenApi(store, log_dir=self.log_dir)
+        self._open = None if self._open_api is None else self._open_api(store, log_dir=self.log_dir)
         self._auth = LocalPanelAuth(store.db)
         self._apps = LocalPanelApps(store.db)
         self._store = store
@@ -366,7 +370,7 @@ class PanelServer:
         connection.deadline = min(connection.deadline, time.monotonic() + REQUEST_TIMEOUT_S)
         connection.head = request.method == b"HEAD"
         connection.app = None
-        if request.target.startswith(b"/open/"):
+        if request.target.startswith(b"/open/") and self._open is not None:
             self._open_request(connection, request)
             return
         found = match(request.method, request.target)
@@ -392,16 +396,17 @@ class PanelServer:
 
     def _open_request(self, connection: _Connection, request: h11.Request) -> None:
         """The OpenAPI's gate (see the module's docstring): the request is read only when it passes."""
-        found = open_routes.match(request.method, request.target)
+        face = self._open
+        found = face.match(request.method, request.target)
         headers = list(request.headers)
         hosts = [v for k, v in headers if k == b"host"]
         if len(hosts) != 1 or not host_is_this_device(hosts[0], self._device_names):
             self._refuse_open(connection, 421, "this device answers only to its own address")
             return
-        if isinstance(found, open_routes.OpenRefusal) and not found.on_purpose:
+        if isinstance(found, face.Refusal) and not found.on_purpose:
             self._refuse_open(connection, found.status, found.message)
             return
-        if isinstance(found, open_routes.OpenMatch) and found.route.scope is None:  # the token request
+        if isinstance(found, face.Match) and found.route.scope is None:  # the token request
             throttled = self._secrets.would_refuse(connection.peer)
             if throttled is not None:
                 self._refuse_open(connection, 429, str(throttled), retry_after=throttled.retry_after_s)
@@ -411,7 +416,7 @@ class PanelServer:
             if app is None:
                 self._refuse_open(connection, 401, problem)
                 return
-            if isinstance(found, open_routes.OpenRefusal):  # refused on purpose: the reason, to a valid token
+            if isinstance(found, face.Refusal):  # refused on purpose: the reason, to a valid token
                 self._refuse_open(connection, 403, found.message)
                 return
             if found.route.scope not in app.scopes:
@@ -486,7 +491,7 @@ class PanelServer:
         connection.matched = None
         route = matched.route
         body = bytes(connection.body)
-        if isinstance(matched, open_routes.OpenMatch):
+        if self._open is not None and isinstance(matched, self._open.Match):
             self._dispatch_open(connection, matched, body)
             return
         if route.handler in ("page", "static"):
@@ -512,7 +517,7 @@ class PanelServer:
             status, payload = 500, _error_body("INTERNAL", "the panel failed to answer this request; see the service's log")
         self._respond(connection, status, payload, api=True, extra=extra)
 
-    def _dispatch_open(self, connection: _Connection, matched: open_routes.OpenMatch, body: bytes) -> None:
+    def _dispatch_open(self, connection: _Connection, matched: Any, body: bytes) -> None:
         handler = matched.route.handler
         try:
             if handler == "token":
@@ -524,7 +529,7 @@ class PanelServer:
             self._refuse_open(connection, 429, str(exc), retry_after=exc.retry_after_s)
             return
         except EdgeRuntimeError as exc:
-            status = open_error_status(exc)
+            status = self._open.error_status(exc)
             payload = _open_body(status, self._open.error_message(exc))
         except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
             self.journal.error("panel.request_failed", handler=f"open.{handler}", error=type(exc).__name__,
@@ -532,7 +537,7 @@ class PanelServer:
             status, payload = 500, _open_body(500, "the device failed to answer this request; see the service's log")
         self._respond(connection, status, payload, api=True)
 
-    def _token(self, connection: _Connection, matched: open_routes.OpenMatch) -> tuple[int, Any]:
+    def _token(self, connection: _Connection, matched: Any) -> tuple[int, Any]:
         """``GET /open/auth/token``: a bearer token for an app's id and secret, each try a check of
         a secret taken from the throttle before the secret is compared (as a login's)."""
         client_id, client_secret = matched.query.get("client_id"), matched.query.get("client_secret")

@@ -34,7 +34,8 @@ from edge_runtime.contract.schedules import EditScheduleCommand, ScheduleNotFoun
 from edge_runtime.contract.time_zones import TimeZone, time_zone
 from edge_runtime.qinglong import crons, logs
 from edge_runtime.qinglong.crons import OpenRequestError
-from edge_runtime.qinglong.open_routes import OpenMatch
+from edge_runtime.qinglong import open_routes
+from edge_runtime.qinglong.open_routes import OpenMatch, OpenRefusal
 
 #: The QingLong release whose OpenAPI shapes this face answers with (``GET /open/system``):
 #: clients that choose a shape by version choose QingLong's current one.
@@ -62,7 +63,15 @@ def error_status(exc: EdgeRuntimeError) -> int:
 
 
 class OpenApi:
-    """The handlers over the panel's open Local store; ``log_dir``: the service's Attempt logs."""
+    """The handlers over the panel's open Local store; ``log_dir``: the service's Attempt logs.
+
+    The face ``serve`` hands the panel's server (which never imports this package): its route
+    table and the shapes of a match, and how a refusal is answered, go with it."""
+
+    match = staticmethod(open_routes.match)
+    Match = OpenMatch
+    Refusal = OpenRefusal
+    error_status = staticmethod(error_status)
 
     def __init__(self, store: Any, *, log_dir: Path) -> None:
         self.store, self.log_dir = store, log_dir

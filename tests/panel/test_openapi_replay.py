@@ -25,6 +25,7 @@ from edge_runtime.local.panel_auth import LocalPanelAuth
 from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.local.store import LocalStore
 from edge_runtime.panel.server import PanelServer
+from edge_runtime.qinglong.openapi import OpenApi
 from edge_runtime.service.journal import Journal
 from tests.support.panel_client import PASSWORD, exchange, header, login, status
 from tests.support.openapi_calls import REFUSED_CALLS
@@ -48,7 +49,8 @@ class Panel:
         (tmp_path / "logs").mkdir()
         self.server = PanelServer(host="127.0.0.1", port=0, db_path=self.db_path, log_dir=tmp_path / "logs",
                                   config=None, journal=Journal(self.journal_text),
-                                  open_store=lambda: LocalStore(open_database(self.db_path), self.db_path, SystemClock()))
+                                  open_store=lambda: LocalStore(open_database(self.db_path), self.db_path, SystemClock()),
+                                  open_api=OpenApi)
         self.server.start()
         self.port = self.server.port
 
@@ -282,3 +284,18 @@ def test_a_body_beyond_the_limit_is_refused_before_it_is_read(panel: Panel) -> N
     lines = [f"POST /open/crons HTTP/1.1", f"Host: 127.0.0.1:{panel.port}", *headers]
     raw = exchange(panel.port, ("\r\n".join(lines) + "\r\n\r\n").encode())
     assert status(raw) == 413 and msgspec.json.decode(raw.partition(b"\r\n\r\n")[2])["code"] == 413
+
+
+def test_without_the_openapi_face_no_open_route_is_served(tmp_path: Path) -> None:
+    db_path = str(tmp_path / "edge.db")
+    with open_database(db_path) as db:
+        LocalPanelAuth(db).set_password(PASSWORD)
+    server = PanelServer(host="127.0.0.1", port=0, db_path=db_path, log_dir=tmp_path, config=None,
+                         journal=Journal(io.StringIO()),
+                         open_store=lambda: LocalStore(open_database(db_path), db_path, SystemClock()))
+    server.start()
+    try:
+        raw = exchange(server.port, f"GET /open/system HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\n\r\n".encode())
+        assert status(raw) == 404 and json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "NOT_FOUND"
+    finally:
+        server.stop()
