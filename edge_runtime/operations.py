@@ -348,7 +348,7 @@ def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int
                     done=not active and at_end)
 
 
-def read_log_tail(store: Any, run_id: str, log_dir: Path, *, max_bytes: int) -> tuple[str, int] | None:
+def read_log_tail(store: UserStore, run_id: str, log_dir: Path, *, max_bytes: int) -> tuple[str, int] | None:
     """The Run's latest Attempt's log as text, every secret's value masked: the whole of it, or
     its last ``max_bytes``, with how many bytes before them were left out (read as a log cut at its
     start: a secret the cut split shows on neither side). None when it has no log (not yet
