@@ -76,7 +76,8 @@ PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "e
                            "edge_runtime.panel.server", "edge_runtime.panel.connections",
                            "edge_runtime.panel.secret_throttle", "edge_runtime.qinglong",
                            "edge_runtime.qinglong.open_routes", "edge_runtime.qinglong.openapi",
-                           "edge_runtime.qinglong.crons", "edge_runtime.qinglong.logs", "h11"})
+                           "edge_runtime.qinglong.crons", "edge_runtime.qinglong.envs", "edge_runtime.qinglong.logs",
+                           "h11"})
 PANEL_STATIC_DIR = "edge_runtime/panel/static/"
 PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "favicon.svg"})
 

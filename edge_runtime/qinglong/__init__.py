@@ -5,8 +5,8 @@ QingLong's language lives here and nowhere else: its SQLite schema and the data 
 finds already here or skips, and why (``import_plan``, applied by ``import_apply``), and the
 headers its scripts carry (``script_headers``, ``script_scan``); and its OpenAPI (integer ids,
 ``{"code": 200}``, cron status 0-3, ``task x.js``): the exact route table and what it refuses
-(``open_routes``), a schedule as a cron object (``crons``), the Runs as log directories and files
-(``logs``) and the handlers (``openapi``). Each module calls the same operations as the CLI and
+(``open_routes``), a schedule as a cron object (``crons``), an env entry as an env object
+(``envs``), the Runs as log directories and files (``logs``) and the handlers (``openapi``). Each module calls the same operations as the CLI and
 the panel (``edge_runtime.operations`` and the ``Store`` port); the contract and the stores know
 nothing of QingLong.
 

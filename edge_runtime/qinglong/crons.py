@@ -200,7 +200,7 @@ def cron_state(record: ScheduleRecord, runs: list[RunRecord], attempts_of: Any, 
     return CronState(status, pid, log_path, last_execution, last_running)
 
 
-def _iso(ms: int) -> str:
+def iso(ms: int) -> str:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -238,8 +238,8 @@ def cron_object(record: ScheduleRecord, state: CronState, updated_offset_s: int)
         "log_name": directory_name(record),
         "allow_multiple_instances": None,
         "work_dir": None if record.cwd is msgspec.UNSET else record.cwd,
-        "createdAt": _iso(record.created_at_ms),
-        "updatedAt": _iso(record.updated_at_ms),
+        "createdAt": iso(record.created_at_ms),
+        "updatedAt": iso(record.updated_at_ms),
     }
 
 

@@ -47,7 +47,7 @@ def _route(method: str, path: str, handler: str, scope: AppScope | None, query: 
     return OpenRoute(method.encode(), tuple(s.encode() for s in path.split("/")), handler, scope, frozenset(query))
 
 
-_C, _L, _S = AppScope.CRONS, AppScope.LOGS, AppScope.SYSTEM
+_C, _E, _L, _S = AppScope.CRONS, AppScope.ENVS, AppScope.LOGS, AppScope.SYSTEM
 
 #: Every OpenAPI request the device answers.
 OPEN_ROUTES: tuple[OpenRoute, ...] = (
@@ -63,6 +63,14 @@ OPEN_ROUTES: tuple[OpenRoute, ...] = (
     _route("GET", "crons/{id}", "get_cron", _C),
     _route("GET", "crons/{id}/log", "cron_log", _C),
     _route("GET", "crons/{id}/logs", "cron_logs", _C),
+    _route("GET", "envs", "list_envs", _E, ("searchValue",)),
+    _route("POST", "envs", "add_envs", _E),
+    _route("PUT", "envs", "edit_env", _E),
+    _route("DELETE", "envs", "remove_envs", _E),
+    _route("PUT", "envs/enable", "enable_envs", _E),
+    _route("PUT", "envs/disable", "disable_envs", _E),
+    _route("PUT", "envs/name", "rename_envs", _E),
+    _route("GET", "envs/{id}", "get_env", _E),
     _route("GET", "logs", "list_logs", _L),
     _route("GET", "logs/detail", "log_detail", _L, ("path", "file")),
     _route("GET", "system", "system", _S),

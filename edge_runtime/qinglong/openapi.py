@@ -27,12 +27,13 @@ from typing import Any
 import msgspec
 
 from edge_runtime import __version__, operations
+from edge_runtime.contract.environment import EnvEntryNotFoundError
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStateConflictError
 from edge_runtime.contract.schedules import EditScheduleCommand, ScheduleNotFoundError, ScheduleOverlapError
 from edge_runtime.contract.time_zones import TimeZone, time_zone
-from edge_runtime.qinglong import crons, logs
+from edge_runtime.qinglong import crons, envs, logs
 from edge_runtime.qinglong.crons import OpenRequestError
 from edge_runtime.qinglong import open_routes
 from edge_runtime.qinglong.open_routes import OpenMatch, OpenRefusal
@@ -49,13 +50,16 @@ def ok(data: Any = msgspec.UNSET) -> tuple[int, dict[str, Any]]:
 
 
 def error_status(exc: EdgeRuntimeError) -> int:
-    """The HTTP status (and QingLong ``code``) of a refusal."""
+    """The HTTP status (and QingLong ``code``) of a refusal: 400 for anything wrong with the
+    request (an error whose class, or a class it derives from, says ``INVALID``: a secret too short
+    and a value too long are invalid variables too)."""
     code = exc.code
     if code == "OPENAPI_REFUSED":
         return 403
     if code.endswith("NOT_FOUND"):
         return 404
-    if "INVALID" in code or code.endswith("AMBIGUOUS") or code == "SCHEDULE_NEVER_FIRES":
+    invalid = any("INVALID" in getattr(kind, "code", "") for kind in type(exc).__mro__)
+    if invalid or code.endswith("AMBIGUOUS") or code == "SCHEDULE_NEVER_FIRES":
         return 400
     if code.endswith(("REPOSITORY_FAILED", "STORAGE_FAILED")):
         return 503 if exc.retryable else 500
@@ -242,6 +246,70 @@ class OpenApi:
                                       actor_id=self._actor(app))
                 except RunStateConflictError:
                     pass  # it ended meanwhile: nothing left to stop
+        return ok()
+
+    # ----------------------------------------------------------------- envs
+
+    def _env(self, entry: Any) -> dict[str, Any]:
+        return envs.env_object(entry, self._offset(entry.updated_at_ms))
+
+    def list_envs(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
+        search = match.query.get("searchValue") or None
+        return ok([self._env(entry) for entry in operations.env_list(self.store, search=search)])
+
+    def get_env(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
+        return ok(self._env(operations.env_get(self.store, match.id)))
+
+    def add_envs(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        from edge_runtime.contract.env_entries import NewEnvEntry
+
+        requested = envs.new_entries(body)
+        for entry in requested:
+            envs.check_name(entry.name)
+        entries = [NewEnvEntry(name=e.name, value=e.value, remarks=e.remarks or "", labels=tuple(e.labels or ()))
+                   for e in requested]
+        return ok([self._env(entry) for entry in operations.env_add(self.store, entries)])
+
+    def edit_env(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        entry_id, request = envs.edit_request(body)
+        envs.checked_value(request.value)
+        current = operations.environment(self.store).get(entry_id)
+        envs.check_name(current.name)
+        envs.check_name(request.name)
+        # What the client read back (``***`` for a secret, masked where it repeats one) changes nothing.
+        redactor = store_redactor(self.store)
+        shown = envs.MASK if current.value is msgspec.UNSET else redactor.text(current.value)
+        value = None if request.value in (current.value, shown) else request.value
+        remarks = None if request.remarks is msgspec.UNSET else (request.remarks or "")
+        if remarks is not None and remarks == redactor.text(current.remarks):
+            remarks = None
+        entry = operations.env_update(self.store, entry_id, name=request.name, value=value, remarks=remarks,
+                                      labels=request.labels)
+        return ok(self._env(entry))
+
+    def remove_envs(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        operations.env_remove(self.store, crons.parse_ids(body))
+        return ok()
+
+    def enable_envs(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        ids = crons.parse_ids(body)
+        entries = operations.environment(self.store)
+        for entry_id in ids:  # an unknown id is named by the enable itself, which changes nothing then
+            try:
+                envs.check_name(entries.get(entry_id).name)
+            except EnvEntryNotFoundError:
+                pass
+        operations.env_enable(self.store, ids, True)
+        return ok()
+
+    def disable_envs(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        operations.env_enable(self.store, crons.parse_ids(body), False)
+        return ok()
+
+    def rename_envs(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        ids, name = envs.rename_request(body)
+        envs.check_name(name)
+        operations.env_rename(self.store, ids, name)
         return ok()
 
     # ----------------------------------------------------------------- logs, system

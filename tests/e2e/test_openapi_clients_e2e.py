@@ -229,3 +229,76 @@ def test_every_refusal_through_the_clients_http_library(client_python: Path, dev
     for method, target, code, body in out:
         assert code == 403 and body["code"] == 403 and body["message"], (method, target, body)
     assert json.loads(harness.cli("schedule", "list", "--json").stdout) == []
+
+
+QINGLONGSDK_ENVS = """
+import json, sys
+from qinglongsdk import qlenv
+
+a = json.loads(sys.argv[1])
+env = qlenv("127.0.0.1", a["port"], a["client_id"], a["client_secret"])
+out = {}
+out["added"] = [env.add("JD_COOKIE", value, remarks) for value, remarks in a["accounts"]]
+ids = [added["data"][0]["id"] for added in out["added"]]
+out["search"] = env.search("pt_pin=u2")
+out["update"] = env.update("pt_key=v3 \\"q\\";pt_pin=u3;", "JD_COOKIE", ids[2], "账号三")
+out["disable"] = env.disable([ids[1]])
+out["list"] = env.list()
+out["get"] = env.get_by_id(ids[0])
+out["rename"] = env.rename([ids[0]], "JD_COOKIE")
+out["refused"] = env.add("NODE_OPTIONS", "--import data:text/javascript,1")
+print(json.dumps(out))
+"""
+
+QINGLONGTOOL_ENVS = """
+import asyncio, json, sys
+from qlapi import qlenv
+
+a = json.loads(sys.argv[1])
+
+async def main():
+    async with qlenv("127.0.0.1", a["port"], a["client_id"], a["client_secret"]) as env:
+        added = await env.add("TOOL_VAR", "from tool", "remark")
+        found = await env.search(name="TOOL_VAR")
+        listed = await env.list()
+        enabled = await env.enable([added["data"][0]["id"]])
+    print(json.dumps({"added": added, "found": found, "listed": listed, "enabled": enabled}))
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.e2e
+def test_the_clients_manage_envs_and_a_cron_sees_the_enabled_accounts_joined(client_python: Path, harness,
+                                                                             tmp_path: Path) -> None:
+    service, port = start_panel(harness)
+    app = json.loads(harness.cli("panel", "app", "add", "envs", "--scopes", "envs,crons").stdout)
+    accounts = [["pt_key=v1 'a b';pt_pin=u1;", "账号一"], ["pt_key=v2;pt_pin=u2;", ""], ["old", "three"]]
+    out = _client(client_python, QINGLONGSDK_ENVS, port, app, tmp_path, accounts=accounts)
+    assert [added["code"] for added in out["added"]] == [200, 200, 200]
+    assert [e["remarks"] for e in out["search"]] == [""]
+    assert out["update"]["code"] == 200 and out["update"]["data"]["remarks"] == "账号三"
+    assert out["disable"] == {"code": 200} and out["rename"] == {"code": 200}
+    assert [(e["status"], e["value"]) for e in out["list"]["data"]] == [
+        (0, accounts[0][0]), (1, accounts[1][0]), (0, "pt_key=v3 \"q\";pt_pin=u3;")]
+    assert out["get"]["data"]["remarks"] == "账号一"
+    assert out["refused"]["code"] == 403 and "NODE_OPTIONS" in out["refused"]["message"]
+    tool = _client(client_python, QINGLONGTOOL_ENVS, port, app, tmp_path)
+    assert tool["added"]["code"] == 200 and [e["value"] for e in tool["found"]["TOOL_VAR"]] == ["from tool"]
+    assert tool["enabled"] == {"code": 200} and len(tool["listed"]["data"]) == 4
+    # A cron run through the OpenAPI sees JD_COOKIE as its enabled entries joined with &, in list order.
+    out_file = tmp_path / "seen"
+    arguments = {"command": f"printf '%s' \"$JD_COOKIE\" > {out_file}", "schedule": "0 3 * * *"}
+    script = """
+import json, sys
+from qinglongsdk import qltask
+a = json.loads(sys.argv[1])
+task = qltask("127.0.0.1", a["port"], a["client_id"], a["client_secret"])
+added = task.add(a["command"], a["schedule"], "show cookie")
+print(json.dumps({"added": added, "run": task.task_run([added["data"]])}))
+"""
+    ran = _client(client_python, script, port, app, tmp_path, **arguments)
+    assert ran["run"] == 200
+    wait_for(lambda: out_file.exists() and out_file.read_text(), "the cron's Run to write what it saw")
+    assert out_file.read_text() == f"{accounts[0][0]}&pt_key=v3 \"q\";pt_pin=u3;"
+    assert service.process.poll() is None, service.log()

@@ -12,8 +12,11 @@ from edge_runtime.qinglong.open_routes import OPEN_ROUTES, OpenMatch, OpenRefusa
 
 def test_the_table_is_exactly_the_documented_openapi() -> None:
     table = {(r.method.decode(), "/open/" + "/".join(s.decode() for s in r.segments), r.scope) for r in OPEN_ROUTES}
-    c, l, s = AppScope.CRONS, AppScope.LOGS, AppScope.SYSTEM
+    c, e, l, s = AppScope.CRONS, AppScope.ENVS, AppScope.LOGS, AppScope.SYSTEM
     assert table == {
+        ("GET", "/open/envs", e), ("POST", "/open/envs", e), ("PUT", "/open/envs", e), ("DELETE", "/open/envs", e),
+        ("PUT", "/open/envs/enable", e), ("PUT", "/open/envs/disable", e), ("PUT", "/open/envs/name", e),
+        ("GET", "/open/envs/{id}", e),
         ("GET", "/open/auth/token", None),
         ("GET", "/open/crons", c), ("POST", "/open/crons", c), ("PUT", "/open/crons", c), ("DELETE", "/open/crons", c),
         ("PUT", "/open/crons/run", c), ("PUT", "/open/crons/stop", c), ("PUT", "/open/crons/enable", c),
@@ -40,6 +43,12 @@ def test_the_table_is_exactly_the_documented_openapi() -> None:
     (b"DELETE", b"/open/crons?t=1", "remove_crons", None, {}),
     (b"GET", b"/open/logs/detail?path=jd_bean_1&file=2026-07-18-08-15-00-123_1a2b3c4d.log", "log_detail", None,
      {"path": "jd_bean_1", "file": "2026-07-18-08-15-00-123_1a2b3c4d.log"}),
+    (b"GET", b"/open/envs", "list_envs", None, {}),
+    (b"GET", b"/open/envs/", "list_envs", None, {}),  # qinglongsdk's qlenv.list
+    (b"GET", b"/open/envs?searchValue=JD_COOKIE", "list_envs", None, {"searchValue": "JD_COOKIE"}),
+    (b"GET", b"/open/envs/7", "get_env", 7, {}),
+    (b"PUT", b"/open/envs/name", "rename_envs", None, {}),
+    (b"DELETE", b"/open/envs/", "remove_envs", None, {}),
     (b"GET", b"/open/system", "system", None, {}),
     (b"GET", b"/open/system/", "system", None, {}),
     (b"GET", b"/open/auth/token?client_id=abc&client_secret=a_b-C", "token", None,
@@ -59,6 +68,8 @@ def test_the_forms_clients_send_match(method, target, handler, identifier, query
     (b"GET", b"/open/crons/1/instances"), (b"GET", b"/open/crons/views"), (b"GET", b"/open/crons/detail?log_path=x"),
     (b"GET", b"/open/"), (b"GET", b"/open/health"), (b"GET", b"/open/dashboard/overview"), (b"GET", b"/open/crons;x"),
     (b"GET", b"/open/subscriptions"), (b"GET", b"/open/logs/x.log?path=a"), (b"POST", b"/open/auth/token"),
+    (b"PUT", b"/open/envs/pin"), (b"PUT", b"/open/envs/3/move"), (b"POST", b"/open/envs/labels"),
+    (b"GET", b"/open/envs/abc"),
 ])
 def test_every_other_form_is_not_found(method, target) -> None:
     found = match(method, target)

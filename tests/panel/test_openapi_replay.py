@@ -22,6 +22,7 @@ from edge_runtime.local.clock import SystemClock
 from edge_runtime.local.database import open_database
 from edge_runtime.local.panel_apps import LocalPanelApps
 from edge_runtime.local.panel_auth import LocalPanelAuth
+from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.schedules import LocalScheduleRepository
 from edge_runtime.local.store import LocalStore
 from edge_runtime.panel.server import PanelServer
@@ -43,6 +44,7 @@ class Panel:
         LocalPanelAuth(db).set_password(PASSWORD)
         apps = LocalPanelApps(db)
         self.full = apps.add("full", [AppScope.CRONS, AppScope.LOGS, AppScope.SYSTEM], DEFAULT_TOKEN_TTL_MS)
+        self.uploader = apps.add("uploader", [AppScope.ENVS], DEFAULT_TOKEN_TTL_MS)
         self.envs_only = apps.add("envs-only", [AppScope.ENVS], DEFAULT_TOKEN_TTL_MS)
         db.close()
         self.journal_text = io.StringIO()
@@ -70,6 +72,10 @@ class Panel:
         assert code == 200 and body["code"] == 200, body
         assert body["data"]["token_type"] == "Bearer" and body["data"]["expiration"] > time.time() + 29 * 86400
         return body["data"]["token"]
+
+    def entries(self) -> list[Any]:
+        with open_database(self.db_path) as db:
+            return LocalEnvironmentRepository(db).list()
 
     def schedules(self) -> list[Any]:
         with open_database(self.db_path) as db:
@@ -299,3 +305,116 @@ def test_without_the_openapi_face_no_open_route_is_served(tmp_path: Path) -> Non
         assert status(raw) == 404 and json.loads(raw.partition(b"\r\n\r\n")[2])["error"]["code"] == "NOT_FOUND"
     finally:
         server.stop()
+
+
+def test_qinglongsdk_and_qinglongtool_manage_envs(panel: Panel) -> None:
+    headers = _sdk(panel.token(panel.uploader))
+    code, added, _ = panel.send("POST", "/open/envs", headers,
+                                _json([{"value": "pt_key=A;pt_pin=u1;", "name": "JD_COOKIE", "remarks": "账号一"},
+                                       {"value": "pt_key=B;pt_pin=u2;", "name": "JD_COOKIE", "remarks": ""}]))
+    assert code == 200 and [e["id"] for e in added["data"]] == [1, 2]
+    first = added["data"][0]
+    assert {k: first[k] for k in ("name", "value", "remarks", "status", "isPinned", "labels")} == {
+        "name": "JD_COOKIE", "value": "pt_key=A;pt_pin=u1;", "remarks": "账号一", "status": 0, "isPinned": 0, "labels": []}
+    assert first["createdAt"].endswith("Z") and "GMT" in first["timestamp"]
+    code, found, _ = panel.send("GET", "/open/envs?searchValue=u2", headers)  # qlenv.search
+    assert [e["id"] for e in found["data"]] == [2]
+    code, found, _ = panel.send("GET", "/open/envs?searchValue=%E8%B4%A6%E5%8F%B7", headers)  # 账号, encoded
+    assert [e["id"] for e in found["data"]] == [1]
+    code, listed, _ = panel.send("GET", "/open/envs/", headers)  # qlenv.list
+    assert [e["id"] for e in listed["data"]] == [1, 2]
+    code, one, _ = panel.send("GET", "/open/envs/2", headers)  # qlenv.get_by_id
+    assert one["data"]["value"] == "pt_key=B;pt_pin=u2;"
+    code, updated, _ = panel.send("PUT", "/open/envs", headers,  # qlenv.update
+                                  _json({"value": "pt_key=C;pt_pin=u2;", "name": "JD_COOKIE", "remarks": "二", "id": 2}))
+    assert code == 200 and (updated["data"]["value"], updated["data"]["remarks"]) == ("pt_key=C;pt_pin=u2;", "二")
+    assert panel.send("PUT", "/open/envs/disable", headers, _json([2]))[:2] == (200, {"code": 200})
+    assert [e.enabled for e in panel.entries()] == [True, False]
+    assert panel.send("PUT", "/open/envs/enable", headers, b"[2]")[:2] == (200, {"code": 200})
+    code, renamed, _ = panel.send("PUT", "/open/envs/name", headers, _json({"ids": 2, "name": "JD_COOKIE_2"}))
+    assert (code, renamed) == (200, {"code": 200}) and panel.entries()[1].name == "JD_COOKIE_2"  # a bare id taken
+    code, renamed, _ = panel.send("PUT", "/open/envs/name", headers, _json({"ids": ["1", 2], "name": "JD_COOKIE"}))
+    assert code == 200 and {e.name for e in panel.entries()} == {"JD_COOKIE"}
+    code, deleted, _ = panel.send("DELETE", "/open/envs", headers, _json([1]))  # qlenv.delete
+    assert (code, deleted) == (200, {"code": 200}) and [e.id for e in panel.entries()] == [2]
+    httpx = [*HTTPX, f"authorization: Bearer {panel.token(panel.uploader)}", "Content-Type: application/json"]
+    code, added, _ = panel.send("POST", "/open/envs", httpx, b'[{"value":"v","name":"TOOL","remarks":""}]')
+    assert code == 200 and added["data"][0]["id"] == 3  # ids are never given twice
+
+
+def test_the_uploaders_find_an_account_by_its_remarks_update_and_enable_it(panel: Panel) -> None:
+    headers = [*REQUESTS, f"Authorization: Bearer {panel.token(panel.uploader)}", "Content-Type: application/json"]
+    code, created, _ = panel.send("POST", "/open/envs", headers,
+                                  _json([{"name": "HW_TOKEN", "value": "old", "remarks": "user jane"}]))
+    new_id = created["data"][0]["id"]  # vorto-utils: data[0]._id or data[0].id; autman: data[0]
+    assert "_id" not in created["data"][0] and isinstance(new_id, int) and new_id >= 1
+    code, found, _ = panel.send("GET", "/open/envs?searchValue=jane", headers)
+    [entry] = [e for e in found["data"] if e["name"] == "HW_TOKEN" and "jane" in str(e["remarks"] or "")]
+    code, _, _ = panel.send("PUT", "/open/envs", headers, _json({"name": "HW_TOKEN", "value": "new",
+                                                                 "remarks": entry["remarks"], "id": entry["id"]}))
+    assert code == 200
+    assert panel.send("PUT", "/open/envs/enable", headers, _json([entry["id"]]))[:2] == (200, {"code": 200})
+    [stored] = panel.entries()
+    assert (stored.value, stored.remarks, stored.enabled) == ("new", "user jane", True)
+
+
+def test_a_secret_entry_shows_its_value_masked_and_sending_it_back_keeps_it(panel: Panel) -> None:
+    secret = "pt_key=SECRETVALUE;pt_pin=me;"
+    with open_database(panel.db_path) as db:
+        from edge_runtime.contract.env_entries import NewEnvEntry
+
+        LocalEnvironmentRepository(db).add([NewEnvEntry(name="JD_COOKIE", value=secret, secret=True,
+                                                        remarks=f"cookie {secret}")])
+    headers = _sdk(panel.token(panel.uploader))
+    code, listed, raw = panel.send("GET", "/open/envs", headers)
+    [entry] = listed["data"]
+    assert (entry["value"], entry["remarks"]) == ("***", "cookie ***") and secret.encode() not in raw
+    code, found, raw = panel.send("GET", "/open/envs?searchValue=SECRETVALUE", headers)  # found by it, never shown
+    assert [e["id"] for e in found["data"]] == [entry["id"]] and secret.encode() not in raw
+    code, updated, raw = panel.send("PUT", "/open/envs", headers, _json({"id": entry["id"], "name": "JD_COOKIE",
+                                                                        "value": "***", "remarks": "cookie ***"}))
+    assert code == 200 and secret.encode() not in raw
+    [stored] = panel.entries()
+    assert (stored.remarks, stored.secret) == (f"cookie {secret}", True)
+    with open_database(panel.db_path) as db:
+        assert LocalEnvironmentRepository(db).task_values() == {"JD_COOKIE": secret}  # the value kept
+
+
+def test_env_requests_that_are_refused(panel: Panel) -> None:
+    headers = _sdk(panel.token(panel.uploader))
+    for body, status_code, word in ((b"[]", 400, "at least one"), (_json([{"name": "1BAD", "value": "v"}]), 400, "name"),
+                                    (_json([{"name": "OK", "value": ""}]), 400, "empty"),
+                                    (_json([{"name": "OK", "value": "v", "status": 1}]), 400, "status"),
+                                    (_json({"name": "OK", "value": "v"}), 400, "array"),
+                                    (_json([{"name": "OK", "value": "v"}, {"name": "NODE_OPTIONS",
+                                                                          "value": "--import data:text/javascript,1"}]),
+                                     403, "NODE_OPTIONS"),
+                                    (_json([{"name": "LD_PRELOAD", "value": "/tmp/x.so"}]), 403, "LD_PRELOAD"),
+                                    (_json([{"name": "PATH", "value": "/tmp"}]), 403, "PATH")):
+        code, refused, _ = panel.send("POST", "/open/envs", headers, body)
+        assert code == status_code and refused["code"] == status_code and word in refused["message"], (body, refused)
+    assert panel.entries() == []
+    code, missing, _ = panel.send("GET", "/open/envs/9", headers)
+    assert code == 404 and missing["code"] == 404
+    code, missing, _ = panel.send("PUT", "/open/envs/enable", headers, _json([9]))
+    assert code == 404 and "9" in missing["message"]
+    code, refused, _ = panel.send("GET", "/open/envs", _sdk(panel.token()))  # the crons app holds no envs scope
+    assert code == 401 and "does not open envs" in refused["message"]
+    # One set on the device may not be changed, renamed to, nor enabled by an app; removed, it may.
+    with open_database(panel.db_path) as db:
+        from edge_runtime.contract.env_entries import NewEnvEntry
+
+        [loader, plain] = LocalEnvironmentRepository(db).add([
+            NewEnvEntry(name="LD_LIBRARY_PATH", value="/opt/lib", enabled=False), NewEnvEntry(name="A", value="a")])
+    for method, target, body in (("PUT", "/open/envs", {"id": loader.id, "name": "LD_LIBRARY_PATH", "value": "/tmp"}),
+                                 ("PUT", "/open/envs", {"id": plain.id, "name": "PYTHONPATH", "value": "/tmp"}),
+                                 ("PUT", "/open/envs/enable", [loader.id]),
+                                 ("PUT", "/open/envs/name", {"ids": [plain.id], "name": "BASH_ENV"})):
+        code, refused, _ = panel.send(method, target, headers, _json(body))
+        assert code == 403 and "load or run other code" in refused["message"], (target, body, refused)
+    assert [(e.name, e.value, e.enabled) for e in panel.entries()] == [("LD_LIBRARY_PATH", "/opt/lib", False),
+                                                                        ("A", "a", True)]
+    assert panel.send("PUT", "/open/envs/disable", headers, _json([loader.id]))[0] == 200
+    assert panel.send("DELETE", "/open/envs", headers, _json([loader.id]))[0] == 200
+    code, refused, _ = panel.send("POST", "/open/envs/upload", headers, b"--x--")
+    assert code == 403 and "scripts directory" in refused["message"]

@@ -45,6 +45,7 @@ BASE_PYZ = {
     "edge_runtime.qinglong.open_routes": "module",
     "edge_runtime.qinglong.openapi": "module",
     "edge_runtime.qinglong.crons": "module",
+    "edge_runtime.qinglong.envs": "module",
     "edge_runtime.qinglong.logs": "module",
     "h11": "package",
 }
