@@ -107,7 +107,8 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
             floor = store.now_ms()  # read here, in the service's thread
             return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
                                config=config, journal=journal, open_store=lambda: _peer_store(store.db, store.where, floor),
-                               open_api=OpenApi)
+                               open_api=lambda panel_store, log_dir: OpenApi(
+                                   panel_store, log_dir=log_dir, scripts_dir=lambda: config.resolved_scripts_dir(db_path)))
 
         side_servers["panel"] = panel
 

@@ -77,8 +77,10 @@ class OpenApi:
     Refusal = OpenRefusal
     error_status = staticmethod(error_status)
 
-    def __init__(self, store: Any, *, log_dir: Path) -> None:
-        self.store, self.log_dir = store, log_dir
+    def __init__(self, store: Any, *, log_dir: Path, scripts_dir: operations.ScriptsDir = None) -> None:
+        """``scripts_dir``: where a ``task`` cron's script must be (checked when it is added or its
+        command changes, as ``schedule add`` checks it); None checks nothing."""
+        self.store, self.log_dir, self._scripts_dir = store, log_dir, scripts_dir
         self._zone: TimeZone | None = None
 
     def _offset(self, ms: int) -> int:
@@ -179,8 +181,7 @@ class OpenApi:
         command = operations.add_schedule_command(request.schedule, crons.command_argv(request.command),
                                                   name=request.name, labels=crons.labels_of(request.labels),
                                                   options=options)
-        record = self.store.schedules.add(command)
-        operations.wake_schedules(self.store)
+        record = operations.add_schedule(self.store, command, scripts_dir=self._scripts_dir)
         return ok(self._cron(record, recent=[]))
 
     def edit_cron(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
@@ -206,8 +207,8 @@ class OpenApi:
         if request.work_dir and request.work_dir != (None if record.cwd is msgspec.UNSET else record.cwd):
             changes.update(operations.run_options(cwd=request.work_dir, cwd_name="work_dir"))
         if changes:
-            record = self.store.schedules.edit(EditScheduleCommand(schedule_id=record.id, **changes))
-            operations.wake_schedules(self.store)
+            record = operations.edit_schedule(self.store, EditScheduleCommand(schedule_id=record.id, **changes),
+                                              scripts_dir=self._scripts_dir)
         return ok(self._cron(record))
 
     def remove_crons(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:

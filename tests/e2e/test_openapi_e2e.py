@@ -109,3 +109,12 @@ def test_a_secret_in_a_crons_own_command_is_masked_and_sending_the_masked_text_b
     with open_database(str(harness.db_path)) as db:
         [stored] = LocalScheduleRepository(db).list()
     assert stored.command == ["sh", "-c", command] and stored.name == f"uses {SECRET}"  # kept, not "***"
+
+
+@pytest.mark.e2e
+def test_a_task_cron_whose_script_is_missing_is_refused_when_added_as_schedule_add_refuses_it(device) -> None:
+    harness, port, token = device
+    code, refused = _call(port, token, "POST", "/open/crons", {"command": "task no_such_script.js",
+                                                               "schedule": "0 3 * * *"})
+    assert code == 404 and refused["code"] == 404 and "no_such_script.js" in refused["message"]
+    assert json.loads(harness.cli("schedule", "list", "--json").stdout) == []
