@@ -118,3 +118,24 @@ def test_a_task_cron_whose_script_is_missing_is_refused_when_added_as_schedule_a
                                                                "schedule": "0 3 * * *"})
     assert code == 404 and refused["code"] == 404 and "no_such_script.js" in refused["message"]
     assert json.loads(harness.cli("schedule", "list", "--json").stdout) == []
+
+
+@pytest.mark.e2e
+def test_a_task_cron_added_as_qinglong_stores_it_runs_its_script_with_the_accounts(device) -> None:
+    harness, port, token = device
+    folder = harness.db_path.parent / "scripts" / "jd"
+    folder.mkdir(mode=0o755, parents=True)
+    script = folder / "show.sh"
+    script.write_text('echo "in $(pwd): $JD_COOKIE"\n')
+    script.chmod(0o644)
+    harness.cli("env", "add", "JD_COOKIE", "pt_pin=a")
+    harness.cli("env", "add", "JD_COOKIE", "pt_pin=b")
+    code, added = _call(port, token, "POST", "/open/crons", {"command": "task jd/show.sh desi JD_COOKIE 2",
+                                                             "schedule": "0 3 * * *", "name": "show"})
+    assert code == 200 and added["data"]["command"] == "task jd/show.sh desi JD_COOKIE 2"
+    assert added["data"]["log_name"] == "jd_show_1"
+    cron_id = added["data"]["id"]
+    _call(port, token, "PUT", "/open/crons/run", [cron_id])
+    wait_for(lambda: _call(port, token, "GET", f"/open/crons/{cron_id}")[1]["data"]["last_running_time"], "the run")
+    code, log = _call(port, token, "GET", f"/open/crons/{cron_id}/log")
+    assert log["data"] == f"in {folder}: pt_pin=b\n"
