@@ -19,7 +19,7 @@ module, and (for one-folder builds) every file under the folder. It then applies
 - ``monitor``: the per-Attempt monitor program (docs/monitor.md) is inside, exactly once, at
   ``edge_runtime/service/native/edge-runtime-monitor`` under the bundle directory (where the service
   looks for it), and is an ELF executable; without it the service refuses to start.
-- ``panel``: the web panel is whole (``edge_runtime.panel`` modules, ``h11``, the page's files under
+- ``panel``: the web panel is whole (``edge_runtime.panel`` modules, the OpenAPI's QingLong face, ``h11``, the page's files under
   ``edge_runtime/panel/static/``); its bytes are reported.
 - ``budget``: the artifact's bytes are within the budget in build/budget.toml (one-file
   executable; one-folder ``.tar.xz``). A bare directory has no budget: its tarball does.
@@ -71,9 +71,13 @@ SQLITE_NAMES = frozenset({"sqlite3", "_sqlite3"})
 # (edge_runtime/service/monitor.py, MONITOR_RELATIVE_PATH).
 MONITOR_PATH = "edge_runtime/service/native/edge-runtime-monitor"
 # The web panel (docs/panel.md): its modules, the HTTP parser it uses, and the page's files.
+# The OpenAPI on the panel's listener (docs/qinglong.md): serve hands the server its QingLong face at start.
 PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "edge_runtime.panel.api",
                            "edge_runtime.panel.server", "edge_runtime.panel.connections",
-                           "edge_runtime.panel.secret_throttle", "h11"})
+                           "edge_runtime.panel.secret_throttle", "edge_runtime.qinglong",
+                           "edge_runtime.qinglong.open_routes", "edge_runtime.qinglong.openapi",
+                           "edge_runtime.qinglong.crons", "edge_runtime.qinglong.envs", "edge_runtime.qinglong.logs",
+                           "h11"})
 PANEL_STATIC_DIR = "edge_runtime/panel/static/"
 PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "favicon.svg"})
 
@@ -479,7 +483,7 @@ def rule_monitor(report: ArtifactReport) -> RuleResult:
 
 def _panel_entry(entry: Entry) -> bool:
     module = entry.module or ""
-    return (module == "h11" or module.startswith(("h11.", "edge_runtime.panel.")) or module == "edge_runtime.panel"
+    return (module == "h11" or module.startswith(("h11.", "edge_runtime.panel.")) or module in PANEL_MODULES
             or PANEL_STATIC_DIR in entry.path)
 
 

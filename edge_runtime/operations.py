@@ -348,11 +348,40 @@ def read_log_chunk(store: UserStore, run_id: str, log_dir: Path, *, attempt: int
                     done=not active and at_end)
 
 
+def read_log_tail(store: UserStore, run_id: str, log_dir: Path, *, max_bytes: int) -> tuple[str, int] | None:
+    """The Run's latest Attempt's log as text, every secret's value masked: the whole of it, or
+    its last ``max_bytes``, with how many bytes before them were left out (read as a log cut at its
+    start: a secret the cut split shows on neither side). None when it has no log (not yet
+    started, ended before its command started, or its file was removed by the log cap)."""
+    attempts = store.runs.attempts(run_id)
+    if not attempts or attempts[-1].log_path is msgspec.UNSET:
+        return None
+    try:
+        fd = open_log(attempts[-1], run_id, log_dir)
+    except RunStateConflictError:
+        return None
+    try:
+        skipped = max(0, os.fstat(fd).st_size - max_bytes)
+        masker = store_redactor(store).log(cut_at_start=skipped > 0)
+        shown = bytearray()
+        offset = skipped
+        while len(shown) < 2 * max_bytes:  # a log still growing is read up to twice the tail, no more
+            data = os.pread(fd, 64 * 1024, offset)
+            if not data:
+                break
+            offset += len(data)
+            shown += masker.feed(data)
+    finally:
+        os.close(fd)
+    shown += masker.flush()
+    return shown.decode("utf-8", "replace"), skipped
+
+
 # ------------------------------------------------------------------------------------ schedules
 
 
 def add_schedule_command(expression: str, argv: list[str], *, name: str | None = None, overlap: str = "skip",
-                         timeout: str | None = None, time_zone: str | None = None,
+                         timeout: str | None = None, time_zone: str | None = None, labels: list[str] | None = None,
                          options: dict[str, Any] | None = None):
     """The validated command of a new schedule (before any store is touched)."""
     from edge_runtime.contract.schedules import AddScheduleCommand, InvalidScheduleCommandError, Overlap
@@ -363,7 +392,7 @@ def add_schedule_command(expression: str, argv: list[str], *, name: str | None =
         raise InvalidScheduleCommandError(f"overlap must be one of {', '.join(o.value for o in Overlap)}") from None
     return AddScheduleCommand(expression=expression, argv=argv, name=_unset(name), overlap=chosen,
                               timeout_ms=msgspec.UNSET if timeout is None else parse_duration_ms(timeout),
-                              time_zone=_unset(time_zone), **(options or {}))
+                              time_zone=_unset(time_zone), labels=_unset(labels), **(options or {}))
 
 
 def add_schedule(store: UserStore, command: Any, *, scripts_dir: ScriptsDir = None, note_when_none: bool = False):

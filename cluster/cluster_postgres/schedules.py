@@ -57,6 +57,7 @@ from edge_runtime.contract.schedules import (
     ScheduleRepositoryError,
     check_schedule_id,
     fired_run_env,
+    check_schedule_number,
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
@@ -73,7 +74,7 @@ _UNSET = msgspec.UNSET
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels"
 )
 _FIELDS = tuple(_COLUMNS.split(", "))
 _LIVE = "removed_at_ms IS NULL"
@@ -180,11 +181,20 @@ class PostgresScheduleRepository:
                 {"f": form, "n": limit},
             ).fetchall()
         return [row[0] for row in rows]
+    def get_by_number(self, number: int) -> ScheduleRecord:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
+        check_schedule_number(number)
+        with reading(ClusterScheduleStorageError):
+            row = self._cur.execute(f"SELECT {_COLUMNS} FROM ql3.schedules WHERE number = %s AND {_LIVE}",
+                                    (number,)).fetchone()
+        if row is None:
+            raise ScheduleNotFoundError(f"no schedule with number {number}")
+        return _record(row)
 
     def list(self) -> list[ScheduleRecord]:
         with reading(ClusterScheduleStorageError):
             rows = self._cur.execute(
-                f"SELECT {_COLUMNS} FROM ql3.schedules WHERE {_LIVE} ORDER BY created_at_ms, id").fetchall()
+                f"SELECT {_COLUMNS} FROM ql3.schedules WHERE {_LIVE} ORDER BY created_at_ms, number").fetchall()
         return [_record(row) for row in rows]
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
@@ -199,16 +209,17 @@ class PostgresScheduleRepository:
             now = database_now(self._cur)
             self._cur.execute(
                 "INSERT INTO ql3.schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, paused) "
-                "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s)",
+                "created_at_ms, updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, paused, labels) "
+                "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                  self._known.next_fire_after(expression, now, zone), now, now, zone_text,
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
-                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, cmd.paused),
-            )
+                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, cmd.paused,
+                 None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
+            )  # number: the identity column's next value (never one given before)
             self._cur.execute(NOTIFY_WAKE)  # every worker recomputes its sleep at the commit
             return self._row(schedule_id)
 
@@ -235,7 +246,7 @@ class PostgresScheduleRepository:
                     next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
                     if not record.paused:
                         columns["next_fire_at_ms"] = next_fire
-                elif name in ("command", "env"):
+                elif name in ("command", "env", "labels"):
                     columns[name] = None if not value else _encode_json(value).decode()
                 elif name == "overlap":
                     columns[name] = Overlap(value).value
@@ -243,7 +254,7 @@ class PostgresScheduleRepository:
                     columns[name] = value
             columns["updated_at_ms"] = now
             # Column names come from the command's own fields, never from the user's text.
-            assignments = ", ".join(f"{name} = %s::jsonb" if name in ("command", "env") else f"{name} = %s"
+            assignments = ", ".join(f"{name} = %s::jsonb" if name in ("command", "env", "labels") else f"{name} = %s"
                                     for name in columns)
             self._cur.execute(f"UPDATE ql3.schedules SET {assignments} WHERE id = %s",
                               (*columns.values(), cmd.schedule_id))

@@ -249,3 +249,36 @@ def test_a_worker_pauses_a_stored_schedule_that_cannot_fire_fires_the_others_and
             worker.stop()
             kill_attempt_groups(db)
             store.close()
+
+
+def test_the_migration_numbers_stored_schedules_in_list_order_and_the_identity_continues_after_them(
+        owner: Any) -> None:
+    """Migration 0012 on a table that holds schedules: run on a copy of the table as 0004 made it,
+    in a scratch schema, inside a transaction rolled back (the session's database keeps its own)."""
+    from cluster_postgres.migrations import known_migrations
+
+    by_id = {m.id: m.sql for m in known_migrations()}
+    text = by_id["0004_schedules"]
+    start = text.index("CREATE TABLE ql3.schedules")
+    create_table = text[start:text.index(";", start)].replace("ql3.", "scratch.")
+    owner.execute("BEGIN")
+    try:
+        owner.execute("CREATE SCHEMA scratch")
+        owner.execute(create_table)
+        for schedule_id, created in (("c", 300), ("b", 100), ("a", 200), ("d", 100)):
+            owner.execute("INSERT INTO scratch.schedules (id, expression, command, overlap, next_fire_at_ms, "
+                          "created_at_ms, updated_at_ms, time_zone) VALUES (%s, '@daily', '[\"true\"]', 'skip', 0, %s, "
+                          "%s, 'UTC0')", (schedule_id, created, created))
+        owner.execute(by_id["0012_schedule_number_labels"].replace("ql3.", "scratch."))
+        numbers = owner.execute("SELECT id, number FROM scratch.schedules ORDER BY number").fetchall()
+        assert numbers == [("b", 1), ("d", 2), ("a", 3), ("c", 4)]  # creation time, then id: the list order
+        added = owner.execute("INSERT INTO scratch.schedules (id, expression, command, overlap, next_fire_at_ms, "
+                              "created_at_ms, updated_at_ms, time_zone) VALUES ('e', '@daily', '[\"true\"]', 'skip', "
+                              "0, 400, 400, 'UTC0') RETURNING number").fetchone()[0]
+        assert added == 5
+        with pytest.raises(psycopg.errors.GeneratedAlways):  # never written by hand: the identity gives it
+            owner.execute("INSERT INTO scratch.schedules (id, expression, command, overlap, next_fire_at_ms, "
+                          "created_at_ms, updated_at_ms, time_zone, number) VALUES ('f', '@daily', '[\"true\"]', "
+                          "'skip', 0, 400, 400, 'UTC0', 9)")
+    finally:
+        owner.execute("ROLLBACK")

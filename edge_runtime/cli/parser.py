@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "schedule": ("schedule", "add, list, show, pause, resume or remove schedules (cron)"),
     "migrate": ("migrate", "create the database and apply pending migrations"),
     "check": ("check", "check the database's integrity, migrations and readiness"),
-    "panel": ("panel", "set the web panel's password"),
+    "panel": ("panel", "set the web panel's password; add, list or remove the apps of its OpenAPI"),
     "import": ("import_qinglong", "bring crons, envs and scripts over from QingLong (a data folder or data.tgz)"),
     "scripts": ("scripts", "show the schedule each script's header asks for, and add them"),
 }

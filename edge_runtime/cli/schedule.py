@@ -60,6 +60,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     add.add_argument("--overlap", choices=[o.value for o in Overlap], default="skip",
                      help="while the previous Run is active: skip the slot (default), queue it, or replace "
                      "(cancel the previous Run, then start)")
+    add.add_argument("--label", action="append", dest="labels", metavar="L",
+                     help="a label to find it by (repeat for several; at most 32 of at most 64 characters)")
     add_run_options(add)
     add_json_flag(add)
     add.add_argument("expression", metavar="CRON", help="the schedule expression (quote it)")
@@ -71,6 +73,10 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     edit.add_argument("--name", help="a new label")
     edit.add_argument("--timeout", metavar="D", help="a new timeout of its Runs")
     edit.add_argument("--overlap", choices=[o.value for o in Overlap])
+    labels = edit.add_mutually_exclusive_group()
+    labels.add_argument("--label", action="append", dest="labels", metavar="L",
+                        help="its labels become these (repeat for several)")
+    labels.add_argument("--no-labels", action="store_true", help="remove its labels")
     add_run_options(edit)
     add_json_flag(edit)
     edit.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="a new command")
@@ -104,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             argv = argv[split + 1:]
         command = operations.add_schedule_command(  # validated whole before the database is touched
             args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
-            options=run_options(args))
+            labels=args.labels, options=run_options(args))
         check_task_first(args, command.argv, command.env)
         with args.stores.open(args, CREATE) as store:
             record = operations.add_schedule(store, command, scripts_dir=lambda: args.stores.scripts_dir(args),
@@ -120,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             args.edit_parser.parse_args([*rest, args.schedule_id], namespace=args)
         fields = {"expression": args.cron, "name": args.name, "overlap": args.overlap,
                   "timeout_ms": None if args.timeout is None else parse_duration_ms(args.timeout),
-                  "argv": argv or None}
+                  "argv": argv or None, "labels": [] if args.no_labels else args.labels}
         edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
                                    **run_options(args))
         with args.stores.open(args, WRITE) as store:
@@ -145,9 +151,10 @@ def run(args: argparse.Namespace) -> int:
                     next_text = "-" if r.paused else _next_fire(repository, r)
                     # A schedule the service paused because it cannot fire says why, last.
                     reason = "" if r.pause_reason is msgspec.UNSET else f"  reason={printable(r.pause_reason)!r}"
+                    labels = f"  labels={printable(','.join(r.labels))}" if r.labels else ""
                     sys.stdout.write(f"{short_id(r.id)}  {'paused ' if r.paused else ''}next={next_text}  "
                                      f"tz={printable(_zone_text(repository, r))}  {printable(r.expression)!r}  "
-                                     f"{present(r.name)}{reason}\n")
+                                     f"{present(r.name)}  number={r.number}{labels}{reason}\n")
             else:
                 _show(repository, records[0])
         return 0
@@ -205,7 +212,10 @@ def _next_fire(repository: Any, r: ScheduleRecord) -> str:
 
 def _show(repository: Any, r: ScheduleRecord) -> None:
     out = sys.stdout
-    out.write(f"schedule   {r.id}\nname       {present(r.name)}\nexpression {printable(r.expression)}\n")
+    out.write(f"schedule   {r.id}\nnumber     {r.number}\nname       {present(r.name)}\n"
+              f"expression {printable(r.expression)}\n")
+    if r.labels:
+        out.write(f"labels     {printable(', '.join(r.labels))}\n")
     out.write(f"time zone  {printable(_zone_text(repository, r))}\n")
     out.write(f"command    {printable(shlex.join(r.command))}\noverlap    {r.overlap.value}\n")
     out.write(f"timeout    {'-' if r.timeout_ms is msgspec.UNSET else format_duration(r.timeout_ms)}\n")

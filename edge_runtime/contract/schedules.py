@@ -23,7 +23,9 @@ from edge_runtime.contract.cron import DueFire, InvalidCronExpressionError, Know
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.time_zones import InvalidTimeZoneError, TimeZone, time_zone_text
 from edge_runtime.contract.runs import RunOptions, argv_problem
-from edge_runtime.contract.validation import SafeInt, identifier_problem
+from edge_runtime.contract.validation import (
+    MAX_SAFE_INTEGER, SafeInt, bounded_int_type, identifier_problem, identifier_type, int_problem,
+)
 
 SCHEDULE_ID_MAX_LENGTH = 36
 #: Longest reason kept with a schedule its fire paused (a longer one is cut, marked with ``...``).
@@ -32,8 +34,19 @@ PAUSE_REASON_MAX_LENGTH = 1024
 #: an expression or a zone this version does not read (written by another version or program,
 #: or an IANA zone this system no longer has), or one that never fires in its zone.
 UNFIREABLE_ERRORS = (InvalidCronExpressionError, InvalidTimeZoneError)
+#: A schedule's labels (``--label``): at most MAX_LABELS, each 1..LABEL_MAX_LENGTH characters
+#: without control characters, no two equal. Short tags to find schedules by (QingLong's crons
+#: carry them: docs/qinglong.md), never given to the Runs.
+MAX_LABELS = 32
+LABEL_MAX_LENGTH = 64
 #: Reason of the cancel request a timeout makes (shown by ``show`` and in the events).
 TIMEOUT_REASON = "timeout"
+
+
+#: A schedule's number (:attr:`ScheduleRecord.number`): 1 for the first schedule a store holds.
+ScheduleNumber = bounded_int_type(1, MAX_SAFE_INTEGER)
+#: A stored schedule's labels, as :func:`labels_problem` admits them (a hostile row fails closed).
+Labels = Annotated[list[identifier_type(LABEL_MAX_LENGTH)], msgspec.Meta(max_length=MAX_LABELS)]
 
 
 class Overlap(enum.StrEnum):
@@ -95,11 +108,16 @@ class AddScheduleCommand(RunOptions):
     #: Added paused, in the same transaction as the add: it never fires until resumed (an import
     #: brings a disabled cron this way; added and then paused, it could fire in between).
     paused: bool = False
+    labels: list[str] | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         parse_schedule(self.expression)  # InvalidCronExpressionError names the field and the reason
         if self.time_zone is not msgspec.UNSET:
             time_zone_text(self.time_zone)  # InvalidTimeZoneError says what to write instead
+        if self.labels is not msgspec.UNSET:
+            problem = labels_problem(self.labels)
+            if problem is not None:
+                return problem
         return argv_problem(self.argv) or super().rule_problem()
 
 
@@ -115,6 +133,8 @@ class EditScheduleCommand(RunOptions):
     expression: str | msgspec.UnsetType = msgspec.UNSET
     argv: list[str] | msgspec.UnsetType = msgspec.UNSET
     overlap: Overlap | msgspec.UnsetType = msgspec.UNSET
+    #: Replaces the labels as a whole (an empty list removes them).
+    labels: list[str] | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         problem = identifier_problem("schedule_id", self.schedule_id, SCHEDULE_ID_MAX_LENGTH)
@@ -126,9 +146,13 @@ class EditScheduleCommand(RunOptions):
             problem = argv_problem(self.argv)
             if problem is not None:
                 return problem
+        if self.labels is not msgspec.UNSET:
+            problem = labels_problem(self.labels)
+            if problem is not None:
+                return problem
         if all(getattr(self, f) is msgspec.UNSET for f in self.__struct_fields__ if f != "schedule_id"):
             return "nothing to change: give at least one of --cron, --name, --timeout, --overlap, --env, --cwd, " \
-                   "--retries, --retry-delay or -- CMD ARGS"
+                   "--retries, --retry-delay, --label, --no-labels or -- CMD ARGS"
         return super().rule_problem()
 
     def changes(self) -> dict[str, object]:
@@ -151,14 +175,39 @@ class RunNowOutcome(msgspec.Struct, rename="camel", frozen=True, gc=False, kw_on
     active_run_ids: list[str] = msgspec.field(default_factory=list)
 
 
+def labels_problem(labels: object) -> str | None:
+    """Why ``labels`` is not a schedule's list of labels, or None."""
+    if type(labels) is not list:
+        return "labels must be a list of strings"
+    if len(labels) > MAX_LABELS:
+        return f"a schedule has at most {MAX_LABELS} labels, got {len(labels)}"
+    for label in labels:
+        problem = identifier_problem("a label", label, LABEL_MAX_LENGTH)
+        if problem is not None:
+            return problem
+    if len(set(labels)) != len(labels):
+        return "a label is given twice"
+    return None
+
+
 def check_schedule_id(schedule_id: object) -> None:
     problem = identifier_problem("schedule_id", schedule_id, SCHEDULE_ID_MAX_LENGTH)
     if problem is not None:
         raise InvalidScheduleCommandError(problem)
 
 
+def check_schedule_number(number: object) -> None:
+    problem = int_problem("a schedule's number", number, 1, MAX_SAFE_INTEGER)
+    if problem is not None:
+        raise InvalidScheduleCommandError(problem)
+
+
 class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False, kw_only=True):
     id: str
+    #: A small whole number the store gives each schedule when it is added (1, 2, 3, ...), never
+    #: changed and never given to another schedule, even once this one is removed: a short handle
+    #: for people and for clients that name schedules by number (QingLong's cron ids).
+    number: ScheduleNumber
     name: str | msgspec.UnsetType = msgspec.UNSET
     expression: str
     command: list[str]
@@ -186,6 +235,7 @@ class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     #: paused by its user, and cleared by ``resume`` and by a new expression.
     pause_reason: Annotated[str, msgspec.Meta(min_length=1, max_length=PAUSE_REASON_MAX_LENGTH)] | msgspec.UnsetType = \
         msgspec.UNSET
+    labels: Labels = msgspec.field(default_factory=list)
 
 
 class PausedUnfireable(msgspec.Struct, frozen=True, gc=False):
@@ -309,12 +359,20 @@ class ScheduleAdmin(Protocol):
     Raises (all): ScheduleNotFoundError; InvalidScheduleCommandError; ScheduleRepositoryError.
     """
 
-    def add(self, cmd: AddScheduleCommand) -> ScheduleRecord: ...
+    def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
+        """Store a new schedule with the next number of the store (never one used before)."""
+        ...
+
     def get(self, schedule_id: str) -> ScheduleRecord: ...
     def find_schedule_ids(self, form: str, limit: int) -> list[str]:
         """Ids of the schedules whose id begins or ends with ``form`` (a short id form, matched
         literally), newest first, at most ``limit``."""
         ...
+
+    def get_by_number(self, number: int) -> ScheduleRecord:
+        """The schedule whose :attr:`ScheduleRecord.number` is ``number``."""
+        ...
+
     def list(self) -> list[ScheduleRecord]: ...
     def set_paused(self, schedule_id: str, paused: bool) -> ScheduleRecord: ...
     def remove(self, schedule_id: str) -> None: ...

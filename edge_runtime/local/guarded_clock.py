@@ -101,6 +101,8 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedules", "updated_at_ms"), ("env_entries", "created_at_ms"), ("env_entries", "updated_at_ms"),
     # Small tables (one password, a few panel sessions): read whole by the floor.
     ("panel_password", "set_at_ms"), ("panel_sessions", "created_at_ms"), ("panel_sessions", "last_seen_at_ms"),
+    # Small too: at most MAX_APPS apps, each with about TOKEN_WINDOWS_PER_TTL live tokens.
+    ("panel_apps", "created_at_ms"), ("panel_app_tokens", "created_at_ms"),
 )
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's
@@ -117,7 +119,7 @@ FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_attempts", "kill_deadline_at_ms"), ("run_attempts", "lease_expires_at_ms"),
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
     ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
-    ("schedules", "next_fire_at_ms"), ("runs", "retry_at_ms"),
+    ("schedules", "next_fire_at_ms"), ("runs", "retry_at_ms"), ("panel_app_tokens", "expires_at_ms"),
 )
 
 

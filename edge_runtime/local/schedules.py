@@ -40,6 +40,7 @@ from edge_runtime.contract.schedules import (
     RunNowOutcome,
     check_schedule_id,
     fired_run_env,
+    check_schedule_number,
     next_fire_on_pause_change,
     plan_fire,
     replaced_reason,
@@ -63,7 +64,7 @@ _decode_env = msgspec.json.Decoder(dict[str, str]).decode
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels"
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
@@ -76,6 +77,8 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
         values["command"] = _decode_argv(values["command"])
         if values["env"] is not None:
             values["env"] = _decode_env(values["env"])
+        if values["labels"] is not None:
+            values["labels"] = _decode_argv(values["labels"])
         values["paused"] = bool(values["paused"])
         camel = {k.split("_")[0] + "".join(w.title() for w in k.split("_")[1:]): v for k, v in values.items()
                  if k != "env"} | {"env": values["env"]}
@@ -142,6 +145,14 @@ class LocalScheduleRepository:
                 "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2", (form, limit),
             ).fetchall()
         return [row[0] for row in rows]
+    def get_by_number(self, number: int) -> ScheduleRecord:
+        """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
+        check_schedule_number(number)
+        with schedule_repository_errors():
+            row = self._db.connection.execute(f"SELECT {_COLUMNS} FROM schedules WHERE number = ?", (number,)).fetchone()
+        if row is None:
+            raise ScheduleNotFoundError(f"no schedule with number {number}")
+        return _record(row)
 
     def list(self) -> list[ScheduleRecord]:
         with schedule_repository_errors():
@@ -162,17 +173,20 @@ class LocalScheduleRepository:
         self._known.next_fire_after(expression, before, zone)  # one that never fires in its zone: refused here
         schedule_id = str(uuid.uuid4())
         with schedule_repository_errors(), self._db.write() as now:
+            # number: the next of the counter that only grows, given by migration 0015's trigger (a
+            # removed schedule's number is never given again).
             self._db.connection.execute(
                 "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                  self._known.next_fire_after(expression, now, zone), now, now, zone_text, boot_id,
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
-                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused)),
+                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused),
+                 None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
             )
             return self._row(schedule_id)
 
@@ -200,7 +214,7 @@ class LocalScheduleRepository:
                     next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
                     if not record.paused:
                         columns["next_fire_at_ms"] = next_fire
-                elif name in ("command", "env"):
+                elif name in ("command", "env", "labels"):
                     columns[name] = _encode_json(value).decode() if value else None
                 elif name == "overlap":
                     columns[name] = Overlap(value).value

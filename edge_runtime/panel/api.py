@@ -61,6 +61,7 @@ class ScheduleBody(RunBody, kw_only=True):
     cron: str
     overlap: str = "skip"
     tz: str | None = None
+    labels: list[str] | None = None
 
 
 class Health(msgspec.Struct, rename="camel", kw_only=True):
@@ -180,7 +181,8 @@ class Api:
         request = decode(body, ScheduleBody)
         command = operations.add_schedule_command(request.cron, request.command, name=request.name,
                                                   overlap=request.overlap, timeout=request.timeout,
-                                                  time_zone=request.tz, options=_options(request))
+                                                  time_zone=request.tz, labels=request.labels,
+                                                  options=_options(request))
         return 201, operations.add_schedule(self.store, command, scripts_dir=self._scripts_dir)
 
     def _paused(self, schedule_id: str, paused: bool) -> tuple[int, Any]:

@@ -16,6 +16,17 @@ refused here -> read the body (64 KiB at most) -> the handler, where a secret ch
 the throttle before the secret is compared (``secret_throttle``: one per peer per window, whatever
 raced to it). A refusal closes the connection. An error a handler did not expect is a 500 with a
 journal line; it never ends the panel, and nothing the panel does can stop the service.
+
+The OpenAPI (``/open/...``, docs/qinglong.md) has its own exact table and gate on the same
+listener, limits and loop, when ``serve`` hands the server its face (``open_api``: QingLong's
+shapes stay in ``edge_runtime/qinglong``, which the panel never imports; without one, ``/open/``
+is the panel's 404): the face's ``match`` (404 for anything not in its table) -> the
+``Host`` check -> the token request's throttle, or an app's bearer token holding the route's
+scope (401 otherwise; a route refused on purpose is 403 for any valid token) -> the body -> the
+handler (``qinglong.openapi``). It answers in QingLong's shape, ``{"code": ..., "message": ...}``.
+A session cookie opens no ``/open/`` route, an app token no ``/api/`` one; the page's CSRF gate
+does not apply (clients send no ``X-Edge-Panel``, and a browser cannot send the bearer token
+cross-site without a CORS preflight, which is never answered).
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.panel import api as panel_api
 from edge_runtime.panel.connections import MAX_CONNECTIONS, make_room
 from edge_runtime.panel.h11_loader import load_h11
-from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, match
+from edge_runtime.panel.routes import SESSION_COOKIE, Match, Refusal, gate, host_is_this_device, match
 from edge_runtime.panel.secret_throttle import SecretCheckThrottle, SecretCheckThrottledError
 
 MAX_HEADER_BYTES = 8 * 1024
@@ -72,7 +83,7 @@ class _Connection:
     """One client connection (``connections.Held``: what decides whether it gives way to a new one)."""
 
     __slots__ = ("sock", "peer", "http", "out", "deadline", "request", "matched", "body", "close_after", "head",
-                 "draining", "finished", "received", "waiting_since")
+                 "draining", "finished", "received", "waiting_since", "app")
 
     def __init__(self, sock: socket.socket, peer: str) -> None:
         self.sock, self.peer = sock, peer
@@ -81,7 +92,10 @@ class _Connection:
         self.waiting_since = time.monotonic()
         self.deadline = self.waiting_since + REQUEST_TIMEOUT_S
         self.request: h11.Request | None = None
-        self.matched: Match | None = None
+        #: The panel's route, or the OpenAPI face's.
+        self.matched: Any = None
+        #: The app whose token opened the OpenAPI request being read.
+        self.app: Any = None
         self.body = bytearray()
         self.close_after = False
         self.head = False
@@ -106,13 +120,18 @@ class PanelServer:
     """The panel: bound by :meth:`start` (in the service's thread), served in a thread of its own."""
 
     def __init__(self, *, host: str, port: int, db_path: str, log_dir: Path, config: Any, journal: Any,
-                 open_store: Callable[[], Any]) -> None:
+                 open_store: Callable[[], Any], open_api: Callable[..., Any] | None = None) -> None:
+        """``open_api(store, log_dir=...)``: the OpenAPI's face over the panel's store, with its
+        route table (``match``, its ``Match`` and ``Refusal``), its handlers (``answer``) and its
+        refusals (``error_status``, ``error_message``); None serves no ``/open/`` route."""
         self.host, self.port, self.db_path, self.log_dir = host, port, db_path, log_dir
         self.config, self.journal, self._open_store = config, journal, open_store
+        self._open_api = open_api
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_reader, self._stop_writer = socket.socketpair()
-        #: Every secret this server checks (the login's password) is throttled by this one.
+        #: Every secret this server checks (the login's password, an app's client secret) is
+        #: throttled by this one.
         self._secrets = SecretCheckThrottle()
         self._static: dict[bytes, tuple[bytes, bytes]] = {}
         hostname = socket.gethostname().lower()
@@ -182,10 +201,13 @@ class PanelServer:
     # ------------------------------------------------------------------ the loop
 
     def _serve(self, store: Any) -> None:
+        from edge_runtime.local.panel_apps import LocalPanelApps
         from edge_runtime.local.panel_auth import LocalPanelAuth
 
         self._api = panel_api.Api(store, db_path=self.db_path, log_dir=self.log_dir, config=self.config)
+        self._open = None if self._open_api is None else self._open_api(store, log_dir=self.log_dir)
         self._auth = LocalPanelAuth(store.db)
+        self._apps = LocalPanelApps(store.db)
         self._store = store
         selector = selectors.DefaultSelector()
         selector.register(self._listener, selectors.EVENT_READ, None)
@@ -347,6 +369,10 @@ class PanelServer:
         connection.request, connection.body = request, bytearray()
         connection.deadline = min(connection.deadline, time.monotonic() + REQUEST_TIMEOUT_S)
         connection.head = request.method == b"HEAD"
+        connection.app = None
+        if request.target.startswith(b"/open/") and self._open is not None:
+            self._open_request(connection, request)
+            return
         found = match(request.method, request.target)
         if isinstance(found, Refusal):
             self._refuse(connection, found)
@@ -368,6 +394,60 @@ class PanelServer:
             return
         connection.matched = found
 
+    def _open_request(self, connection: _Connection, request: h11.Request) -> None:
+        """The OpenAPI's gate (see the module's docstring): the request is read only when it passes."""
+        face = self._open
+        found = face.match(request.method, request.target)
+        headers = list(request.headers)
+        hosts = [v for k, v in headers if k == b"host"]
+        if len(hosts) != 1 or not host_is_this_device(hosts[0], self._device_names):
+            self._refuse_open(connection, 421, "this device answers only to its own address")
+            return
+        if isinstance(found, face.Refusal) and not found.on_purpose:
+            self._refuse_open(connection, found.status, found.message)
+            return
+        if isinstance(found, face.Match) and found.route.scope is None:  # the token request
+            throttled = self._secrets.would_refuse(connection.peer)
+            if throttled is not None:
+                self._refuse_open(connection, 429, str(throttled), retry_after=throttled.retry_after_s)
+                return
+        else:
+            app, problem = self._bearer_app(headers)
+            if app is None:
+                self._refuse_open(connection, 401, problem)
+                return
+            if isinstance(found, face.Refusal):  # refused on purpose: the reason, to a valid token
+                self._refuse_open(connection, 403, found.message)
+                return
+            if found.route.scope not in app.scopes:
+                self._refuse_open(connection, 401, f"app {app.name}'s token does not open {found.route.scope.value} "
+                                                   f"(its scopes: {', '.join(app.scopes) or 'none'})")
+                return
+            connection.app = app
+        lengths = [v for k, v in headers if k == b"content-length"]
+        if lengths and lengths[0].isdigit() and int(lengths[0]) > panel_api.MAX_BODY_BYTES:
+            self._refuse_open(connection, 413, f"a request body is at most {panel_api.MAX_BODY_BYTES} bytes")
+            return
+        connection.matched = found
+
+    def _bearer_app(self, headers: list[tuple[bytes, bytes]]) -> tuple[Any, str]:
+        """The app of the request's ``Authorization: Bearer TOKEN``, or None and why."""
+        values = [v for k, v in headers if k == b"authorization"]
+        if not values:
+            return None, "an app's token is needed: Authorization: Bearer TOKEN (from GET /open/auth/token)"
+        scheme, _, token = values[0].partition(b" ")
+        if len(values) != 1 or scheme.lower() != b"bearer" or not token.strip():
+            return None, "the Authorization header must be one 'Bearer TOKEN'"
+        try:
+            text = token.strip().decode("ascii")
+        except UnicodeDecodeError:
+            return None, "the token is not valid; get one from GET /open/auth/token"
+        checked = self._apps.check_token(text)
+        if checked.app is None:
+            return None, ("the token has expired; get a new one from GET /open/auth/token" if checked.expired
+                          else "the token is not valid; get one from GET /open/auth/token")
+        return checked.app, ""
+
     def _session_valid(self, token: str) -> bool:
         return len(token) <= 128 and self._auth.session_valid(token, self._store.now_ms())
 
@@ -377,6 +457,10 @@ class PanelServer:
         extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
         self._respond(connection, refusal.status, _error_body(refusal.code, refusal.message), api=True,
                       extra=extra, close=True)
+
+    def _refuse_open(self, connection: _Connection, status: int, message: str, *, retry_after: int | None = None) -> None:
+        extra = [] if retry_after is None else [(b"retry-after", str(retry_after).encode())]
+        self._respond(connection, status, _open_body(status, message), api=True, extra=extra, close=True)
 
     def _respond(self, connection: _Connection, status: int, body: bytes, *, api: bool,
                  kind: bytes = b"application/json", extra: list | None = None, close: bool = False) -> None:
@@ -407,6 +491,9 @@ class PanelServer:
         connection.matched = None
         route = matched.route
         body = bytes(connection.body)
+        if self._open is not None and isinstance(matched, self._open.Match):
+            self._dispatch_open(connection, matched, body)
+            return
         if route.handler in ("page", "static"):
             content, kind = self._static[connection.request.target]
             self._respond(connection, 200, content, api=False, kind=kind)
@@ -429,6 +516,46 @@ class PanelServer:
             self.journal.error("panel.request_failed", handler=route.handler, error=type(exc).__name__, detail=str(exc))
             status, payload = 500, _error_body("INTERNAL", "the panel failed to answer this request; see the service's log")
         self._respond(connection, status, payload, api=True, extra=extra)
+
+    def _dispatch_open(self, connection: _Connection, matched: Any, body: bytes) -> None:
+        handler = matched.route.handler
+        try:
+            if handler == "token":
+                status, value = self._token(connection, matched)
+            else:
+                status, value = self._open.answer(handler, matched, connection.app, body)
+            payload = msgspec.json.encode(value)
+        except SecretCheckThrottledError as exc:
+            self._refuse_open(connection, 429, str(exc), retry_after=exc.retry_after_s)
+            return
+        except EdgeRuntimeError as exc:
+            status = self._open.error_status(exc)
+            payload = _open_body(status, self._open.error_message(exc))
+        except Exception as exc:  # noqa: BLE001  (one request's bug: a 500 and a journal line, the panel goes on)
+            self.journal.error("panel.request_failed", handler=f"open.{handler}", error=type(exc).__name__,
+                               detail=str(exc))
+            status, payload = 500, _open_body(500, "the device failed to answer this request; see the service's log")
+        self._respond(connection, status, payload, api=True)
+
+    def _token(self, connection: _Connection, matched: Any) -> tuple[int, Any]:
+        """``GET /open/auth/token``: a bearer token for an app's id and secret, each try a check of
+        a secret taken from the throttle before the secret is compared (as a login's)."""
+        client_id, client_secret = matched.query.get("client_id"), matched.query.get("client_secret")
+        if not client_id or not client_secret:
+            return 400, {"code": 400, "message": "client_id and client_secret are both needed"}
+        with self._secrets.begin(connection.peer) as check:
+            issued = self._apps.issue_token(client_id, client_secret)
+            if issued is not None:
+                check.passed()
+                failures = 0
+            else:
+                failures = check.failed()
+        if failures:
+            self._apps.record_failed_token(connection.peer, failures)
+            self.journal.warning("panel.app_token_failed", client=connection.peer, failures=failures)
+            return 400, {"code": 400, "message": "invalid client_id or client_secret"}
+        return 200, {"code": 200, "data": {"token": issued.token, "token_type": "Bearer",
+                                           "expiration": issued.expires_at_ms // 1000}}
 
     def _login(self, connection: _Connection, body: bytes) -> tuple[int, Any, list]:
         request = panel_api.decode(body, panel_api.LoginBody)
@@ -492,5 +619,10 @@ def _throttled(exc: SecretCheckThrottledError) -> Refusal:
 
 def _error_body(code: str, message: str) -> bytes:
     return msgspec.json.encode({"error": {"code": code, "message": message}})
+
+
+def _open_body(status: int, message: str) -> bytes:
+    """A refusal of the OpenAPI in QingLong's shape (its clients read ``code`` and ``message``)."""
+    return msgspec.json.encode({"code": status, "message": message})
 
 

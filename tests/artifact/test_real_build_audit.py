@@ -32,6 +32,9 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     (source / "edge_runtime" / "panel").mkdir()
     for name in ("__init__", "routes", "api", "server", "connections", "secret_throttle"):
         (source / "edge_runtime" / "panel" / f"{name}.py").write_text("")
+    (source / "edge_runtime" / "qinglong").mkdir()
+    for name in ("__init__", "open_routes", "openapi", "crons", "envs", "logs"):
+        (source / "edge_runtime" / "qinglong" / f"{name}.py").write_text("")
     (source / "h11").mkdir()
     (source / "h11" / "__init__.py").write_text("")
     static = tmp_path / "static"
@@ -41,6 +44,9 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     (source / "edge-runtime.py").write_text("import psycopg\nimport edge_runtime.cluster\nimport edge_runtime.panel.routes\n"
                                             "import edge_runtime.panel.api\nimport edge_runtime.panel.server\n"
                                             "import edge_runtime.panel.connections\nimport edge_runtime.panel.secret_throttle\n"
+                                            "import edge_runtime.qinglong.open_routes\nimport edge_runtime.qinglong.openapi\n"
+                                            "import edge_runtime.qinglong.crons\nimport edge_runtime.qinglong.envs\n"
+                                            "import edge_runtime.qinglong.logs\n"
                                             "import h11\n"
                                             "print(psycopg.PQ)\n")
     budgets = audit_module.load_budgets(audit_module.DEFAULT_BUDGET_FILE)

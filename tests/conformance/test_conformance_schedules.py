@@ -2,7 +2,8 @@
 
 What a user and the service see of a schedule (docs/schedules.md): add and the stored zone, due
 and fire by the store's time, one Run per slot, missed slots coalesced into one fire, the overlap
-rules (skip, queue, replace), pause and resume, edit, run now, remove. Time moves only by
+rules (skip, queue, replace), pause and resume, edit, run now, remove, the number each schedule
+gets (never given twice) and its labels. Time moves only by
 ``backend.advance(ms)``.
 """
 
@@ -19,6 +20,7 @@ from edge_runtime.contract.schedules import (
     AddScheduleCommand,
     EditScheduleCommand,
     FireOutcome,
+    InvalidScheduleCommandError,
     Overlap,
     PausedUnfireable,
     ScheduleNotFoundError,
@@ -298,3 +300,41 @@ def test_a_fired_run_gets_the_schedules_zone_as_tz_unless_the_schedules_own_env_
         runs = _schedule_runs(backend, record.id)
         assert len(runs) == 2 and [r.env for r in runs] == [env, env]  # run now, then the due slot
     assert backend.schedules.get(zoned.id).env == {"A": "1"}  # the schedule's own variables are unchanged
+
+
+def test_each_schedule_gets_the_next_number_and_a_removed_ones_number_is_never_given_again(backend: Any) -> None:
+    first, second, third = (_add(backend, name=n) for n in ("a", "b", "c"))
+    assert (first.number, second.number, third.number) == (1, 2, 3)
+    assert [r.number for r in backend.schedules.list()] == [1, 2, 3]
+    assert backend.schedules.get_by_number(2) == second
+    backend.schedules.remove(third.id)  # the highest number: a counter taken from max() would reuse it
+    backend.schedules.remove(first.id)
+    fourth = _add(backend, name="d")
+    assert fourth.number == 4
+    for gone in (1, 3):
+        with pytest.raises(ScheduleNotFoundError):
+            backend.schedules.get_by_number(gone)
+    edited = backend.schedules.edit(EditScheduleCommand(schedule_id=second.id, name="b2", expression="@every 5m"))
+    assert edited.number == 2  # an edit keeps it
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(InvalidScheduleCommandError):
+            backend.schedules.get_by_number(bad)
+
+
+def test_labels_are_stored_replaced_as_a_whole_and_removed(backend: Any) -> None:
+    plain = _add(backend)
+    assert plain.labels == []
+    labelled = _add(backend, labels=["jd", "京东 daily"])
+    assert backend.schedules.get(labelled.id).labels == ["jd", "京东 daily"]
+    replaced = backend.schedules.edit(EditScheduleCommand(schedule_id=labelled.id, labels=["other"]))
+    assert replaced.labels == ["other"]
+    renamed = backend.schedules.edit(EditScheduleCommand(schedule_id=labelled.id, name="kept"))
+    assert renamed.labels == ["other"]  # an edit without labels keeps them
+    cleared = backend.schedules.edit(EditScheduleCommand(schedule_id=labelled.id, labels=[]))
+    assert cleared.labels == [] and backend.schedules.get(labelled.id).labels == []
+    for bad in (["a", "a"], [""], ["x" * 65], ["a\nb"], [str(n) for n in range(33)]):
+        with pytest.raises(InvalidScheduleCommandError):
+            _add(backend, labels=bad)
+        with pytest.raises(InvalidScheduleCommandError):
+            EditScheduleCommand(schedule_id=plain.id, labels=bad)
+    assert [r.id for r in backend.schedules.list()] == [plain.id, labelled.id]  # nothing stored by a refusal

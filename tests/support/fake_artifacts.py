@@ -41,6 +41,12 @@ BASE_PYZ = {
     "edge_runtime.panel.server": "module",
     "edge_runtime.panel.connections": "module",
     "edge_runtime.panel.secret_throttle": "module",
+    "edge_runtime.qinglong": "package",
+    "edge_runtime.qinglong.open_routes": "module",
+    "edge_runtime.qinglong.openapi": "module",
+    "edge_runtime.qinglong.crons": "module",
+    "edge_runtime.qinglong.envs": "module",
+    "edge_runtime.qinglong.logs": "module",
     "h11": "package",
 }
 BASE_LIBRARY = ["os.pyc", "encodings/__init__.pyc", "encodings/utf_8.pyc", "re/__init__.pyc"]

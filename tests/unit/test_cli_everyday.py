@@ -271,3 +271,25 @@ def test_a_usage_error_names_the_help_of_the_subcommand_it_is_about(capsys, tmp_
         assert usage.value.code == 2
         hint = f"(try: edge-runtime {' '.join(path)} --help)"
         assert (json.loads(err)["error"]["message"] if "--json" in extra else err).rstrip().endswith(hint), err
+
+
+def test_schedule_labels_are_given_replaced_and_removed_and_the_number_is_shown(capsys, tmp_path) -> None:
+    db = str(tmp_path / "e.db")
+    first = _cli(capsys, "--db", db, "schedule", "add", "--label", "jd", "--label", "京东", "@daily", "--", "true")[1].strip()
+    second = _cli(capsys, "--db", db, "schedule", "add", "@daily", "--", "true")[1].strip()
+    record = json.loads(_cli(capsys, "--db", db, "schedule", "show", first, "--json")[1])
+    assert (record["number"], record["labels"]) == (1, ["jd", "京东"])
+    assert json.loads(_cli(capsys, "--db", db, "schedule", "show", second, "--json")[1])["labels"] == []
+    listed = _cli(capsys, "--db", db, "schedule", "list")[1].splitlines()
+    assert listed[0].endswith("  number=1  labels=jd,京东") and listed[1].endswith("  number=2")
+    shown = _cli(capsys, "--db", db, "schedule", "show", first)[1]
+    assert "\nnumber     1\n" in shown and "\nlabels     jd, 京东\n" in shown
+    _cli(capsys, "--db", db, "schedule", "edit", first, "--label", "other")
+    assert json.loads(_cli(capsys, "--db", db, "schedule", "show", first, "--json")[1])["labels"] == ["other"]
+    _cli(capsys, "--db", db, "schedule", "edit", first, "--no-labels")
+    assert json.loads(_cli(capsys, "--db", db, "schedule", "show", first, "--json")[1])["labels"] == []
+    code, _, err = _cli(capsys, "--db", db, "schedule", "add", "--label", "a", "--label", "a", "@daily", "--", "true")
+    assert code == 1 and "a label is given twice" in err and "[INVALID_SCHEDULE_COMMAND]" in err
+    with pytest.raises(SystemExit) as usage:
+        _cli(capsys, "--db", db, "schedule", "edit", first, "--label", "a", "--no-labels")
+    assert usage.value.code == 2 and "not allowed with" in capsys.readouterr().err

@@ -43,6 +43,7 @@ class World:
         self.schedule = self.out("schedule", "add", "@daily", "--", "true")
         self.out("env", "set", "PLAIN", "x")  # entry 1
         self.out("env", "add", "PLAIN", "y")  # entry 2
+        self.out("panel", "app", "add", "world-app", "--scopes", "crons")
         self.blocked = self.out("submit", "--", "sleep", "9")
         from edge_runtime.local.database import open_database
         from tests.support.unfenced_attempts import take_queued_run
@@ -143,6 +144,9 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("check",): lambda w: ["check", "--json"],
     ("import", "qinglong"): lambda w: ["import", "qinglong", w.qinglong_data(), "--dry-run", "--json"],
     ("scripts", "scan"): lambda w: ["scripts", "scan", w.scripts(), "--add", "--json"],
+    ("panel", "app", "add"): lambda w: ["panel", "app", "add", "another", "--scopes", "envs", "--json"],
+    ("panel", "app", "list"): lambda w: ["panel", "app", "list", "--json"],
+    ("panel", "app", "remove"): lambda w: ["panel", "app", "remove", "world-app", "--json"],
 }
 #: A call of each command with --json that fails at run time (exit 1), and the code it must carry
 #: (None: any, for the commands with no input of their own to get wrong: their database is a file
@@ -179,6 +183,9 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("import", "qinglong"): (lambda w: ["import", "qinglong", str(w.tmp / "none-such"), "--json"],
                              "QINGLONG_SOURCE_REFUSED"),
     ("scripts", "scan"): (lambda w: ["scripts", "scan", str(w.tmp / "none-such"), "--json"], "QINGLONG_SOURCE_REFUSED"),
+    ("panel", "app", "add"): (lambda w: ["panel", "app", "add", "x", "--scopes", "scripts", "--json"], "INVALID_PANEL_APP"),
+    ("panel", "app", "list"): (lambda w: ["--db", w.bad_db, "panel", "app", "list", "--json"], None),
+    ("panel", "app", "remove"): (lambda w: ["panel", "app", "remove", "none-such", "--json"], "PANEL_APP_NOT_FOUND"),
 }
 
 

@@ -145,6 +145,10 @@ def _cli_commands() -> dict[tuple[str, ...], set[str]]:
         if nested:
             for child, child_parser in nested[0].choices.items():
                 commands[(name, child)] = options(child_parser)
+                # A third level (`panel app add|list|remove`): its row shows the actions' options.
+                for deeper in (a for a in child_parser._actions if isinstance(a, argparse._SubParsersAction)):
+                    for grandchild in deeper.choices.values():
+                        commands[(name, child)] |= options(grandchild)
         else:
             commands[(name,)] = options(sub)
     commands[()] = global_options  # `edge-runtime --version`

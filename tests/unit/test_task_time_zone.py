@@ -56,7 +56,7 @@ def test_a_device_zone_that_is_no_zone_leaves_the_task_the_c_librarys_default(et
 def _schedule(**fields: object) -> ScheduleRecord:
     return msgspec.convert({"id": "s1", "expression": "@daily", "command": ["date"], "overlap": "skip",
                             "paused": False, "nextFireAtMs": 0, "firedCount": 0, "skippedCount": 0,
-                            "coalescedCount": 0, "createdAtMs": 0, "updatedAtMs": 0, **fields}, ScheduleRecord)
+                            "coalescedCount": 0, "createdAtMs": 0, "updatedAtMs": 0, "number": 1, **fields}, ScheduleRecord)
 
 
 def test_a_fired_run_gets_its_schedules_zone_unless_the_schedules_own_env_sets_tz() -> None:

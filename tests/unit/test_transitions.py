@@ -237,7 +237,7 @@ def test_a_pause_keeps_the_next_fire_and_a_resume_starts_after_now() -> None:
 
     record = msgspec.convert({"id": "s1", "expression": "0 * * * *", "command": ["true"], "overlap": "skip",
                               "paused": False, "nextFireAtMs": 3_600_000, "firedCount": 0, "skippedCount": 0,
-                              "coalescedCount": 0, "createdAtMs": 0, "updatedAtMs": 0}, ScheduleRecord)
+                              "coalescedCount": 0, "createdAtMs": 0, "updatedAtMs": 0, "number": 1}, ScheduleRecord)
     utc = time_zone("UTC")
     assert next_fire_on_pause_change(record, True, 5 * 3_600_000 + 1, utc) == 3_600_000
     assert next_fire_on_pause_change(record, False, 5 * 3_600_000 + 1, utc) == 6 * 3_600_000  # missed slots not fired
