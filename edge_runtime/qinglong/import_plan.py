@@ -29,7 +29,7 @@ Crons (``Crontabs`` rows) become schedules:
 - skipped, with the reason: QingLong's own system crons (:func:`system_cron`), old-style
   subscriptions (``ql repo``/``ql raw``), ``@once`` (run by hand only), a schedule or command
   the contract refuses (its message), a row whose cells cannot be read, a duplicate of an
-  earlier row. Not carried, and said so on the row: labels, ``task_before``/``task_after``
+  earlier row. Not carried, and said so on the row: ``task_before``/``task_after``
   (shell run around the task), ``work_dir``, the subscription it belonged to.
 
 Envs go to an :class:`EnvTarget` (see there); scripts are copied with their folders.
@@ -49,7 +49,7 @@ from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.env_entries import NewEnvEntry, plan_add
 from edge_runtime.contract.environment import InvalidVariableError, secret_problem
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.schedules import AddScheduleCommand, Overlap
+from edge_runtime.contract.schedules import AddScheduleCommand, Overlap, labels_problem
 from edge_runtime.contract.time_zones import InvalidTimeZoneError, time_zone, time_zone_text
 from edge_runtime.qinglong.data_folder import QingLongSource, ScriptFile
 from edge_runtime.qinglong.script_headers import MAX_NAME_LENGTH
@@ -394,17 +394,19 @@ def plan_crons(plan: ImportPlan, crons: Iterable[QlCron], existing: Existing, sc
         if script is not None and not script.startswith("/") and script not in scripts and existing.script(script) is None:
             notes.append(f"its script {script} is neither in the backup's scripts/ nor in the scripts directory")
         overlap = Overlap.REPLACE if cron.allow_multiple_instances == 0 else Overlap.SKIP
+        labels = _carried_labels(cron, notes)
         expressions = [(cron.schedule or "", source)] + [
             (extra, f"{source}, extra schedule {n}") for n, extra in enumerate(cron.extra_schedules, 1)]
         for expression, where in expressions:
             row = PlanItem(kind=Kind.SCHEDULE, action=Action.CREATE, source=where,
                            summary=f"{name or '-'}  {expression}  {shlex.join(argv)}", notes=list(notes))
             plan.add(row)
-            _plan_schedule(plan, row, expression.strip(), argv, cwd, name, overlap, cron.disabled, existing, planned)
+            _plan_schedule(plan, row, expression.strip(), argv, cwd, name, overlap, cron.disabled, labels, existing,
+                           planned)
 
 
 def _plan_schedule(plan: ImportPlan, row: PlanItem, expression: str, argv: list[str], cwd: str | None,
-                   name: str | None, overlap: Overlap, paused: bool, existing: Existing,
+                   name: str | None, overlap: Overlap, paused: bool, labels: list[str], existing: Existing,
                    planned: dict[tuple[str | None, tuple[str, ...], str], str]) -> None:
     if expression.startswith("@once"):
         _skip(row, "@once: QingLong runs it only when started by hand; no schedule (submit it when needed)")
@@ -414,13 +416,15 @@ def _plan_schedule(plan: ImportPlan, row: PlanItem, expression: str, argv: list[
     try:
         command = AddScheduleCommand(
             expression=expression, argv=argv, name=msgspec.UNSET if name is None else name, overlap=overlap,
-            time_zone=plan.time_zone, paused=paused, **({} if cwd is None else {"cwd": cwd}))
+            time_zone=plan.time_zone, paused=paused, **({} if cwd is None else {"cwd": cwd}),
+            **({"labels": labels} if labels else {}))
         identity = schedule_identity(name, argv, expression)
     except EdgeRuntimeError as exc:
         _skip(row, f"a schedule cannot express it: {exc}")
         return
     row.detail = {"name": name, "expression": identity[2], "command": argv, "paused": paused,
-                  "overlap": overlap.value, "timeZone": plan.time_zone, **({} if cwd is None else {"cwd": cwd})}
+                  "overlap": overlap.value, "timeZone": plan.time_zone, **({} if cwd is None else {"cwd": cwd}),
+                  **({"labels": labels} if labels else {})}
     if paused:
         row.notes.insert(0, "paused: disabled in QingLong")
     if identity in existing.schedules:
@@ -433,10 +437,18 @@ def _plan_schedule(plan: ImportPlan, row: PlanItem, expression: str, argv: list[
     plan.schedules.append((row, command))
 
 
+def _carried_labels(cron: QlCron, notes: list[str]) -> list[str]:
+    """The cron's labels as the schedule's, when a schedule can hold them (else noted, none)."""
+    labels = list(dict.fromkeys(cron.labels))  # QingLong keeps repeats; a schedule's label is a set
+    problem = labels_problem(labels) if labels else None
+    if problem is not None:
+        notes.append(f"labels not carried ({problem}): {', '.join(labels)}")
+        return []
+    return labels
+
+
 def _not_carried(cron: QlCron) -> list[str]:
     notes = []
-    if cron.labels:
-        notes.append(f"labels not carried (schedules have none yet): {', '.join(cron.labels)}")
     for field, value in (("task_before", cron.task_before), ("task_after", cron.task_after),
                          ("work_dir", cron.work_dir)):
         if value:

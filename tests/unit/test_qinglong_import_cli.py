@@ -55,6 +55,7 @@ def test_an_import_creates_schedules_variables_and_scripts_and_a_second_creates_
     code, listed, _ = _cli(capsys, "--db", str(db), "schedule", "list", "--json")
     records = {r["name"] if "name" in r else "-": r for r in json.loads(listed)}
     assert records["京豆变动通知"]["command"] == ["task", "jd_bean_change.js"] and not records["京豆变动通知"]["paused"]
+    assert records["京豆变动通知"]["labels"] == ["京东", "通知"]
     assert records["京喜工厂"]["paused"] and records["旧的已停用任务"]["paused"]
     assert records["签到领现金"]["expression"] == "0 0,12 * * *"  # 6 fields, second 0: canonical 5
     assert records["京豆变动通知"]["timeZone"] in ("Asia/Shanghai", "CST-8")

@@ -8,6 +8,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from edge_runtime.contract.env_entries import NewEnvEntry
@@ -128,11 +129,21 @@ def test_extra_schedules_become_schedules_and_what_is_not_carried_is_said() -> N
                              work_dir="sub", sub_id=3)], existing, set())
     assert [item.source for item in plan.items] == ["Crontabs id 7", "Crontabs id 7, extra schedule 1"]
     assert [c.expression for _, c in plan.schedules] == ["0 7 * * *", "30 21 * * *"]
+    assert [c.labels for _, c in plan.schedules] == [["京东"], ["京东"]]  # carried onto each schedule
     notes = plan.items[0].notes
-    assert "labels not carried (schedules have none yet): 京东" in notes
+    assert not any("labels" in note for note in notes)
     assert "task_before not carried: export A=1" in notes and "work_dir not carried: sub" in notes
     assert any("subscription 3" in note for note in notes)
     assert "its script s.js is neither in the backup's scripts/ nor in the scripts directory" in notes
+
+
+def test_labels_a_schedule_cannot_hold_are_said_and_the_schedule_still_comes() -> None:
+    plan, existing = _plan()
+    plan_crons(plan, [QlCron(id=8, name="多标签", command="task m.js", schedule="0 8 * * *",
+                             labels=tuple(f"l{i}" for i in range(40)))], existing, set())
+    (row,) = plan.items
+    assert row.action.value == "create" and plan.schedules[0][1].labels is msgspec.UNSET
+    assert any(note.startswith("labels not carried (a schedule has at most") for note in row.notes)
 
 
 def test_a_schedule_here_already_or_twice_in_the_data_is_not_created_again() -> None:
