@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
         # Everything that can refuse the import is asked before the database is opened (or made).
         database = read_database(source.database, shown=f"{source.where}: db/database.sqlite")
         zone = choose_zone(args.tz, database.time_zone, _device_zone())
-        _require_scripts_directory(scripts_dir)
-        with _store(args) as store, _scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
+        require_scripts_directory(scripts_dir)
+        with _store(args) as store, scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
             existing = _existing(store, scripts_fd)
             envs = EnvEntries(None if store is None else store.environment)
             plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir, zone=zone)
@@ -110,7 +110,7 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         yield store
 
 
-def _require_scripts_directory(path: str) -> None:
+def require_scripts_directory(path: str) -> None:
     """Refuse a scripts directory that is not trusted, or could not be made trusted (its nearest
     existing folder is another user's), before anything is written."""
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
@@ -127,7 +127,7 @@ def _require_scripts_directory(path: str) -> None:
 
 
 @contextmanager
-def _scripts_directory(path: str, *, create: bool) -> Iterator[int | None]:
+def scripts_directory(path: str, *, create: bool) -> Iterator[int | None]:
     """The scripts directory held as a descriptor (a trusted directory: root's tasks run code from
     it), made if ``create``; None for a dry run where it does not exist yet."""
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
