@@ -112,6 +112,8 @@ def url_problem(kind: SubscriptionKind, url: object) -> str | None:
         return f"the URL is longer than {MAX_URL_LENGTH} characters"
     if _CONTROL.search(url):
         return "the URL holds a blank or a control character"
+    if not url.isascii():
+        return "the URL must be ASCII: percent-encode its path, and give a host's ASCII (xn--) form"
     scheme, sep, rest = url.partition("://")
     allowed = URL_SCHEMES[kind]
     if not sep or scheme.lower() not in allowed:

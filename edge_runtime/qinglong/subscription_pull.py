@@ -55,7 +55,7 @@ from edge_runtime.qinglong.errors import ScriptsDirectoryError
 from edge_runtime.qinglong.import_plan import schedule_identity
 from edge_runtime.qinglong.script_files import DIR_FLAGS, FileWriter, open_file_at, read_chunks, shown_name
 from edge_runtime.qinglong.script_scan import MAX_HEADER_BYTES, SCRIPT_SUFFIXES, scanned_script
-from edge_runtime.qinglong.subscription_source import MAX_FILE_BYTES, SourceEntry, open_source
+from edge_runtime.qinglong.subscription_source import MAX_FILE_BYTES, SourceEntry, open_source, shown_size
 
 #: The work area's name in the scripts directory (never walked by ``scripts scan`` or the import).
 WORK_AREA = ".subscriptions"
@@ -400,8 +400,8 @@ def _check_size(chosen: Chosen, scripts_fd: int, limits: PullLimits) -> None:
         raise PullError(f"the source has {len(chosen.copy)} files to copy: more than {limits.max_files}; narrow it "
                         f"with --whitelist or --blacklist; nothing changed")
     if total > limits.max_copy_bytes:
-        raise PullError(f"the files to copy take {total // (1024 * 1024)} MiB: more than "
-                        f"{limits.max_copy_bytes // (1024 * 1024)} MiB; narrow them with --whitelist or --blacklist; "
+        raise PullError(f"the files to copy take {shown_size(total)}: more than {shown_size(limits.max_copy_bytes)}; "
+                        f"narrow them with --whitelist or --blacklist; "
                         f"nothing changed")
     info = os.fstatvfs(scripts_fd)
     free = info.f_bavail * info.f_frsize

@@ -14,10 +14,10 @@ subscription's URL needs (``GIT_ALLOW_PROTOCOL``: https, http, git, and file onl
 ``file://`` URL), and ``transfer.fsckObjects``, which refuses a tree that names ``..`` or ``.git``.
 The clone's size is watched while it runs and it is stopped past :data:`MAX_FETCH_BYTES`.
 
-**A file** is downloaded by Python's own HTTP client where this build has it (a source install;
-the router build leaves ``http.client`` out with ``email``), else by ``curl``, else OpenWrt's
-``uclient-fetch``, else ``wget``: at most :data:`MAX_FILE_BYTES`, redirects only to https when
-the URL was https, certificates checked (never ``--no-check-certificate``).
+**A file** is downloaded by ``curl``, else OpenWrt's ``uclient-fetch``, else ``wget`` (not by
+Python's ``urllib``: the built executable leaves ``http.client`` out with ``email``, see
+build/excludes.toml): at most :data:`MAX_FILE_BYTES`, certificates checked (never
+``--no-check-certificate``), and with curl redirects only to https when the URL was https.
 
 Every child process is this process's child in this process's group: the pull's Run's cancel
 reaches it, and an error here kills it and waits for it.
@@ -30,7 +30,6 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import IO
 
@@ -50,6 +49,10 @@ _WATCH_S = 0.2
 #: The end of a child's stderr kept for the error message.
 _STDERR_TAIL = 2000
 
+#: The programs a file is downloaded with, the first on ``PATH`` taken.
+TRANSPORTS = ("curl", "uclient-fetch", "wget")
+#: curl's exit status for "Maximum file size exceeded" (``--max-filesize``).
+_CURL_TOO_LARGE = 63
 #: What the device's git is told, always (see the module docstring).
 GIT_HARDENING = (
     "-c", "core.hooksPath=/dev/null", "-c", "core.fsmonitor=false", "-c", "credential.helper=",
@@ -111,7 +114,7 @@ class Child:
                     return self.process.wait(_WATCH_S if watched is not None else None)
                 except subprocess.TimeoutExpired:
                     if watched is not None and watched() > limit:
-                        raise PullError(f"{what} grew past {limit // (1024 * 1024)} MiB: stopped; nothing changed")
+                        raise PullError(f"{what} grew past {shown_size(limit)}: stopped; nothing changed")
         except BaseException:
             self.kill()
             raise
@@ -133,6 +136,11 @@ class Child:
             if stream is not None:
                 stream.close()
         self._stderr.close()
+
+
+def shown_size(size: int) -> str:
+    """``size`` bytes in MiB, or KiB below one MiB."""
+    return f"{size / (1024 * 1024):.1f} MiB" if size >= 1024 * 1024 else f"{size / 1024:.1f} KiB"
 
 
 def tree_size(path: str) -> int:
@@ -222,8 +230,8 @@ class GitSource:
                 *(() if branch is msgspec.UNSET else ("--branch", branch)), "--", self.record.url, self.repository]
         self._run("clone", argv, watched=lambda: tree_size(self.repository)).close()
         if tree_size(self.repository) > self.max_fetch_bytes:  # one that finished between two looks
-            raise PullError(f"the clone of {self.record.url} grew past {self.max_fetch_bytes // (1024 * 1024)} MiB: "
-                            f"refused; nothing changed")
+            raise PullError(f"the clone of {self.record.url} grew past {shown_size(self.max_fetch_bytes)}: refused; "
+                            f"nothing changed")
         out = os.path.join(self.work, "rev-parse.out")
         with open(out, "w+b") as stdout:
             self._run("rev-parse", ["--git-dir", self.repository, "rev-parse", "--verify", "HEAD^{commit}"],
@@ -305,8 +313,7 @@ def tree_entry(record: bytes) -> SourceEntry:
     length = int(size)
     if length > MAX_FILE_BYTES:
         return SourceEntry(path=path, size=length,
-                           skipped=f"{length // (1024 * 1024)} MiB: larger than {MAX_FILE_BYTES // (1024 * 1024)} "
-                                   f"MiB, not copied")
+                           skipped=f"{shown_size(length)}: larger than {shown_size(MAX_FILE_BYTES)}, not copied")
     return SourceEntry(path=path, size=length, executable=mode == b"100755", object_id=object_id.decode())
 
 
@@ -354,7 +361,7 @@ class FileSource:
     """One file downloaded into ``work`` (a private directory)."""
 
     def __init__(self, record: SubscriptionRecord, work: str, base_env: Mapping[str, str], *,
-                 transports: tuple[str, ...] = ("python", "curl", "uclient-fetch", "wget"),
+                 transports: tuple[str, ...] = TRANSPORTS,
                  max_bytes: int = MAX_FILE_BYTES) -> None:
         self.record = record
         self.work = work
@@ -376,9 +383,8 @@ class FileSource:
             self.transport = transport
             break
         else:
-            raise PullError(f"nothing on this device downloads {self.record.url}: neither Python's HTTP client nor "
-                            f"curl, uclient-fetch or wget (OpenWrt: opkg install uclient-fetch "
-                            f"libustream-mbedtls); nothing changed")
+            raise PullError(f"nothing on this device downloads {self.record.url}: neither curl, uclient-fetch nor "
+                            f"wget (OpenWrt: opkg install uclient-fetch libustream-mbedtls); nothing changed")
         digest = hashlib.sha256()
         with open(self.download, "rb") as file:
             size = 0
@@ -401,13 +407,12 @@ class FileSource:
         pass
 
     def _fetch_with(self, transport: str) -> bool | None:
-        """Download with ``transport``: True when done, None when this device lacks it.
+        """Download with ``transport`` (a program on ``PATH``): True when done, None when this
+        device lacks it.
 
         Raises:
             PullError: it failed (the server's answer, the size, the network).
         """
-        if transport == "python":
-            return self._python()
         program = shutil.which(transport, path=self.env["PATH"])
         if program is None:
             return None
@@ -425,45 +430,11 @@ class FileSource:
                             what=f"the download of {url}")
         said = child.stderr_tail()
         child.close()
+        if transport == "curl" and status == _CURL_TOO_LARGE or _size(self.download) > self.max_bytes:
+            raise PullError(f"the download of {url} is larger than {shown_size(self.max_bytes)}; nothing changed")
         if status != 0:
             raise PullError(f"{transport} could not download {url} (exit {status}): {said or 'no message'}; nothing "
                             f"changed")
-        if _size(self.download) > self.max_bytes:
-            raise PullError(f"the download of {url} is larger than {self.max_bytes // (1024 * 1024)} MiB; nothing "
-                            f"changed")
-        return True
-
-    def _python(self) -> bool | None:
-        try:
-            import urllib.error
-            import urllib.request
-        except ImportError:  # the router build leaves http.client out (with email)
-            return None
-        url = self.record.url
-        if url.lower().startswith("https:"):
-            try:
-                import ssl  # noqa: F401 - only whether this build has TLS
-            except ImportError:
-                return None
-        opener = urllib.request.build_opener(_redirect_handler(url))
-        opener.addheaders = [("User-Agent", "edge-runtime subscription")]
-        deadline = time.monotonic() + 600
-        try:
-            with opener.open(url, timeout=60) as answer, open(self.download, "wb") as file:
-                size = 0
-                while chunk := answer.read(CHUNK):
-                    size += len(chunk)
-                    if size > self.max_bytes:
-                        raise PullError(f"the download of {url} is larger than {self.max_bytes // (1024 * 1024)} MiB; "
-                                        f"nothing changed")
-                    if time.monotonic() > deadline:
-                        raise PullError(f"the download of {url} took longer than 10 minutes; nothing changed")
-                    file.write(chunk)
-        except urllib.error.HTTPError as exc:
-            raise PullError(f"{url} answered {exc.code} {exc.reason}; nothing changed") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", None) or exc
-            raise PullError(f"cannot download {url}: {reason}; nothing changed") from None
         return True
 
 
@@ -472,25 +443,6 @@ def _size(path: str) -> int:
         return os.lstat(path).st_size
     except FileNotFoundError:
         return 0
-
-
-def _redirect_handler(url: str) -> object:
-    """urllib's redirect handler, following a redirect only to https (or to http when ``url``
-    itself is http): an https subscription is never downgraded. Made only where urllib exists."""
-    import urllib.request
-
-    https = url.lower().startswith("https:")
-
-    class SameOrSaferRedirect(urllib.request.HTTPRedirectHandler):
-        max_redirections = 5
-
-        def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
-            scheme = newurl.split(":", 1)[0].lower()
-            if scheme != "https" and (https or scheme != "http"):
-                raise PullError(f"{req.full_url} redirects to {newurl}: refused (not https); nothing changed")
-            return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-    return SameOrSaferRedirect()
 
 
 def open_source(record: SubscriptionRecord, work: str, base_env: Mapping[str, str], **options: object):

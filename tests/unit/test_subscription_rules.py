@@ -36,6 +36,7 @@ GIT, FILE = SubscriptionKind.GIT, SubscriptionKind.FILE
     (GIT, "https:///a/b", "names no host"),
     (GIT, "https://github.com/a b", "blank or a control character"),
     (GIT, "https://github.com/a/\x1b[2J", "blank or a control character"),
+    (GIT, "https://例子.测试/a/b.git", "must be ASCII"),
     (FILE, "https://raw.githubusercontent.com/o/r/main/jd_x.js", None),
     (FILE, "file:///etc/passwd", "pulls https://"),
 ])
