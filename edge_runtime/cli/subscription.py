@@ -18,6 +18,7 @@ from typing import Any
 import msgspec
 
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_json, printable
+from edge_runtime.cli.pull_command import pull_command
 
 _ID_HELP = "the subscription id, or a unique prefix or suffix of it (12 characters at most)"
 #: A pull's timeout when ``--timeout`` is not given: a shallow clone of a scripts repository over a
@@ -118,60 +119,6 @@ def resolve_subscription_id(store: Any, form: str) -> str:
 # ----------------------------------------------------------------------------------- add
 
 
-def this_program() -> list[str]:
-    """The argv that runs this program again: the built executable, the installed console
-    script, or this Python with ``-m edge_runtime``.
-
-    Raises:
-        InvalidSubscriptionError: that program is in a place another user can change (root's
-            service would run it at every pull).
-    """
-    from edge_runtime.contract.subscriptions import InvalidSubscriptionError
-    from edge_runtime.service.trusted_paths import directory_problem
-
-    if getattr(sys, "frozen", False):
-        argv = [sys.executable]
-    elif os.path.basename(sys.argv[0]) == "edge-runtime" and os.path.isfile(sys.argv[0]):
-        argv = [os.path.abspath(sys.argv[0])]
-    else:
-        argv = [os.path.abspath(sys.executable), "-m", "edge_runtime"]
-    program = argv[0]
-    problem = directory_problem(os.path.dirname(program), sticky_ok=True)
-    if problem is None:
-        info = os.stat(program)
-        if info.st_uid not in (0, os.geteuid()) or info.st_mode & 0o022:
-            problem = f"{program} is owned by uid {info.st_uid} or writable by others"
-    if problem is not None:
-        raise InvalidSubscriptionError(f"refusing to schedule pulls by {program}: {problem}; the service would run it "
-                                       f"at every pull (install edge-runtime, or run it from a directory only root "
-                                       f"can change)")
-    return argv
-
-
-def pull_command(args: argparse.Namespace) -> list[str]:
-    """The pull schedule's command, before the subscription's id."""
-    return [*this_program(), "--db", os.path.abspath(args.db), "subscription", "pull"]
-
-
-def default_folder(kind: str, url: str, branch: str | None) -> str:
-    """The folder QingLong would name: ``author_repo[_branch]`` for a repository, the file's
-    parent and name without its extension for a file; other characters become ``_``."""
-    import re
-    from urllib.parse import urlsplit
-
-    path = urlsplit(url).path.rstrip("/")
-    parts = [part for part in path.split("/") if part]
-    if kind == "git":
-        repo = (parts[-1] if parts else "repo").removesuffix(".git")
-        author = parts[-2] if len(parts) > 1 else urlsplit(url).hostname or "repo"
-        name = f"{author}_{repo}" + (f"_{branch}" if branch else "")
-    else:
-        stem = (parts[-1] if parts else "file").rsplit(".", 1)[0]
-        name = f"{parts[-2]}_{stem}" if len(parts) > 1 else stem
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".-_")[:64]
-    return name or "subscription"
-
-
 def _kind(url: str, given: str | None) -> str:
     if given:
         return given
@@ -199,11 +146,15 @@ def _scripts_dir(args: argparse.Namespace) -> str:
 def _add(args: argparse.Namespace) -> int:
     from edge_runtime.cli.import_qinglong import require_scripts_directory
     from edge_runtime.contract.durations import parse_duration_ms
-    from edge_runtime.contract.subscriptions import UNENCRYPTED_SCHEMES, AddSubscriptionCommand, SubscriptionKind
+    from edge_runtime.contract.subscriptions import (
+        UNENCRYPTED_SCHEMES, AddSubscriptionCommand, SubscriptionKind, url_problem,
+    )
     from edge_runtime.qinglong.script_headers import random_daily_expression
+    from edge_runtime.qinglong.subscription_source import qinglong_folder
 
     kind = SubscriptionKind(_kind(args.url, args.kind))
-    folder = args.folder or default_folder(kind.value, args.url, args.branch)
+    AddSubscriptionCommand.reject(url_problem(kind, args.url))  # before the URL is split for its folder
+    folder = args.folder or qinglong_folder(kind, args.url, args.branch)
     scripts_dir = _scripts_dir(args)
     fields = {"branch": args.branch, "whitelist": args.whitelist, "blacklist": args.blacklist,
               "dependence": args.dependence, "task_user": args.user, "time_zone": args.tz}

@@ -201,6 +201,8 @@ class AddSubscriptionCommand(Command, kw_only=True):
     auto_remove: bool = False
     #: The user its scripts run as (kept; given to the schedules once schedules carry a user).
     task_user: str | msgspec.UnsetType = msgspec.UNSET
+    #: Its pull schedule added paused, in the same transaction (an imported disabled subscription).
+    paused: bool = False
 
     def rule_problem(self) -> str | None:
         for problem in (url_problem(self.kind, self.url), folder_problem(self.folder)):

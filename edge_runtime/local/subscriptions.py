@@ -128,7 +128,7 @@ class LocalSubscriptionRepository:
         pull = AddScheduleCommand(
             expression=cmd.expression, argv=[*cmd.pull_command, subscription_id],
             name=_schedule_name("pull ", cmd.name), overlap=Overlap.SKIP, time_zone=cmd.time_zone,
-            timeout_ms=cmd.timeout_ms)
+            timeout_ms=cmd.timeout_ms, paused=cmd.paused)
         with schedule_repository_errors():
             prepared = self._schedules.prepare_add(pull)
         with subscription_errors(), self._db.write() as now:

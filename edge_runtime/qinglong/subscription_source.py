@@ -155,6 +155,24 @@ def tree_size(path: str) -> int:
     return total
 
 
+def qinglong_folder(kind: SubscriptionKind, url: str, branch: str | None) -> str:
+    """The folder QingLong names a subscription's (its alias, its ``uniq_path``):
+    ``author_repo[_branch]`` for a repository, the file's parent and its name without the
+    extension for a file; any other character becomes ``_``."""
+    from urllib.parse import urlsplit  # urllib.parse alone: no http.client, no email
+
+    parts = [part for part in urlsplit(url).path.rstrip("/").split("/") if part]
+    if kind is SubscriptionKind.GIT:
+        repo = (parts[-1] if parts else "repo").removesuffix(".git")
+        author = parts[-2] if len(parts) > 1 else urlsplit(url).hostname or "repo"
+        name = f"{author}_{repo}" + (f"_{branch}" if branch else "")
+    else:
+        stem = (parts[-1] if parts else "file").rsplit(".", 1)[0]
+        name = f"{parts[-2]}_{stem}" if len(parts) > 1 else stem
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", name).lstrip(".-_")[:64]
+    return name or "subscription"
+
+
 # ----------------------------------------------------------------------------------- git
 
 

@@ -439,3 +439,22 @@ def test_its_pull_schedule_removed_by_hand_leaves_the_subscription(store: LocalS
     subscription_id = _add(store, repo.url, path)
     store.schedules.remove(store.subscriptions.get(subscription_id).schedule_id)
     assert store.subscriptions.get(subscription_id).schedule_id is msgspec.UNSET
+
+
+def test_pulls_are_never_scheduled_by_a_program_another_user_can_change(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from edge_runtime.cli.pull_command import this_program
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    program = shared / "edge-runtime"
+    program.write_text("#!/bin/sh\n")
+    monkeypatch.setattr("sys.argv", [str(program)])
+    assert this_program() == [str(program)]
+    shared.chmod(0o777)  # anyone may replace it: root's service would run their program at every pull
+    with pytest.raises(InvalidSubscriptionError, match="refusing to schedule pulls by"):
+        this_program()
+    shared.chmod(0o755)
+    program.chmod(0o666)
+    with pytest.raises(InvalidSubscriptionError, match="writable by others"):
+        this_program()
