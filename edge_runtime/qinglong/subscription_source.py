@@ -9,9 +9,9 @@ made, no ``.gitattributes`` filter, no submodule, no hook: a bare clone has none
 pull's staged folder, so a symlink or a submodule in the tree is a line in the log, never a file,
 and a file too large is skipped by its listed size before a byte of it is read. git runs with
 nothing of the device's or the user's configuration (``GIT_CONFIG_NOSYSTEM``, ``GIT_CONFIG_GLOBAL``
-empty, an empty private ``HOME``), no credential helper and no prompt, only the transports the
-subscription's URL needs (``GIT_ALLOW_PROTOCOL``: https, http, git, and file only for a
-``file://`` URL), and ``transfer.fsckObjects``, which refuses a tree that names ``..`` or ``.git``.
+empty, an empty private ``HOME``), no credential helper and no prompt, only the transport of the
+subscription's URL (``GIT_ALLOW_PROTOCOL``: ``https`` for an https URL, so no redirect to plain
+http; ``file`` only for a ``file://`` URL), and ``transfer.fsckObjects``, which refuses a tree that names ``..`` or ``.git``.
 The clone's size is watched while it runs and it is stopped past :data:`MAX_FETCH_BYTES`.
 
 **A file** is downloaded by ``curl``, else OpenWrt's ``uclient-fetch``, else ``wget`` (not by
@@ -36,7 +36,9 @@ from typing import IO
 import msgspec
 
 from edge_runtime.contract.environment import DEFAULT_PATH
-from edge_runtime.contract.subscriptions import GitMissingError, PullError, SubscriptionKind, SubscriptionRecord
+from edge_runtime.contract.subscriptions import (
+    MAX_SCRIPT_PATH_LENGTH, GitMissingError, PullError, SubscriptionKind, SubscriptionRecord,
+)
 from edge_runtime.qinglong.data_folder import MAX_SCRIPT_BYTES
 from edge_runtime.qinglong.script_files import CHUNK, MAX_DEPTH, SKIPPED_FOLDERS, name_problem, shown_name
 
@@ -208,7 +210,8 @@ class GitSource:
         self.env = child_environment(base_env, home)
         self.env.update(GIT_CONFIG_NOSYSTEM="1", GIT_CONFIG_GLOBAL=os.devnull, GIT_TERMINAL_PROMPT="0",
                         GIT_NO_REPLACE_OBJECTS="1",
-                        GIT_ALLOW_PROTOCOL="file" if record.url.lower().startswith("file:") else "https:http:git")
+                        # Only the URL's own transport: no redirect to plain http from https, no ext::.
+                        GIT_ALLOW_PROTOCOL=record.url.split(":", 1)[0].lower())
         self.git = [git_program(self.env), *GIT_HARDENING]
         self.record = record
         self.work = work
@@ -350,8 +353,8 @@ def path_problem(path: str) -> str | None:
     for part in parts[:-1]:
         if part in SKIPPED_FOLDERS:
             return SKIPPED_FOLDERS[part]
-    if len(path) > 1024:
-        return "its path is longer than 1024 characters: not copied"
+    if len(path) > MAX_SCRIPT_PATH_LENGTH:
+        return f"its path is longer than {MAX_SCRIPT_PATH_LENGTH} characters: not copied"
     return None
 
 
