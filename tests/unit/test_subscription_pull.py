@@ -458,3 +458,19 @@ def test_pulls_are_never_scheduled_by_a_program_another_user_can_change(tmp_path
     program.chmod(0o666)
     with pytest.raises(InvalidSubscriptionError, match="writable by others"):
         this_program()
+
+
+@pytest.mark.parametrize(("url", "allowed"), [("https://example.invalid/a/b.git", "https"),
+                                              ("git://example.invalid/a/b.git", "git"),
+                                              ("file:///srv/b.git", "file")])
+def test_git_gets_only_the_urls_transport_and_nothing_of_the_environment(store: LocalStore, scripts, tmp_path: Path,
+                                                                         url: str, allowed: str) -> None:
+    path, _ = scripts
+    record = store.subscriptions.get(_add(store, url, path))
+    environ = {"PATH": os.environ["PATH"], "GIT_CONFIG_PARAMETERS": "'core.hooksPath'='/x'", "GIT_DIR": "/x",
+               "LD_PRELOAD": "/x.so", "https_proxy": "http://proxy.invalid:3128"}
+    source = subscription_source.GitSource(record, str(tmp_path), environ)
+    assert source.env["GIT_ALLOW_PROTOCOL"] == allowed  # an https pull is never redirected to plain http
+    assert source.env["https_proxy"] == "http://proxy.invalid:3128"
+    assert not {"GIT_CONFIG_PARAMETERS", "GIT_DIR", "LD_PRELOAD"} & set(source.env)
+    assert source.env["HOME"] == str(tmp_path / "home") and source.env["GIT_CONFIG_NOSYSTEM"] == "1"
