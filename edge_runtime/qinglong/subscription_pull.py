@@ -42,6 +42,7 @@ import msgspec
 
 from edge_runtime.contract.subscriptions import (
     ChangeKind,
+    FoundScript,
     PullCancelledError,
     PullChanges,
     PullError,
@@ -50,7 +51,6 @@ from edge_runtime.contract.subscriptions import (
     SubscriptionRecord,
     plan_script_changes,
 )
-from edge_runtime.contract.subscriptions import FoundScript
 from edge_runtime.qinglong.errors import ScriptsDirectoryError
 from edge_runtime.qinglong.import_plan import schedule_identity
 from edge_runtime.qinglong.script_files import DIR_FLAGS, FileWriter, open_file_at, read_chunks, shown_name
