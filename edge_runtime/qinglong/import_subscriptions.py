@@ -5,7 +5,7 @@ made, imported as schedules of that folder, are taken over by its first pull rat
 twice), its filters and its auto-add and auto-remove (QingLong's: an empty one is on).
 
 Not carried, and said so on the row: a private repository (its key or password stays in QingLong),
-``proxy`` (the service's own proxy variables are used), ``sub_before``/``sub_after`` (shell run as
+``proxy`` (a pull uses the proxy variables its Run gets), ``sub_before``/``sub_after`` (shell run as
 root around the pull). A subscription is here already when one has its folder and its URL; one
 whose folder another URL's subscription has is skipped, saying so.
 """
@@ -37,6 +37,8 @@ OLD_STYLE = re.compile(r"^ql\s+(?:repo|raw)\b")
 _KINDS = {"public-repo": SubscriptionKind.GIT, "file": SubscriptionKind.FILE}
 _INTERVAL_UNITS = {"days": "d", "hours": "h", "minutes": "m", "seconds": "s"}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_PROXY_NOTE = ("its proxy is not carried: a pull uses the https_proxy/http_proxy its Run gets (env set https_proxy "
+               "..., or the service's own through pass_env)")
 
 
 class Wanted:
@@ -68,7 +70,7 @@ def from_row(row: QlSubscription) -> Wanted | str:
     else:
         expression = (row.schedule or "").strip()
     if row.proxy:
-        notes.append("its proxy is not carried: the service's own http_proxy/https_proxy are used")
+        notes.append(_PROXY_NOTE)
     if row.sub_before or row.sub_after:
         notes.append("sub_before/sub_after not carried (shell QingLong ran as root around the pull)")
     return Wanted(source=f"Subscriptions id {row.id}", name=row.name, url=(row.url or "").strip(), kind=kind,
@@ -98,7 +100,7 @@ def from_old_style(cron: QlCron) -> Wanted | str:
                       expression=(cron.schedule or "").strip(), paused=cron.disabled, auto_add=True,
                       auto_remove=True, alias=None, notes=notes)
     if args[6]:
-        notes.append("its proxy is not carried: the service's own http_proxy/https_proxy are used")
+        notes.append(_PROXY_NOTE)
     return Wanted(source=f"Crontabs id {cron.id}", name=cron.name, url=args[0], kind=SubscriptionKind.GIT,
                   branch=args[4], whitelist=args[1], blacklist=args[2], dependence=args[3], extensions=args[5],
                   expression=(cron.schedule or "").strip(), paused=cron.disabled, auto_add=args[7] != "false",
