@@ -474,3 +474,17 @@ def test_git_gets_only_the_urls_transport_and_nothing_of_the_environment(store: 
     assert source.env["https_proxy"] == "http://proxy.invalid:3128"
     assert not {"GIT_CONFIG_PARAMETERS", "GIT_DIR", "LD_PRELOAD"} & set(source.env)
     assert source.env["HOME"] == str(tmp_path / "home") and source.env["GIT_CONFIG_NOSYSTEM"] == "1"
+
+
+def test_a_git_without_its_https_transport_says_which_package_is_missing(store: LocalStore, scripts,
+                                                                         tmp_path: Path) -> None:
+    path, fd = scripts
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "git"  # what OpenWrt's git says without the git-http package
+    fake.write_text("#!/bin/sh\necho \"git: 'remote-https' is not a git command. See 'git --help'.\" >&2\nexit 1\n")
+    fake.chmod(0o755)
+    subscription_id = _add(store, "https://example.invalid/a/b.git", path)
+    with pytest.raises(GitMissingError, match="no http\\(s\\) transport \\(OpenWrt: opkg install git-http\\)"):
+        _pull(store, subscription_id, fd, environ={"PATH": str(bin_dir)})
+    assert not (path / "sub").exists()
