@@ -341,8 +341,8 @@ def plan_script_changes(known: Iterable[SubscriptionScript], found: Iterable[Fou
     changes: list[ScriptChange] = []
     for path in sorted(known_by_path.keys() | found_by_path.keys()):
         before, now = known_by_path.get(path), found_by_path.get(path)
-        if now is None:
-            assert before is not None
+        if now is None:  # known (the union's other half): gone from this pull
+            before = known_by_path[path]
             if before.schedule_id is msgspec.UNSET:
                 changes.append(ScriptChange(kind=ChangeKind.FORGET, path=path, name=before.name))
             elif auto_remove:

@@ -44,7 +44,7 @@ _PROXY_NOTE = ("its proxy is not carried: a pull uses the https_proxy/http_proxy
 class Wanted:
     """The fields of one subscription to import, as QingLong kept them."""
 
-    def __init__(self, *, source: str, name: str | None, url: str, kind: SubscriptionKind | str, branch: str,
+    def __init__(self, *, source: str, name: str | None, url: str, kind: SubscriptionKind, branch: str,
                  whitelist: str, blacklist: str, dependence: str, extensions: str, expression: str,
                  paused: bool, auto_add: bool, auto_remove: bool, alias: str | None, notes: list[str]) -> None:
         self.source, self.name, self.url, self.kind, self.branch = source, name, url, kind, branch
@@ -110,7 +110,6 @@ def from_old_style(cron: QlCron) -> Wanted | str:
 def command_of(wanted: Wanted, *, scripts_dir: str, pull_command: list[str]) -> AddSubscriptionCommand | str:
     """The ``subscription add`` of ``wanted``, or why none can be made (the contract's message)."""
     kind = wanted.kind
-    assert isinstance(kind, SubscriptionKind)
     problem = url_problem(kind, wanted.url)
     if problem is not None:
         return f"its URL {wanted.url!r}: {problem}"

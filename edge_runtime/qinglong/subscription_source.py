@@ -280,15 +280,17 @@ class GitSource:
                                  os.path.join(self.work, "cat-file.stderr"), stdin=subprocess.PIPE,
                                  stdout=subprocess.PIPE)
         process = self._reader.process
-        assert process.stdin is not None and process.stdout is not None and entry.object_id is not None
-        process.stdin.write(entry.object_id.encode("ascii") + b"\n")
-        process.stdin.flush()
-        header = process.stdout.readline(200).split()
+        stdin, stdout = process.stdin, process.stdout  # both pipes: Child was handed PIPE for each
+        if entry.object_id is None:
+            raise PullError(f"{entry.path} has no object to read; nothing changed")
+        stdin.write(entry.object_id.encode("ascii") + b"\n")
+        stdin.flush()
+        header = stdout.readline(200).split()
         if len(header) != 3 or header[1] != b"blob" or header[2] != str(entry.size).encode():
             raise PullError(f"git gave {b' '.join(header)[:100]!r} for {entry.path}: not its listed blob; nothing "
                             f"changed")
-        yield from _read_exactly(process.stdout, entry.size)
-        if process.stdout.read(1) != b"\n":
+        yield from _read_exactly(stdout, entry.size)
+        if stdout.read(1) != b"\n":
             raise PullError(f"git's copy of {entry.path} did not end where its size said; nothing changed")
 
     def close(self) -> None:
@@ -416,8 +418,8 @@ class FileSource:
         return f"sha256:{digest.hexdigest()}"
 
     def entries(self) -> list[SourceEntry]:
-        assert self.entry is not None
-        return [self.entry]
+        """The one file (after :meth:`fetch`)."""
+        return [] if self.entry is None else [self.entry]
 
     def read(self, entry: SourceEntry) -> Iterator[bytes]:
         with open(self.download, "rb") as file:
