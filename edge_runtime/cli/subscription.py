@@ -27,6 +27,8 @@ DEFAULT_PULL_TIMEOUT = "10m"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
+    from edge_runtime.cli.import_qinglong import SCRIPTS_DIR_DEFAULT
+
     parser = subparsers.add_parser(
         "subscription", help=help_text,
         description="A subscription pulls a public git repository (or one file at an http(s) URL) on its own "
@@ -63,8 +65,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
                      "(default: its schedule and its file stay)")
     add.add_argument("--user", metavar="U", help="the user its scripts run as (kept with the subscription: this "
                      "build runs every task as the service's user)")
-    add.add_argument("--scripts-dir", metavar="DIR", help="the scripts directory its folder goes in (default: "
-                     "scripts/ beside the database)")
+    add.add_argument("--scripts-dir", metavar="DIR", help=f"the scripts directory its folder goes in (default: "
+                     f"{SCRIPTS_DIR_DEFAULT})")
     add_json_flag(add)
     listing = actions.add_parser("list", help="list the subscriptions, their pull schedule and last pull")
     add_json_flag(listing)
@@ -137,10 +139,9 @@ def _extensions(text: str | None) -> list[str]:
 
 
 def _scripts_dir(args: argparse.Namespace) -> str:
-    """``--scripts-dir``, else the scripts directory the commands resolve for this database."""
-    from edge_runtime.cli.import_qinglong import default_scripts_dir
-
-    return os.path.abspath(args.scripts_dir or default_scripts_dir(args.db))
+    """``--scripts-dir``, else the scripts directory ``serve`` resolves (the ``scripts_dir``
+    setting, else ``scripts/`` beside the database): where ``task`` finds the scripts."""
+    return os.path.abspath(args.scripts_dir or args.stores.scripts_dir(args))
 
 
 def _add(args: argparse.Namespace) -> int:
