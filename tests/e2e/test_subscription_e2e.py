@@ -137,3 +137,21 @@ def test_a_slow_pull_is_cancelled_or_timed_out_and_changes_nothing(harness: Harn
     scripts = harness.tmp / "scripts"
     assert not (scripts / "slow").exists() and not (scripts / "timed").exists()
     assert sorted(os.listdir(scripts / ".subscriptions")) == ["slow.lock", "timed.lock"]  # no work left behind
+
+
+def test_a_pulled_script_runs_by_its_schedule_as_a_task(harness: Harness) -> None:
+    repo = Repo(harness.tmp / "src")
+    repo.commit({"hello.sh": "#!/bin/sh\n# cron: * * * * * *\necho \"hello from $(basename \"$PWD\")\"\n"})
+    subscription_id = _add(harness, repo.url, "--folder", "mine", "--auto-add")
+    harness.serve()
+    harness.wait_status(_pull_now(harness, subscription_id), "succeeded")
+    [schedule] = [s for s in decode_json(harness.cli("schedule", "list", "--json").stdout)
+                  if s["command"] == ["task", "mine/hello.sh"]]
+    assert not schedule["paused"]
+
+    def fired() -> list[dict]:
+        return [r for r in decode_json(harness.cli("list", "--schedule", schedule["id"], "--json").stdout)
+                if r["status"] == "succeeded"]
+
+    run = wait_for(fired, "a fire of the pulled script's schedule")[0]
+    assert harness.cli("logs", run["id"]).stdout == "hello from mine\n"
