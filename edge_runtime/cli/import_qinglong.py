@@ -59,11 +59,12 @@ def run(args: argparse.Namespace) -> int:
         # Everything that can refuse the import is asked before the database is opened (or made).
         database = read_database(source.database, shown=f"{source.where}: db/database.sqlite")
         zone = choose_zone(args.tz, database.time_zone, _device_zone())
-        _require_scripts_directory(scripts_dir)
-        with _store(args) as store, _scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
+        require_scripts_directory(scripts_dir)
+        with _store(args) as store, scripts_directory(scripts_dir, create=not args.dry_run) as scripts_fd:
             existing = _existing(store, scripts_fd)
             envs = EnvEntries(None if store is None else store.environment)
-            plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir, zone=zone)
+            plan = make_plan(source, database, existing=existing, envs=envs, scripts_dir=scripts_dir, zone=zone,
+                             subscriptions=_subscriptions_planner(args, store, database))
             if args.dry_run:
                 if scripts_fd is not None:
                     try:
@@ -85,6 +86,26 @@ def run(args: argparse.Namespace) -> int:
                      f"again to finish it")
         return 1
     return 0
+
+
+def _subscriptions_planner(args: argparse.Namespace, store: Any, database: Any):
+    """What plans QingLong's subscriptions (its rows, and the old-style ``ql repo`` crons): their
+    pull command is this program's (cli/subscription.py), refused where another user could
+    change it; the subscriptions here already are found by folder."""
+    from edge_runtime.cli.pull_command import pull_command
+    from edge_runtime.contract.subscriptions import InvalidSubscriptionError
+    from edge_runtime.qinglong.import_subscriptions import plan_subscriptions
+
+    try:
+        command: list[str] | str = pull_command(args)
+    except InvalidSubscriptionError as exc:
+        command = str(exc)
+    here = {} if store is None else {r.folder: r.url for r in store.subscriptions.list()}
+
+    def planner(plan: Any, old_style: list[Any]) -> None:
+        plan_subscriptions(plan, database.subscriptions, old_style, here=here, pull_command=command)
+
+    return planner
 
 
 def _progress(quiet: bool):
@@ -110,7 +131,7 @@ def _store(args: argparse.Namespace) -> Iterator[Any]:
         yield store
 
 
-def _require_scripts_directory(path: str) -> None:
+def require_scripts_directory(path: str) -> None:
     """Refuse a scripts directory that is not trusted, or could not be made trusted (its nearest
     existing folder is another user's), before anything is written."""
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
@@ -127,7 +148,7 @@ def _require_scripts_directory(path: str) -> None:
 
 
 @contextmanager
-def _scripts_directory(path: str, *, create: bool) -> Iterator[int | None]:
+def scripts_directory(path: str, *, create: bool) -> Iterator[int | None]:
     """The scripts directory held as a descriptor (a trusted directory: root's tasks run code from
     it), made if ``create``; None for a dry run where it does not exist yet."""
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
@@ -197,9 +218,9 @@ def _print(plan: Any, dry_run: bool) -> None:
             continue
         _row(out, item.action.value, item.kind.value, item.source, item.summary)
         if item.reason:
-            out.write(f"{'':18}why: {printable(item.reason)}\n")
+            out.write(f"{'':21}why: {printable(item.reason)}\n")
         for note in item.notes:
-            out.write(f"{'':18}note: {printable(note)}\n")
+            out.write(f"{'':21}note: {printable(note)}\n")
     for (action, folder), items in sorted(folded.items()):
         size = sum(item.detail.get("size", 0) for item in items)
         _row(out, action, "scripts", f"scripts/{folder}", f"{len(items)} file{'s' if len(items) != 1 else ''}, "
@@ -215,7 +236,7 @@ def _print(plan: Any, dry_run: bool) -> None:
 
 
 def _row(out: Any, action: str, kind: str, source: str, summary: str) -> None:
-    out.write(f"{action:8}{kind:10}{_pad(printable(source), 26)}{printable(summary)}\n")
+    out.write(f"{action:8}{kind:13}{_pad(printable(source), 26)}{printable(summary)}\n")
 
 
 #: Code point ranges a terminal shows two columns wide (CJK, Hangul, full-width forms, emoji):

@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "panel": ("panel", "set the web panel's password; add, list or remove the apps of its OpenAPI"),
     "import": ("import_qinglong", "bring crons, envs and scripts over from QingLong (a data folder or data.tgz)"),
     "scripts": ("scripts", "show the schedule each script's header asks for, and add them"),
+    "subscription": ("subscription", "pull script repositories on a schedule and schedule their scripts"),
 }
 
 

@@ -103,6 +103,8 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("panel_password", "set_at_ms"), ("panel_sessions", "created_at_ms"), ("panel_sessions", "last_seen_at_ms"),
     # Small too: at most MAX_APPS apps, each with about TOKEN_WINDOWS_PER_TTL live tokens.
     ("panel_apps", "created_at_ms"), ("panel_app_tokens", "created_at_ms"),
+    # Small: one row per subscription.
+    ("subscriptions", "pulled_at_ms"), ("subscriptions", "created_at_ms"), ("subscriptions", "updated_at_ms"),
 )
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's

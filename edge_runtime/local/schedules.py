@@ -19,7 +19,7 @@ the device's zone (:func:`edge_runtime.contract.device.device_time_zone`, read o
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -68,6 +68,17 @@ _COLUMNS = (
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
+
+
+class PreparedAdd(NamedTuple):
+    """A schedule to add, checked and its first fire searched before the transaction
+    (:meth:`LocalScheduleRepository.prepare_add`)."""
+
+    cmd: AddScheduleCommand
+    expression: Any
+    zone_text: str
+    zone: TimeZone
+    boot_id: str | None
 
 
 def _record(row: tuple[Any, ...]) -> ScheduleRecord:
@@ -129,6 +140,10 @@ class LocalScheduleRepository:
         row = self._db.connection.execute(f"SELECT {_COLUMNS} FROM schedules WHERE id = ?", (schedule_id,)).fetchone()
         return None if row is None else _record(row)
 
+    def find(self, schedule_id: str) -> ScheduleRecord | None:
+        """The schedule, or None; inside a caller's transaction too."""
+        return self._row(schedule_id)
+
     def get(self, schedule_id: str) -> ScheduleRecord:
         check_schedule_id(schedule_id)
         with schedule_repository_errors():
@@ -145,6 +160,7 @@ class LocalScheduleRepository:
                 "ORDER BY created_at_ms DESC, rowid DESC LIMIT ?2", (form, limit),
             ).fetchall()
         return [row[0] for row in rows]
+
     def get_by_number(self, number: int) -> ScheduleRecord:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         check_schedule_number(number)
@@ -162,6 +178,18 @@ class LocalScheduleRepository:
             return [_record(row) for row in rows]
 
     def add(self, cmd: AddScheduleCommand) -> ScheduleRecord:
+        prepared = self.prepare_add(cmd)
+        with schedule_repository_errors(), self._db.write() as now:
+            return self._row(self.insert_prepared(prepared, now))
+
+    def prepare_add(self, cmd: AddScheduleCommand) -> PreparedAdd:
+        """Everything of adding ``cmd`` that comes before the transaction: its checks, its zone and
+        the search of its first fire time (:meth:`insert_prepared` looks it up inside). A
+        subscription's pull adds several schedules this way in its one transaction.
+
+        Raises:
+            InvalidScheduleCommandError, InvalidCronExpressionError, InvalidTimeZoneError: refused.
+        """
         AddScheduleCommand.require(cmd, "add")
         expression = parse_schedule(cmd.expression)
         zone_text = self.device_zone() if cmd.time_zone is _UNSET else time_zone_text(cmd.time_zone)
@@ -171,60 +199,73 @@ class LocalScheduleRepository:
         with schedule_repository_errors():
             before = read_now_ms(self._db.clock)
         self._known.next_fire_after(expression, before, zone)  # one that never fires in its zone: refused here
+        return PreparedAdd(cmd, expression, zone_text, zone, boot_id)
+
+    def insert_prepared(self, prepared: PreparedAdd, now: int) -> str:
+        """Insert a schedule :meth:`prepare_add` prepared, inside the caller's write transaction
+        (``now``: its time); the new schedule's id."""
+        cmd, expression = prepared.cmd, prepared.expression
         schedule_id = str(uuid.uuid4())
-        with schedule_repository_errors(), self._db.write() as now:
-            # number: the next of the counter that only grows, given by migration 0015's trigger (a
-            # removed schedule's number is never given again).
-            self._db.connection.execute(
-                "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
-                 _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
-                 None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
-                 self._known.next_fire_after(expression, now, zone), now, now, zone_text, boot_id,
-                 None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
-                 None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
-                 None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused),
-                 None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
-            )
-            return self._row(schedule_id)
+        # number: the next of the counter that only grows, given by migration 0015's trigger (a
+        # removed schedule's number is never given again).
+        self._db.connection.execute(
+            "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
+            "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
+             _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
+             None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
+             self._known.next_fire_after(expression, now, prepared.zone), now, now, prepared.zone_text,
+             prepared.boot_id, None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
+             None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
+             None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused),
+             None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
+        )
+        return schedule_id
 
     def edit(self, cmd: EditScheduleCommand) -> ScheduleRecord:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         EditScheduleCommand.require(cmd, "edit")
         changes = cmd.changes()
         if "expression" in changes:  # one that never fires in the schedule's zone: refused before BEGIN
-            before = self.get(cmd.schedule_id)
-            with schedule_repository_errors():
-                before_ms = read_now_ms(self._db.clock)
-            self._known.next_fire_after(parse_schedule(changes["expression"]), before_ms, self.zone_of(before))
+            self.search_new_expression(self.get(cmd.schedule_id), changes["expression"])
         with schedule_repository_errors(), self._db.write() as now:
             record = self._row(cmd.schedule_id)
             if record is None:
                 raise ScheduleNotFoundError(f"no schedule with id {cmd.schedule_id!r}")
-            columns: dict[str, object] = {}
-            for name, value in changes.items():
-                if name == "expression":
-                    expression = parse_schedule(value)
-                    columns["expression"] = expression.text
-                    columns["pause_reason"] = None  # the reason was the old expression's
-                    # Looked up (searched above), and checked even for a paused one, which computes
-                    # its next fire when resumed.
-                    next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
-                    if not record.paused:
-                        columns["next_fire_at_ms"] = next_fire
-                elif name in ("command", "env", "labels"):
-                    columns[name] = _encode_json(value).decode() if value else None
-                elif name == "overlap":
-                    columns[name] = Overlap(value).value
-                else:
-                    columns[name] = value
-            columns["updated_at_ms"] = now
-            assignments = ", ".join(f"{name} = ?" for name in columns)  # names from the command's own fields
-            self._db.connection.execute(f"UPDATE schedules SET {assignments} WHERE id = ?",
-                                        (*columns.values(), cmd.schedule_id))
+            self.update_in_transaction(record, changes, now)
             return self._row(cmd.schedule_id)
+
+    def search_new_expression(self, record: ScheduleRecord, expression: str) -> None:
+        """Before the transaction that gives ``record`` the new ``expression``: search its next
+        fire (refusing one that never fires in the schedule's zone)."""
+        with schedule_repository_errors():
+            before_ms = read_now_ms(self._db.clock)
+        self._known.next_fire_after(parse_schedule(expression), before_ms, self.zone_of(record))
+
+    def update_in_transaction(self, record: ScheduleRecord, changes: dict[str, object], now: int) -> None:
+        """Apply ``changes`` (:meth:`EditScheduleCommand.changes` names) to ``record``, inside the
+        caller's write transaction; a new expression was searched first (:meth:`search_new_expression`)."""
+        columns: dict[str, object] = {}
+        for name, value in changes.items():
+            if name == "expression":
+                expression = parse_schedule(value)
+                columns["expression"] = expression.text
+                columns["pause_reason"] = None  # the reason was the old expression's
+                # Looked up (searched above), and checked even for a paused one, which computes
+                # its next fire when resumed.
+                next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
+                if not record.paused:
+                    columns["next_fire_at_ms"] = next_fire
+            elif name in ("command", "env", "labels"):
+                columns[name] = _encode_json(value).decode() if value else None
+            elif name == "overlap":
+                columns[name] = Overlap(value).value
+            else:
+                columns[name] = value
+        columns["updated_at_ms"] = now
+        assignments = ", ".join(f"{name} = ?" for name in columns)  # names from the command's own fields
+        self._db.connection.execute(f"UPDATE schedules SET {assignments} WHERE id = ?", (*columns.values(), record.id))
 
     def run_now(self, schedule_id: str, *, actor_id: str) -> RunNowOutcome:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""

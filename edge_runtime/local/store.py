@@ -25,7 +25,8 @@ if TYPE_CHECKING:  # the port, for annotations only
 class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
-    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases", "_schedules")
+    __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases", "_schedules",
+                 "_subscriptions")
 
     #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
     attempt_logs = None
@@ -37,6 +38,7 @@ class LocalStore:
         self.environment = LocalEnvironmentRepository(db)
         self._leases = None
         self._schedules = None
+        self._subscriptions = None
 
     @property
     def schedules(self):
@@ -46,6 +48,16 @@ class LocalStore:
 
             self._schedules = LocalScheduleRepository(self.db)
         return self._schedules
+
+    @property
+    def subscriptions(self):
+        """The subscriptions (``subscription add|list|run|pull|...``; the Local store's alone:
+        docs/architecture.md), whose pulls make schedules in :attr:`schedules`."""
+        if self._subscriptions is None:
+            from edge_runtime.local.subscriptions import LocalSubscriptionRepository
+
+            self._subscriptions = LocalSubscriptionRepository(self.db, self.schedules)
+        return self._subscriptions
 
     @property
     def leases(self):

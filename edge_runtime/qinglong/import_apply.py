@@ -1,7 +1,7 @@
 """Applying an import plan: the scripts first (a schedule's script is there before it can fire),
-then the envs, then the schedules, each row in its own short transaction (the same ``Store``
-port operations ``schedule add`` and ``env set`` use), a progress line every
-:data:`PROGRESS_EVERY` rows.
+then the envs, then the schedules, then the subscriptions (each with its pull schedule), each
+row in its own short transaction (the same ``Store`` port operations ``schedule add``, ``env
+set`` and ``subscription add`` use), a progress line every :data:`PROGRESS_EVERY` rows.
 
 A row that fails is marked ``failed`` with the reason and the others go on; what was created
 stays created. Running the same import again creates only what is still missing (the identity
@@ -49,7 +49,7 @@ def check_space(plan: ImportPlan, scripts_fd: int) -> None:
 def apply_plan(plan: ImportPlan, source: QingLongSource, store: Any, envs: EnvTarget, scripts_fd: int,
                progress: Callable[[str], object]) -> None:
     """Create every ``create`` row of ``plan`` (each becomes ``created`` or ``failed``)."""
-    total = len(plan.scripts) + len(plan.envs) + len(plan.schedules)
+    total = len(plan.scripts) + len(plan.envs) + len(plan.schedules) + len(plan.subscriptions)
     done = [0]
 
     def step() -> None:
@@ -102,7 +102,19 @@ def apply_plan(plan: ImportPlan, source: QingLongSource, store: Any, envs: EnvTa
         except EdgeRuntimeError as exc:
             _failed(item, exc)
         step()
-    if plan.schedules:
+    subscriptions = getattr(store, "subscriptions", None)
+    for item, command in plan.subscriptions:
+        if subscriptions is None:
+            _failed(item, "this store keeps no subscriptions (the Local store's alone)")
+            continue
+        try:
+            record = subscriptions.add(command)
+            item.action = Action.CREATED
+            item.detail["id"] = record.id
+        except EdgeRuntimeError as exc:
+            _failed(item, exc)
+        step()
+    if plan.schedules or plan.subscriptions:
         operations.wake_schedules(store)
 
 

@@ -27,7 +27,8 @@ Crons (``Crontabs`` rows) become schedules:
   (``allow_multiple_instances`` 0, its default since 2.20), else ``skip``;
 - the zone: :func:`choose_zone`;
 - skipped, with the reason: QingLong's own system crons (:func:`system_cron`), old-style
-  subscriptions (``ql repo``/``ql raw``), ``@once`` (run by hand only), a schedule or command
+  subscriptions (``ql repo``/``ql raw``: subscriptions, edge_runtime/qinglong/import_subscriptions.py),
+  ``@once`` (run by hand only), a schedule or command
   the contract refuses (its message), a row whose cells cannot be read, a duplicate of an
   earlier row. Not carried, and said so on the row: ``task_before``/``task_after``
   (shell run around the task), ``work_dir``, the subscription it belonged to.
@@ -68,6 +69,7 @@ class Kind(enum.StrEnum):
     SCHEDULE = "schedule"
     ENV = "env"
     SCRIPT = "script"
+    SUBSCRIPTION = "subscription"
     TABLE = "table"
     COLUMN = "column"
     CONFIG = "config"
@@ -102,6 +104,8 @@ class ImportPlan:
         self.schedules: list[tuple[PlanItem, AddScheduleCommand]] = []
         self.envs: list[tuple[PlanItem, Any]] = []
         self.scripts: list[tuple[PlanItem, ScriptFile]] = []
+        #: ``subscription add`` commands (edge_runtime/qinglong/import_subscriptions.py).
+        self.subscriptions: list[tuple[PlanItem, Any]] = []
         self.warnings: list[str] = []
 
     def add(self, item: PlanItem) -> PlanItem:
@@ -265,7 +269,7 @@ def qinglong_command(command: str, scripts_dir: str) -> tuple[list[str], str | N
     if not text:
         return "its command is empty"
     if _SUBSCRIPTION_COMMAND.match(text):
-        return "an old-style subscription (ql repo / ql raw): subscriptions are not imported by this build"
+        return "an old-style subscription (ql repo / ql raw): a subscription, not a schedule"
     for prefix in _QINGLONG_SCRIPTS:
         if prefix in text:
             notes.append(f"QingLong's path {prefix} is the scripts directory here")
@@ -463,10 +467,17 @@ def _not_carried(cron: QlCron) -> list[str]:
 # ----------------------------------------------------------------------------------- the whole
 
 
+def old_style_subscription(cron: QlCron) -> bool:
+    """Whether ``cron`` is an old-style subscription (``ql repo ...``, ``ql raw ...``)."""
+    return bool(_SUBSCRIPTION_COMMAND.match((cron.command or "").strip()))
+
+
 def make_plan(source: QingLongSource, database: QlDatabase, *, existing: Existing, envs: EnvTarget,
-              scripts_dir: str, zone: tuple[str, str]) -> ImportPlan:
+              scripts_dir: str, zone: tuple[str, str],
+              subscriptions: Callable[[ImportPlan, list[QlCron]], None] | None = None) -> ImportPlan:
     """The plan of importing ``source`` (whose database read as ``database``) into a device
-    holding ``existing``; envs go to ``envs``."""
+    holding ``existing``; envs go to ``envs``; ``subscriptions`` plans the subscription rows and
+    the old-style subscription crons (without it those crons are skipped as schedules)."""
     plan = ImportPlan(where=source.where, layout=source.layout, version=database.version, scripts_dir=scripts_dir,
                       time_zone=zone[0], zone_note=zone[1])
     _plan_scripts(plan, source, existing)
@@ -474,7 +485,13 @@ def make_plan(source: QingLongSource, database: QlDatabase, *, existing: Existin
         plan.add(item)
         if item.action is Action.CREATE:
             plan.envs.append((item, payload))
-    plan_crons(plan, database.crons, existing, {f.path for f in source.scripts})
+    crons = list(database.crons)
+    if subscriptions is not None:
+        old_style = [cron for cron in crons if old_style_subscription(cron)]
+        crons = [cron for cron in crons if not old_style_subscription(cron)]
+    plan_crons(plan, crons, existing, {f.path for f in source.scripts})
+    if subscriptions is not None:
+        subscriptions(plan, old_style)
     for table, column in database.unknown_columns:
         plan.add(PlanItem(kind=Kind.COLUMN, action=Action.SKIP, source=f"{table}.{column}", summary=column,
                           reason="a column this build does not know: not read"))
@@ -502,7 +519,6 @@ _TABLE_REASONS = {
     "Apps": "not imported (their secrets stay in QingLong; make new apps on the device)",
     "Auths": "not imported (the device has its own panel password and settings)",
     "Dependences": "not imported (install what your scripts need on the device: opkg, pip, npm)",
-    "Subscriptions": "not imported by this build",
     "CrontabViews": "not imported",
     "CrontabStats": "history: not imported",
     "RunningInstances": "history: not imported",

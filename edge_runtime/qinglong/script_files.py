@@ -34,6 +34,8 @@ SKIPPED_FOLDERS = {
     "node_modules": "installed packages are not copied: install them again on this device (npm)",
     "__pycache__": "Python's compiled cache is not copied: it is made again when a script runs",
     ".git": "a git clone's own data is not copied",
+    # edge_runtime/qinglong/subscription_pull.py: a pull's download and its staged folder.
+    ".subscriptions": "the subscriptions' work area (pulls in progress), not scripts",
 }
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -184,9 +186,10 @@ class FileWriter:
         self._top_fd = top_fd
         self._folders: set[str] = set()
 
-    def write(self, path: str, chunks: Iterable[bytes], *, sha256: str, limit: int, executable: bool) -> bool:
+    def write(self, path: str, chunks: Iterable[bytes], *, sha256: str | None, limit: int, executable: bool) -> bool:
         """Write ``path`` from ``chunks``: True when written, False when the same bytes were
-        there already.
+        there already. ``sha256`` None: bytes whose digest was not known beforehand (a
+        subscription's download, checked by git's own object ids), written as they come.
 
         Raises:
             ScriptsDirectoryError: the bytes are not the planned ones (the source changed), more
@@ -229,7 +232,7 @@ class FileWriter:
         self._folders.add("/".join(walked))
         return fd
 
-    def _write_in(self, folder: int, name: str, path: str, chunks: Iterable[bytes], *, sha256: str, limit: int,
+    def _write_in(self, folder: int, name: str, path: str, chunks: Iterable[bytes], *, sha256: str | None, limit: int,
                   executable: bool) -> bool:
         temporary = f".{name}.import-{secrets.token_hex(6)}"
         fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -248,7 +251,9 @@ class FileWriter:
                 os.fsync(fd)
             finally:
                 os.close(fd)
-            if digest.hexdigest() != sha256:
+            if sha256 is None:
+                sha256 = digest.hexdigest()
+            elif digest.hexdigest() != sha256:
                 raise ScriptsDirectoryError(f"{path} changed since it was read (its bytes are not the planned ones): "
                                             f"not written; run the import again")
             try:

@@ -48,7 +48,14 @@ KNOWN_COLUMNS = {
                  "createdAt", "updatedAt"),
     "Envs": ("id", "value", "timestamp", "status", "position", "name", "remarks", "isPinned", "labels", "createdAt",
              "updatedAt"),
+    # pull_option (a private repository's key or password) is never read.
+    "Subscriptions": ("id", "name", "url", "schedule", "interval_schedule", "type", "whitelist", "blacklist", "status",
+                      "dependences", "extensions", "sub_before", "sub_after", "branch", "pull_type", "pull_option",
+                      "pid", "is_disabled", "log_path", "schedule_type", "alias", "proxy", "autoAddCron",
+                      "autoDelCron", "createdAt", "updatedAt"),
 }
+#: Columns known but never read: their cells hold secrets.
+_NEVER_READ = frozenset({("Subscriptions", "pull_option")})
 REQUIRED_COLUMNS = {
     "Crontabs": ("id", "name", "command", "schedule", "isDisabled"),
     "Envs": ("id", "name", "value", "status", "position", "remarks"),
@@ -58,7 +65,6 @@ OTHER_TABLES = {
     "Apps": "OpenAPI apps and their secrets",
     "Auths": "panel account, login history, notification channel and settings",
     "Dependences": "dependencies installed with npm, pip or apk",
-    "Subscriptions": "script subscriptions",
     "CrontabViews": "saved views of the cron list",
     "CrontabStats": "daily run statistics",
     "RunningInstances": "runs in progress",
@@ -103,6 +109,36 @@ class QlEnv(msgspec.Struct, frozen=True, kw_only=True):
     problems: tuple[str, ...] = ()
 
 
+class QlSubscription(msgspec.Struct, frozen=True, kw_only=True):
+    """One ``Subscriptions`` row (2.13+), its cells checked (``problems``: as for :class:`QlCron`);
+    a private repository's credentials (``pull_option``) are never read."""
+
+    id: int
+    name: str | None = None
+    url: str | None = None
+    type: str | None = None
+    schedule_type: str | None = None
+    schedule: str | None = None
+    #: ``interval_schedule`` as ``(unit, value)``: ``("hours", 6)``.
+    interval: tuple[str, int] | None = None
+    whitelist: str | None = None
+    blacklist: str | None = None
+    dependences: str | None = None
+    extensions: str | None = None
+    branch: str | None = None
+    alias: str | None = None
+    disabled: bool = False
+    #: QingLong treats an empty ``autoAddCron``/``autoDelCron`` as on.
+    auto_add: bool = True
+    auto_remove: bool = True
+    pull_type: str | None = None
+    proxy: str | None = None
+    sub_before: str | None = None
+    sub_after: str | None = None
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
 class QlDatabase(msgspec.Struct, frozen=True, kw_only=True):
     """What a QingLong database holds for an import."""
 
@@ -111,7 +147,8 @@ class QlDatabase(msgspec.Struct, frozen=True, kw_only=True):
     row_counts: dict[str, int]
     crons: tuple[QlCron, ...]
     envs: tuple[QlEnv, ...]
-    #: ``(table, column)`` of Crontabs and Envs this build does not know (not read).
+    subscriptions: tuple[QlSubscription, ...] = ()
+    #: ``(table, column)`` of Crontabs, Envs and Subscriptions this build does not know (not read).
     unknown_columns: tuple[tuple[str, str], ...]
     #: Tables that are not QingLong's (not read).
     unknown_tables: tuple[str, ...]
@@ -188,9 +225,9 @@ def _read(connection: apsw.Connection, shown: str) -> QlDatabase:
     _require_schema(kinds, tables, shown)
     counts = {name: _count(connection, name) for name in tables}
     for name in KNOWN_COLUMNS:
-        if counts[name] > MAX_ROWS:
+        if counts.get(name, 0) > MAX_ROWS:
             raise QingLongSourceError(f"{shown}: {name} holds {counts[name]} rows, more than {MAX_ROWS}: refused")
-    unknown_columns = tuple((t, c) for t in KNOWN_COLUMNS for c in tables[t] if c not in KNOWN_COLUMNS[t])
+    unknown_columns = tuple((t, c) for t in KNOWN_COLUMNS for c in tables.get(t, ()) if c not in KNOWN_COLUMNS[t])
     unknown_tables = tuple(sorted(t for t in tables if t not in KNOWN_COLUMNS and t not in OTHER_TABLES))
     return QlDatabase(
         version=schema_version(tables),
@@ -198,6 +235,8 @@ def _read(connection: apsw.Connection, shown: str) -> QlDatabase:
         row_counts=counts,
         crons=tuple(_rows(connection, "Crontabs", tables["Crontabs"], _cron)),
         envs=tuple(_rows(connection, "Envs", tables["Envs"], _env)),
+        subscriptions=tuple(_rows(connection, "Subscriptions", tables["Subscriptions"], _subscription))
+        if "Subscriptions" in tables else (),
         unknown_columns=unknown_columns,
         unknown_tables=unknown_tables,
         time_zone=_time_zone(connection, tables),
@@ -234,7 +273,7 @@ def _count(connection: apsw.Connection, table: str) -> int:
 
 
 def _rows(connection: apsw.Connection, table: str, present: tuple[str, ...], build: Any) -> list:
-    columns = [c for c in KNOWN_COLUMNS[table] if c in present]
+    columns = [c for c in KNOWN_COLUMNS[table] if c in present and (table, c) not in _NEVER_READ]
     query = f"SELECT {', '.join(_quoted(c) for c in columns)} FROM {_quoted(table)} ORDER BY rowid LIMIT ?"
     return [build(dict(zip(columns, row))) for row in connection.execute(query, (MAX_ROWS,))]
 
@@ -355,6 +394,55 @@ def _env(row: dict[str, Any]) -> QlEnv:
         labels=cells.json_list("labels"),
         created_at=created if isinstance(created, str) else "",
         problems=tuple(cells.problems),
+    )
+
+
+#: QingLong's interval units and the duration unit each is written in here.
+_INTERVAL_UNITS = {"days": "d", "hours": "h", "minutes": "m", "seconds": "s"}
+
+
+def _subscription(row: dict[str, Any]) -> QlSubscription:
+    cells = _Cells(row)
+    subscription_id = cells.integer("id", required=True)
+    interval = None
+    raw = row.get("interval_schedule")
+    if isinstance(raw, str) and raw.strip() not in ("", "null"):
+        try:
+            value = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            value = None
+        unit = value.get("type") if isinstance(value, dict) else None
+        count = value.get("value") if isinstance(value, dict) else None
+        if unit in _INTERVAL_UNITS and type(count) is int and count >= 1:
+            interval = (unit, count)
+        else:
+            cells.notes.append("interval_schedule is not {type, value}: ignored")
+    elif raw is not None and not isinstance(raw, str):
+        cells.notes.append("interval_schedule is not JSON text: ignored")
+    auto_add, auto_remove = cells.integer("autoAddCron"), cells.integer("autoDelCron")
+    return QlSubscription(
+        id=-1 if subscription_id is None else subscription_id,
+        name=cells.text("name"),
+        url=cells.text("url", required=True),
+        type=cells.text("type", required=True),
+        schedule_type=cells.text("schedule_type"),
+        schedule=cells.text("schedule"),
+        interval=interval,
+        whitelist=cells.text("whitelist"),
+        blacklist=cells.text("blacklist"),
+        dependences=cells.text("dependences"),
+        extensions=cells.text("extensions"),
+        branch=cells.text("branch"),
+        alias=cells.text("alias"),
+        disabled=cells.integer("is_disabled") == 1,
+        auto_add=auto_add != 0,
+        auto_remove=auto_remove != 0,
+        pull_type=cells.text("pull_type"),
+        proxy=cells.text("proxy"),
+        sub_before=cells.text("sub_before"),
+        sub_after=cells.text("sub_after"),
+        problems=tuple(cells.problems),
+        notes=tuple(cells.notes),
     )
 
 

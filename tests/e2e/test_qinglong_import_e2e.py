@@ -35,15 +35,17 @@ def test_a_data_folder_then_its_backup_import_once(harness: Harness) -> None:
 
     first = _import(harness, archive, "--json")
     counts = _counts(first)
-    assert counts["created"] == {"env": 9, "schedule": 16, "script": 9}
-    schedules = decode_json(harness.cli("schedule", "list", "--json").stdout)
-    assert len(schedules) == 16 and sum(s["paused"] for s in schedules) == 2
+    assert counts["created"] == {"env": 9, "schedule": 16, "script": 9, "subscription": 1}
+    schedules = decode_json(harness.cli("schedule", "list", "--json").stdout)  # the 16 crons and the pull's
+    assert len(schedules) == 17 and sum(s["paused"] for s in schedules) == 2
+    [subscription] = json.loads(harness.cli("subscription", "list", "--json").stdout)
+    assert subscription["subscription"]["folder"] == "shufflewzc_faker2_main"
     assert (harness.tmp / "scripts" / "shufflewzc_faker2_main" / "jd_farm_help.js").exists()
 
     again = _import(harness, data, "--json")  # the same data, from the folder this time
     assert "created" not in _counts(again) and "create" not in _counts(again)
     assert _counts(again)["exists"] == counts["created"]
-    assert len(decode_json(harness.cli("schedule", "list", "--json").stdout)) == 16
+    assert len(decode_json(harness.cli("schedule", "list", "--json").stdout)) == 17
 
 
 def test_a_hostile_archive_is_refused_and_nothing_is_written(harness: Harness) -> None:
@@ -75,7 +77,7 @@ def test_progress_is_a_line_per_hundred_rows_on_stderr(harness: Harness) -> None
     data = make_data_folder(harness.tmp / "ql", crons=crons, envs=[])
     result = _import(harness, data)
     assert [line for line in result.stderr.splitlines() if line.startswith("applied ")] == [
-        "applied 100 of 259", "applied 200 of 259"]
+        "applied 100 of 260", "applied 200 of 260"]  # 250 crons, 9 scripts, 1 subscription
 
 
 def test_an_imported_schedule_runs_its_copied_script_with_its_variable(harness: Harness) -> None:
@@ -86,7 +88,8 @@ def test_an_imported_schedule_runs_its_copied_script_with_its_variable(harness: 
              "updatedAt": "t"} for v, p in (("pt_key=A;", 2.0), ("pt_key=B;", 1.0))]
     data = make_data_folder(harness.tmp / "ql", crons=crons, envs=envs, scripts={"show.py": script})
     _import(harness, data, "--tz", "UTC")
-    [schedule] = decode_json(harness.cli("schedule", "list", "--json").stdout)
+    [schedule] = [s for s in decode_json(harness.cli("schedule", "list", "--json").stdout)
+                  if s["command"][0] == "python3"]  # beside it: the fixture's subscription's pull
     assert schedule["command"] == ["python3", str(harness.tmp / "scripts" / "show.py")]
     harness.serve()
     wait_for(lambda: any(r["status"] == "succeeded" for r in decode_json(harness.cli("list", "--json").stdout)),

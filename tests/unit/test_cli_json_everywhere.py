@@ -98,6 +98,18 @@ class World:
         (folder / "a.js").write_text("// 0 9 * * * a.js\nconst $ = new Env('甲');\n")
         return str(folder)
 
+    def repository(self) -> str:
+        """A git repository (``file://``) with one scheduled script."""
+        from tests.support.git_sources import Repo
+
+        repo = Repo(self.tmp / "repo")
+        repo.commit({"a.js": "// 0 9 * * * a.js\n"})
+        return repo.url
+
+    def subscription(self) -> str:
+        """A subscription of :meth:`repository`'s repository."""
+        return self.out("subscription", "add", self.repository(), "--folder", "repo")
+
     def cli(self, *argv: str, db: str | None = None) -> tuple[int, str, str]:
         try:
             code = main(["--db", db or self.db, *argv])
@@ -147,6 +159,13 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("panel", "app", "add"): lambda w: ["panel", "app", "add", "another", "--scopes", "envs", "--json"],
     ("panel", "app", "list"): lambda w: ["panel", "app", "list", "--json"],
     ("panel", "app", "remove"): lambda w: ["panel", "app", "remove", "world-app", "--json"],
+    ("subscription", "add"): lambda w: ["subscription", "add", w.repository(), "--json"],
+    ("subscription", "list"): lambda w: ["subscription", "list", "--json"],
+    ("subscription", "run"): lambda w: ["subscription", "run", w.subscription(), "--json"],
+    ("subscription", "pause"): lambda w: ["subscription", "pause", w.subscription(), "--json"],
+    ("subscription", "resume"): lambda w: ["subscription", "resume", w.subscription(), "--json"],
+    ("subscription", "remove"): lambda w: ["subscription", "remove", w.subscription(), "--purge", "--json"],
+    ("subscription", "pull"): lambda w: ["subscription", "pull", w.subscription(), "--json"],
 }
 #: A call of each command with --json that fails at run time (exit 1), and the code it must carry
 #: (None: any, for the commands with no input of their own to get wrong: their database is a file
@@ -186,6 +205,15 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("panel", "app", "add"): (lambda w: ["panel", "app", "add", "x", "--scopes", "scripts", "--json"], "INVALID_PANEL_APP"),
     ("panel", "app", "list"): (lambda w: ["--db", w.bad_db, "panel", "app", "list", "--json"], None),
     ("panel", "app", "remove"): (lambda w: ["panel", "app", "remove", "none-such", "--json"], "PANEL_APP_NOT_FOUND"),
+    ("subscription", "add"): (lambda w: ["subscription", "add", "ssh://git@x/y.git", "--json"], "INVALID_SUBSCRIPTION"),
+    ("subscription", "list"): (lambda w: ["--db", w.bad_db, "subscription", "list", "--json"], None),
+    ("subscription", "run"): (lambda w: ["subscription", "run", "none-such", "--json"], "SUBSCRIPTION_NOT_FOUND"),
+    ("subscription", "pause"): (lambda w: ["subscription", "pause", "none-such", "--json"], "SUBSCRIPTION_NOT_FOUND"),
+    ("subscription", "resume"): (lambda w: ["subscription", "resume", "none-such", "--json"],
+                                 "SUBSCRIPTION_NOT_FOUND"),
+    ("subscription", "remove"): (lambda w: ["subscription", "remove", "none-such", "--json"],
+                                 "SUBSCRIPTION_NOT_FOUND"),
+    ("subscription", "pull"): (lambda w: ["subscription", "pull", "none-such", "--json"], "SUBSCRIPTION_NOT_FOUND"),
 }
 
 

@@ -114,9 +114,9 @@ def test_the_text_report_names_what_is_skipped_and_why(capsys, tmp_path: Path) -
     data = make_data_folder(tmp_path / "ql")
     code, out, err = _cli(capsys, "--db", str(tmp_path / "e.db"), "import", "qinglong", str(data), "--dry-run")
     assert code == 0 and err == ""
-    assert "skip    schedule  Crontabs id 6             更新面板  23 3 * * *  ql update\n" in out
+    assert "skip    schedule     Crontabs id 6             更新面板  23 3 * * *  ql update\n" in out
     assert "why: QingLong's own system cron: not a task of yours" in out
-    assert "create  scripts   scripts/shufflewzc_faker2_main/ 2 files, 90 B" in out
+    assert "create  scripts      scripts/shufflewzc_faker2_main/ 2 files, 90 B" in out
     assert out.rstrip().endswith("dry run: nothing written")
     assert "pt_key" not in out  # an env's value is never printed
 
@@ -230,4 +230,4 @@ def test_an_import_into_a_database_keeps_its_other_schedules(capsys, tmp_path: P
     _import(capsys, db, make_data_folder(tmp_path / "ql"))
     with open_database(db, create=False) as database:
         names = [row[0] for row in database.connection.execute("SELECT name FROM schedules ORDER BY created_at_ms")]
-    assert names[0] == "mine" and len(names) == 17
+    assert names[0] == "mine" and len(names) == 18 and names[-1] == "pull faker2"  # 16 crons, 1 subscription
