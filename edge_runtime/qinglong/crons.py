@@ -7,8 +7,9 @@ shell command), its ``isDisabled`` whether it is paused, its ``labels`` its labe
 read from the schedule's Runs, as QingLong fills it from its runs:
 
 - ``status``: 0 while a Run of it is running, 3 while one waits to start (queued, or a slot
-  waiting for the previous Run), else 1. QingLong 2.21 writes 2 nowhere (a disabled cron is
-  ``isDisabled: 1`` with status 1) and neither does this face;
+  waiting for the previous Run), else 2 while it is paused and 1 otherwise: QingLong's own
+  values (``CrontabStatus``), with 2 ("disabled") beside ``isDisabled: 1``, so that a client that
+  reads only ``status`` sees a paused cron as disabled;
 - ``pid``: the running Attempt's process, ``null`` otherwise (QingLong leaves the last one there
   for ever: a stale pid, not copied);
 - ``log_path``: the newest Run that has a log, ``<directory>/<file>`` (:mod:`.logs`), ``""`` before
@@ -168,17 +169,20 @@ def check_fields(body: CronBody, log_name: str | None) -> None:
         raise OpenRequestError("work_dir must be an absolute path on the device")
 
 
-def cron_status(active: list[RunRecord], waiting: bool) -> int:
+def cron_status(active: list[RunRecord], waiting: bool, paused: bool) -> int:
+    """A Run in progress says more than the pause: a paused cron's last Run may still run."""
     if any(run.status in _RUNNING_RUNS for run in active):
         return RUNNING
-    return QUEUED if active or waiting else IDLE
+    if active or waiting:
+        return QUEUED
+    return DISABLED if paused else IDLE
 
 
 def cron_state(record: ScheduleRecord, runs: list[RunRecord], attempts_of: Any, utc_offset: Any) -> CronState:
     """The Run-derived fields of ``record``'s cron object. ``runs``: its newest Runs, newest
     first; ``attempts_of(run_id)``: a Run's Attempts; ``utc_offset(ms)``: the device's offset."""
     active = [run for run in runs if run.status not in TERMINAL_RUN_STATUSES]
-    status = cron_status(active, record.waiting_fire_at_ms is not msgspec.UNSET)
+    status = cron_status(active, record.waiting_fire_at_ms is not msgspec.UNSET, record.paused)
     if not runs:
         return CronState(status, None, "", 0, 0)
     pid, log_path, last_execution, last_running = None, "", 0, 0

@@ -140,7 +140,7 @@ class OpenApi:
         if search:
             records = [r for r in records if crons.matches(r, search)]
         active = self._active_by_schedule()
-        statuses = {r.id: crons.cron_status(active.get(r.id, []), r.waiting_fire_at_ms is not msgspec.UNSET)
+        statuses = {r.id: crons.cron_status(active.get(r.id, []), r.waiting_fire_at_ms is not msgspec.UNSET, r.paused)
                     for r in records}
         # QingLong's order: enabled first, then by status (running, idle, queued), newest first.
         records.sort(key=lambda r: (-r.created_at_ms, -r.number))

@@ -65,8 +65,9 @@ def test_a_cron_that_never_ran_is_idle_with_empty_fields() -> None:
         12, "task jd_bean.js", 0, "jd_bean_12", [])
     assert cron["timestamp"] == "Sat Jul 18 2026 08:14:59 GMT+0800"
     assert cron["createdAt"] == "2026-07-18T00:14:59.000Z"
-    paused = crons.cron_object(_schedule(paused=True), state, 0)
-    assert (paused["isDisabled"], paused["status"]) == (1, crons.IDLE)  # QingLong 2.21 writes status 2 nowhere
+    paused_state = crons.cron_state(_schedule(paused=True), [], lambda run_id: [], lambda ms: 0)
+    paused = crons.cron_object(_schedule(paused=True), paused_state, 0)
+    assert (paused["isDisabled"], paused["status"]) == (1, crons.DISABLED) == (1, 2)
 
 
 def test_status_pid_log_path_and_times_come_from_the_runs() -> None:
