@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     qinglong = sources.add_parser(
         "qinglong", help="crons, envs and scripts of a QingLong data folder or its data.tgz backup",
         description="Import a QingLong data folder (/ql/data) or the data.tgz its backup writes: crons become "
-        "schedules (disabled ones paused), envs shared variables, scripts are copied into the scripts directory. "
+        "schedules (disabled ones paused), envs env entries (one per QingLong env), scripts are copied into the scripts directory. "
         "Prints what it creates, what is here already and what it skips and why. Running it again creates "
         "nothing new.")
     qinglong.add_argument("path", metavar="PATH", help="QingLong's data folder, or its data.tgz")

@@ -45,7 +45,7 @@ import msgspec
 
 from edge_runtime.qinglong.errors import QingLongSourceError
 from edge_runtime.qinglong.script_files import (
-    DIR_FLAGS, FILE_FLAGS, MAX_DEPTH, SKIPPED_FOLDERS, hash_chunks, name_problem, open_file_at, read_chunks,
+    DIR_FLAGS, FILE_FLAGS, MAX_DEPTH, SKIPPED_FOLDERS, hash_chunks, name_problem, open_file_at, parent_at, read_chunks,
     shown_name, walk,
 )
 
@@ -221,24 +221,15 @@ def _folder_root(root_fd: int, shown: str) -> tuple[int, str]:
 
 def _lstat(dir_fd: int, relative: str) -> os.stat_result | None:
     """``lstat`` of ``relative`` under ``dir_fd`` without following a symlink on the way, or None."""
-    parts = relative.split("/")
-    fd = dir_fd
     try:
-        for part in parts[:-1]:
-            next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
-            if fd != dir_fd:
-                os.close(fd)
-            fd = next_fd
-        return os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+        with parent_at(dir_fd, relative) as (fd, name):
+            return os.stat(name, dir_fd=fd, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             return None
         raise
-    finally:
-        if fd != dir_fd:
-            os.close(fd)
 
 
 def _open_dir(dir_fd: int, name: str, *, missing_ok: bool = False) -> int | None:

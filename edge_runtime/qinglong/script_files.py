@@ -16,6 +16,7 @@ between the check and the rename.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -115,13 +116,11 @@ def walk(top_fd: int) -> Iterator[WalkEntry]:
             os.close(fd)
 
 
-def open_file_at(top_fd: int, path: str) -> int:
-    """``path`` (``/``-separated, below ``top_fd``) opened read-only, never through a symlink,
-    only if it is a regular file.
-
-    Raises:
-        OSError: missing, a link on the way (``ELOOP``/``ENOTDIR``) or not a regular file (``EINVAL``).
-    """
+@contextlib.contextmanager
+def parent_at(top_fd: int, path: str) -> Iterator[tuple[int, str]]:
+    """The folder holding ``path`` (``/``-separated, below ``top_fd``) as an open descriptor, with
+    the last name: reached one folder at a time with ``O_NOFOLLOW``, so a symlink on the way fails
+    (``ELOOP``/``ENOTDIR``) instead of leading out. Closed on leaving (``top_fd`` stays open)."""
     parts = path.split("/")
     fd = top_fd
     try:
@@ -130,10 +129,21 @@ def open_file_at(top_fd: int, path: str) -> int:
             if fd != top_fd:
                 os.close(fd)
             fd = next_fd
-        file_fd = os.open(parts[-1], FILE_FLAGS, dir_fd=fd)
+        yield fd, parts[-1]
     finally:
         if fd != top_fd:
             os.close(fd)
+
+
+def open_file_at(top_fd: int, path: str) -> int:
+    """``path`` (``/``-separated, below ``top_fd``) opened read-only, never through a symlink,
+    only if it is a regular file.
+
+    Raises:
+        OSError: missing, a link on the way (``ELOOP``/``ENOTDIR``) or not a regular file (``EINVAL``).
+    """
+    with parent_at(top_fd, path) as (fd, name):
+        file_fd = os.open(name, FILE_FLAGS, dir_fd=fd)
     if not stat.S_ISREG(os.fstat(file_fd).st_mode):
         os.close(file_fd)
         raise OSError(errno.EINVAL, f"{path} is not a regular file")
