@@ -10,6 +10,9 @@
 
 CREATE TABLE subscriptions (
     id TEXT PRIMARY KEY NOT NULL CHECK (length(id) BETWEEN 1 AND 36),
+    -- 1, 2, 3, ... from subscription_numbers, a counter that only grows: a removed subscription's
+    -- number is never given to another (QingLong's clients name subscriptions by such numbers).
+    number INTEGER NOT NULL UNIQUE CHECK (number >= 1),
     name TEXT NOT NULL CHECK (length(name) BETWEEN 1 AND 128),
     kind TEXT NOT NULL CHECK (kind IN ('git', 'file')),
     url TEXT NOT NULL CHECK (length(url) BETWEEN 1 AND 2048),
@@ -31,6 +34,13 @@ CREATE TABLE subscriptions (
     updated_at_ms INTEGER NOT NULL CHECK (updated_at_ms >= 0),
     CHECK ((revision IS NULL) = (pulled_at_ms IS NULL))
 ) STRICT;
+
+CREATE TABLE subscription_numbers (
+    id INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
+    last_number INTEGER NOT NULL CHECK (last_number >= 0)
+) STRICT;
+
+INSERT INTO subscription_numbers (id, last_number) VALUES (1, 0);
 
 -- Removing a schedule looks its subscription (if any) up by this index (ON DELETE SET NULL; a
 -- partial index would not serve the foreign key's lookup).

@@ -25,7 +25,9 @@ from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.runs import MAX_NAME_LENGTH, TimeoutMs, argv_problem
 from edge_runtime.contract.time_zones import time_zone_text
-from edge_runtime.contract.validation import Command, SafeInt, identifier_problem, identifier_type
+from edge_runtime.contract.validation import (
+    MAX_SAFE_INTEGER, Command, SafeInt, identifier_problem, identifier_type, int_problem,
+)
 
 SUBSCRIPTION_ID_MAX_LENGTH = 36
 MAX_URL_LENGTH = 2048
@@ -170,6 +172,12 @@ def check_subscription_id(subscription_id: object) -> None:
         raise InvalidSubscriptionError(problem)
 
 
+def check_subscription_number(number: object) -> None:
+    problem = int_problem("a subscription's number", number, 1, MAX_SAFE_INTEGER)
+    if problem is not None:
+        raise InvalidSubscriptionError(problem)
+
+
 Pattern = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_PATTERN_LENGTH)]
 
 
@@ -239,6 +247,9 @@ class AddSubscriptionCommand(Command, kw_only=True):
 class SubscriptionRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, frozen=True, gc=False,
                          kw_only=True):
     id: str
+    #: A small whole number given when it is added, never reused (QingLong's clients name a
+    #: subscription by it).
+    number: SafeInt
     name: str
     kind: SubscriptionKind
     url: str
@@ -408,6 +419,7 @@ class SubscriptionStore(Protocol):
         ...
 
     def get(self, subscription_id: str) -> SubscriptionRecord: ...
+    def get_by_number(self, number: int) -> SubscriptionRecord: ...
     def find_subscription_ids(self, form: str, limit: int) -> list[str]:
         """Ids of the subscriptions whose id begins or ends with ``form``, at most ``limit``."""
         ...

@@ -32,6 +32,7 @@ from edge_runtime.contract.subscriptions import (
     SubscriptionRepositoryError,
     SubscriptionScript,
     check_subscription_id,
+    check_subscription_number,
 )
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
@@ -42,7 +43,7 @@ _encode_json = msgspec.json.Encoder().encode
 _decode_extensions = msgspec.json.Decoder(list[str]).decode
 
 _COLUMNS = (
-    "id, name, kind, url, folder, scripts_dir, branch, whitelist, blacklist, dependence, extensions, auto_add, "
+    "id, number, name, kind, url, folder, scripts_dir, branch, whitelist, blacklist, dependence, extensions, auto_add, "
     "auto_remove, task_user, schedule_id, revision, pulled_at_ms, created_at_ms, updated_at_ms"
 )
 _CAMEL = {"scripts_dir": "scriptsDir", "auto_add": "autoAdd", "auto_remove": "autoRemove", "task_user": "taskUser",
@@ -100,6 +101,15 @@ class LocalSubscriptionRepository:
             raise SubscriptionNotFoundError(f"no subscription with id {subscription_id!r}")
         return record
 
+    def get_by_number(self, number: int) -> SubscriptionRecord:
+        check_subscription_number(number)
+        with subscription_errors():
+            row = self._db.connection.execute(f"SELECT {_COLUMNS} FROM subscriptions WHERE number = ?",
+                                              (number,)).fetchone()
+        if row is None:
+            raise SubscriptionNotFoundError(f"no subscription with number {number}")
+        return _record(row)
+
     def find_subscription_ids(self, form: str, limit: int) -> list[str]:
         """No LIKE wildcards: a short form is matched literally."""
         with subscription_errors():
@@ -138,15 +148,18 @@ class LocalSubscriptionRepository:
                 raise InvalidSubscriptionError(
                     f"the folder {cmd.folder!r} is subscription {taken[0]}'s already: give another with --folder")
             schedule_id = self._schedules.insert_prepared(prepared, now)
+            # The next number of the counter that only grows (migration 0018).
+            (number,) = connection.execute("UPDATE subscription_numbers SET last_number = last_number + 1 "
+                                           "WHERE id = 1 RETURNING last_number").fetchone()
 
             def optional(value: object) -> object:
                 return None if value is _UNSET else value
 
             connection.execute(
-                "INSERT INTO subscriptions (id, name, kind, url, folder, scripts_dir, branch, whitelist, blacklist, "
+                "INSERT INTO subscriptions (id, number, name, kind, url, folder, scripts_dir, branch, whitelist, blacklist, "
                 "dependence, extensions, auto_add, auto_remove, task_user, schedule_id, created_at_ms, updated_at_ms) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (subscription_id, cmd.name, cmd.kind.value, cmd.url, cmd.folder, cmd.scripts_dir,
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (subscription_id, number, cmd.name, cmd.kind.value, cmd.url, cmd.folder, cmd.scripts_dir,
                  optional(cmd.branch), optional(cmd.whitelist), optional(cmd.blacklist), optional(cmd.dependence),
                  _encode_json(cmd.extensions).decode(), int(cmd.auto_add), int(cmd.auto_remove),
                  optional(cmd.task_user), schedule_id, now, now))

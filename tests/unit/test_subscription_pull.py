@@ -24,6 +24,7 @@ from edge_runtime.contract.subscriptions import (
     PullCancelledError,
     PullError,
     SubscriptionConflictError,
+    SubscriptionNotFoundError,
     SubscriptionKind,
 )
 from edge_runtime.local.store import LocalStore
@@ -488,3 +489,16 @@ def test_a_git_without_its_https_transport_says_which_package_is_missing(store: 
     with pytest.raises(GitMissingError, match="no http\\(s\\) transport \\(OpenWrt: opkg install git-http\\)"):
         _pull(store, subscription_id, fd, environ={"PATH": str(bin_dir)})
     assert not (path / "sub").exists()
+
+
+def test_subscriptions_are_numbered_in_order_and_a_removed_number_is_never_given_again(store: LocalStore,
+                                                                                      scripts, repo: Repo) -> None:
+    first = _add(store, repo.url, scripts[0], folder="one")
+    second = _add(store, repo.url, scripts[0], folder="two")
+    assert [store.subscriptions.get(i).number for i in (first, second)] == [1, 2]
+    store.subscriptions.remove(second, purge=False)
+    third = _add(store, repo.url, scripts[0], folder="three")
+    assert store.subscriptions.get(third).number == 3
+    assert store.subscriptions.get_by_number(1).id == first
+    with pytest.raises(SubscriptionNotFoundError):
+        store.subscriptions.get_by_number(2)
