@@ -46,6 +46,7 @@ class AppScope(enum.StrEnum):
     CRONS = "crons"  # the schedules (QingLong's crons): list, add, edit, run, stop, remove
     ENVS = "envs"  # the variables Runs get
     LOGS = "logs"  # the logs of the schedules' Runs
+    SUBSCRIPTIONS = "subscriptions"  # the subscriptions: list, run, stop, enable, disable (never add or change)
     SYSTEM = "system"  # the version (nothing else under /open/system is served)
 
 

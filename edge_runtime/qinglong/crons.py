@@ -156,7 +156,8 @@ def check_fields(body: CronBody, log_name: str | None) -> None:
             raise OpenRefusedError(f"{field} is refused: it is shell code QingLong runs as root around the task; "
                                    f"put it in the script itself")
     if body.sub_id is not None:
-        raise OpenRequestError("sub_id: subscriptions are not kept on this device; send null or leave it out")
+        raise OpenRequestError("sub_id: a subscription makes its own crons on this device (from its scripts' headers); "
+                               "send null or leave it out")
     if body.extra_schedules:
         raise OpenRequestError("extra_schedules: a cron has one schedule here; add another cron for another time")
     if body.log_name not in (None, "", log_name):

@@ -48,6 +48,7 @@ def _route(method: str, path: str, handler: str, scope: AppScope | None, query: 
 
 
 _C, _E, _L, _S = AppScope.CRONS, AppScope.ENVS, AppScope.LOGS, AppScope.SYSTEM
+_SUB = AppScope.SUBSCRIPTIONS
 
 #: Every OpenAPI request the device answers.
 OPEN_ROUTES: tuple[OpenRoute, ...] = (
@@ -71,12 +72,22 @@ OPEN_ROUTES: tuple[OpenRoute, ...] = (
     _route("PUT", "envs/disable", "disable_envs", _E),
     _route("PUT", "envs/name", "rename_envs", _E),
     _route("GET", "envs/{id}", "get_env", _E),
+    _route("GET", "subscriptions", "list_subscriptions", _SUB, ("searchValue",)),
+    _route("PUT", "subscriptions/run", "run_subscriptions", _SUB),
+    _route("PUT", "subscriptions/stop", "stop_subscriptions", _SUB),
+    _route("PUT", "subscriptions/enable", "enable_subscriptions", _SUB),
+    _route("PUT", "subscriptions/disable", "disable_subscriptions", _SUB),
+    _route("GET", "subscriptions/{id}", "get_subscription", _SUB),
+    _route("GET", "subscriptions/{id}/log", "subscription_log", _SUB),
     _route("GET", "logs", "list_logs", _L),
     _route("GET", "logs/detail", "log_detail", _L, ("path", "file")),
     _route("GET", "system", "system", _S),
 )
 
 _WRITES_CODE = "it writes code or configuration that tasks run as root"
+_SUBSCRIPTION_WRITES = ("subscriptions are added, changed and removed on the device (edge-runtime subscription "
+                        "add|remove): a subscription chooses the code from strangers that the device fetches and "
+                        "schedules")
 #: What is refused on purpose, by path (a segment list that ends in ``*`` covers everything below
 #: it, any method; ``None`` as the method: every method), with the reason the 403 names.
 REFUSED: tuple[tuple[bytes | None, tuple[bytes, ...], str], ...] = tuple(
@@ -101,6 +112,9 @@ REFUSED: tuple[tuple[bytes | None, tuple[bytes, ...], str], ...] = tuple(
                                 "run as root"),
         ("POST", "envs/upload", "env upload is refused: QingLong writes the uploaded file into the scripts "
                                 "directory first (a script write); POST /open/envs takes the same list as JSON"),
+        *((method, "subscriptions", _SUBSCRIPTION_WRITES) for method in ("POST", "PUT", "DELETE")),
+        ("PUT", "subscriptions/status", "subscription status is the device's own record of its pulls: clients "
+                                        "cannot write it"),
         ("DELETE", "logs", "logs are removed by the device's retention (docs/storage.md), not by clients"),
         ("POST", "logs/download", "log downloads are not served; read a log with GET /open/logs/detail"),
     )

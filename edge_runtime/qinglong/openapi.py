@@ -32,8 +32,9 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import ACTIVE_RUN_STATUSES, RunStateConflictError
 from edge_runtime.contract.schedules import EditScheduleCommand, ScheduleNotFoundError, ScheduleOverlapError
+from edge_runtime.contract.subscriptions import SubscriptionNotFoundError
 from edge_runtime.contract.time_zones import TimeZone, time_zone
-from edge_runtime.qinglong import crons, envs, logs
+from edge_runtime.qinglong import crons, envs, logs, subscriptions
 from edge_runtime.qinglong.crons import OpenRequestError
 from edge_runtime.qinglong import open_routes
 from edge_runtime.qinglong.open_routes import OpenMatch, OpenRefusal
@@ -152,7 +153,10 @@ class OpenApi:
         return ok(self._cron(self.store.schedules.get_by_number(match.id)))
 
     def cron_log(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
-        record = self.store.schedules.get_by_number(match.id)
+        return self._latest_log(self.store.schedules.get_by_number(match.id))
+
+    def _latest_log(self, record: Any) -> tuple[int, Any]:
+        """The log of ``record``'s newest Run that has one, as QingLong's ``/log`` answers it."""
         runs = self.store.runs.list_runs(schedule_id=record.id, limit=crons.RECENT_RUNS)
         state = crons.cron_state(record, runs, self.store.runs.attempts, self._offset)
         running = state.status in (crons.RUNNING, crons.QUEUED)
@@ -238,7 +242,12 @@ class OpenApi:
         return ok()
 
     def stop_crons(self, _match: OpenMatch, app: Any, body: bytes) -> tuple[int, Any]:
-        for record in self._schedules(crons.parse_ids(body)):
+        self._stop(self._schedules(crons.parse_ids(body)), app)
+        return ok()
+
+    def _stop(self, schedules: list[Any], app: Any) -> None:
+        """Cancel the active Runs of ``schedules`` through the durable cancel path."""
+        for record in schedules:
             for run in self.store.runs.list_runs(schedule_id=record.id, limit=crons.RECENT_RUNS):
                 if run.status not in ACTIVE_RUN_STATUSES or run.cancel_requested_at_ms is not msgspec.UNSET:
                     continue
@@ -247,7 +256,92 @@ class OpenApi:
                                       actor_id=self._actor(app))
                 except RunStateConflictError:
                     pass  # it ended meanwhile: nothing left to stop
+
+    # ----------------------------------------------------------------- subscriptions
+
+    def _pull_schedule(self, record: Any) -> Any:
+        """``record``'s pull schedule, or None when it was removed by hand."""
+        if record.schedule_id is msgspec.UNSET:
+            return None
+        try:
+            return self.store.schedules.get(record.schedule_id)
+        except ScheduleNotFoundError:
+            return None
+
+    def _subscription(self, record: Any) -> dict[str, Any]:
+        pull = self._pull_schedule(record)
+        state = None
+        if pull is not None:
+            runs = self.store.runs.list_runs(schedule_id=pull.id, limit=crons.RECENT_RUNS)
+            state = crons.cron_state(pull, runs, self.store.runs.attempts, self._offset)
+        return subscriptions.subscription_object(record, pull, state)
+
+    def _subscriptions(self, ids: list[int]) -> list[tuple[Any, Any]]:
+        """The subscriptions of ``ids`` with their pull schedules, all of them or none (an unknown
+        id is named)."""
+        found, missing = [], []
+        for number in ids:
+            try:
+                found.append(self.store.subscriptions.get_by_number(number))
+            except SubscriptionNotFoundError:
+                missing.append(number)
+        if missing:
+            raise SubscriptionNotFoundError(f"no subscription with id {', '.join(map(str, missing))}; nothing was "
+                                            f"changed")
+        return [(record, self._pull_schedule(record)) for record in found]
+
+    @staticmethod
+    def _require_pull_schedules(chosen: list[tuple[Any, Any]], action: str) -> None:
+        orphans = [record for record, pull in chosen if pull is None]
+        if orphans:
+            raise OpenRequestError(
+                f"subscription {', '.join(str(r.number) for r in orphans)} has no pull schedule (it was removed on "
+                f"the device): nothing to {action} here; on the device: edge-runtime subscription run ID")
+
+    def list_subscriptions(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
+        records = self.store.subscriptions.list()
+        search = match.query.get("searchValue", "")
+        if search:
+            records = [r for r in records if subscriptions.matches(r, search)]
+        return ok([self._subscription(record) for record in records])
+
+    def get_subscription(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
+        return ok(self._subscription(self.store.subscriptions.get_by_number(match.id)))
+
+    def subscription_log(self, match: OpenMatch, _app: Any, _body: bytes) -> tuple[int, Any]:
+        (_, pull), = self._subscriptions([match.id])
+        if pull is None:
+            return 200, {"code": 200, "data": "no log yet", "logStatus": "notFound"}
+        return self._latest_log(pull)
+
+    def run_subscriptions(self, _match: OpenMatch, app: Any, body: bytes) -> tuple[int, Any]:
+        chosen = self._subscriptions(crons.parse_ids(body))
+        self._require_pull_schedules(chosen, "run")
+        for _, pull in chosen:
+            try:
+                operations.run_schedule_now(self.store, pull.id, actor_id=self._actor(app))
+            except ScheduleOverlapError:
+                pass  # pulling already: QingLong answers 200 and shows status 0
         return ok()
+
+    def stop_subscriptions(self, _match: OpenMatch, app: Any, body: bytes) -> tuple[int, Any]:
+        chosen = self._subscriptions(crons.parse_ids(body))
+        self._stop([pull for _, pull in chosen if pull is not None], app)
+        return ok()
+
+    def _subscriptions_paused(self, body: bytes, paused: bool) -> tuple[int, Any]:
+        chosen = self._subscriptions(crons.parse_ids(body))
+        self._require_pull_schedules(chosen, "disable" if paused else "enable")
+        for _, pull in chosen:
+            self.store.schedules.set_paused(pull.id, paused)
+        operations.wake_schedules(self.store)
+        return ok()
+
+    def enable_subscriptions(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        return self._subscriptions_paused(body, False)
+
+    def disable_subscriptions(self, _match: OpenMatch, _app: Any, body: bytes) -> tuple[int, Any]:
+        return self._subscriptions_paused(body, True)
 
     # ----------------------------------------------------------------- envs
 

@@ -1,8 +1,9 @@
 """QingLong's own client libraries from PyPI against a real ``serve --panel-listen``.
 
-qinglongsdk (requests) and qinglongtool (httpx, async) are installed into a venv of their own
-under the test's temporary directory (never into the project's): the device must answer what
-they really send and what they read back must be what they expect. They trade an app's id and
+qinglongsdk (requests), qinglongtool (httpx, async) and qinglong-mcp-server (an MCP server for AI
+agents, spoken to over its stdin as an agent does) are installed into a venv of their own under
+the test's temporary directory (never into the project's): the device must answer what they
+really send and what they read back must be what they expect. They trade an app's id and
 secret for a token, then add, edit, run, stop and delete crons, read the logs and the version,
 and meet every refusal on the way. Stopping a cron ends its task and the task's background
 child (the Run's whole process group). Skipped, saying so, when PyPI cannot be reached.
@@ -27,7 +28,7 @@ from tests.support.panel_client import start_panel
 from tests.support.service_harness import wait_for
 
 #: The versions the reference read (docs/qinglong.md), pinned so the test replays what was read.
-CLIENTS = ["qinglongsdk==0.1.6", "qinglongtool==0.1.3"]
+CLIENTS = ["qinglongsdk==0.1.6", "qinglongtool==0.1.3", "qinglong-mcp-server==0.1.5"]
 
 
 @pytest.fixture(scope="module")
@@ -301,4 +302,88 @@ print(json.dumps({"added": added, "run": task.task_run([added["data"]])}))
     assert ran["run"] == 200
     wait_for(lambda: out_file.exists() and out_file.read_text(), "the cron's Run to write what it saw")
     assert out_file.read_text() == f"{accounts[0][0]}&pt_key=v3 \"q\";pt_pin=u3;"
+    assert service.process.poll() is None, service.log()
+
+
+class McpServer:
+    """qinglong-mcp-server as an agent runs it: JSON-RPC lines on its stdin, one answer a line."""
+
+    def __init__(self, python: Path, port: int, app: dict[str, str], home: Path) -> None:
+        home.mkdir()
+        # Its settings come from the environment (python-dotenv never overrides it); HOME and the
+        # working directory are the test's, where it writes its sample ~/.qinglong-mcp/.env.
+        env = {**os.environ, "HOME": str(home), "QINGLONG_URL": f"http://127.0.0.1:{port}",
+               "CLIENT_ID": app["client_id"], "CLIENT_SECRET": app["client_secret"]}
+        self.process = subprocess.Popen([str(python.parent / "qinglong-mcp-server")], cwd=home, env=env,
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True)
+        self.next_id = 0
+
+    def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        self.next_id += 1
+        self.process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": self.next_id, "method": method,
+                                             "params": params or {}}) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, self.process.stderr.read()
+        answer = json.loads(line)
+        assert answer["id"] == self.next_id and "error" not in answer, answer
+        return answer["result"]
+
+    def tool(self, name: str, **arguments: Any) -> str:
+        result = self.call("tools/call", {"name": name, "arguments": arguments})
+        return result["content"][0]["text"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self.process.stdout.close()
+            self.process.stderr.close()
+
+
+@pytest.mark.e2e
+def test_the_mcp_server_lists_runs_and_reads_crons_and_runs_a_subscription(client_python: Path, harness,
+                                                                           tmp_path: Path) -> None:
+    from tests.support.git_sources import Repo
+
+    repo = Repo(tmp_path / "src")
+    repo.commit({"jd_a.js": "// cron: 15 8 * * *\nconst $ = new Env('京豆');\n"})
+    subscription_id = harness.cli("subscription", "add", repo.url, "--folder", "faker").stdout.strip()
+    cron_id = harness.cli("schedule", "add", "--name", "问候", "0 4 * * *", "--", "sh", "-c",
+                          "echo 你好 from the device; sleep 9; echo done").stdout.strip()
+    number = json.loads(harness.cli("schedule", "show", cron_id, "--json").stdout)["number"]
+    service, port = start_panel(harness)
+    app = json.loads(harness.cli("panel", "app", "add", "mcp", "--scopes", "crons,logs,subscriptions").stdout)
+    mcp = McpServer(client_python, port, app, tmp_path / "home")
+    try:
+        assert mcp.call("initialize", {"protocolVersion": "2024-11-05"})["serverInfo"]["name"] == "qinglong-mcp"
+        tools = {tool["name"] for tool in mcp.call("tools/list")["tools"]}
+        assert {"list_qinglong_tasks", "run_task", "get_task_logs", "list_subscriptions",
+                "run_subscription"} <= tools
+        listed = mcp.tool("list_qinglong_tasks")
+        # The subscription's pull schedule is a cron too (QingLong lists its subscriptions' crons).
+        assert "共 2 个任务" in listed and f"ID: {number}\n名称: 问候" in listed and "名称: pull faker" in listed
+        assert "状态: 启用" in listed
+        # run_task starts it, watches its status go 0 (running) then 1 (idle), and returns its log.
+        assert "你好 from the device" in mcp.tool("run_task", task_id=number)
+        assert "done" in mcp.tool("get_task_logs", task_id=number)
+        status = mcp.tool("get_task_status", task_id=number)
+        assert "状态: 空闲" in status and ("上次运行时长: 9秒" in status or "上次运行时长: 10秒" in status), status
+        subscriptions = mcp.tool("list_subscriptions")
+        assert "共 1 个订阅" in subscriptions and f"URL: {repo.url}" in subscriptions
+        assert "类型: public-repo" in subscriptions and "状态: 启用" in subscriptions
+        assert "已成功运行" in mcp.tool("run_subscription", subscription_id=1)
+    finally:
+        mcp.close()
+    # The pull ran as a Run of the subscription's schedule and brought the script.
+    wait_for(lambda: json.loads(harness.cli("subscription", "list", "--json").stdout)[0]["subscription"]
+             .get("revision"), "the pull the MCP server started")
+    assert (harness.tmp / "scripts" / "faker" / "jd_a.js").exists()
+    [view] = json.loads(harness.cli("subscription", "list", "--json").stdout)
+    assert view["subscription"]["id"] == subscription_id and view["scripts"] == 1
     assert service.process.poll() is None, service.log()

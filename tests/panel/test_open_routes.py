@@ -13,6 +13,7 @@ from edge_runtime.qinglong.open_routes import OPEN_ROUTES, OpenMatch, OpenRefusa
 def test_the_table_is_exactly_the_documented_openapi() -> None:
     table = {(r.method.decode(), "/open/" + "/".join(s.decode() for s in r.segments), r.scope) for r in OPEN_ROUTES}
     c, e, l, s = AppScope.CRONS, AppScope.ENVS, AppScope.LOGS, AppScope.SYSTEM
+    b = AppScope.SUBSCRIPTIONS
     assert table == {
         ("GET", "/open/envs", e), ("POST", "/open/envs", e), ("PUT", "/open/envs", e), ("DELETE", "/open/envs", e),
         ("PUT", "/open/envs/enable", e), ("PUT", "/open/envs/disable", e), ("PUT", "/open/envs/name", e),
@@ -23,6 +24,10 @@ def test_the_table_is_exactly_the_documented_openapi() -> None:
         ("PUT", "/open/crons/disable", c), ("GET", "/open/crons/{id}", c), ("GET", "/open/crons/{id}/log", c),
         ("GET", "/open/crons/{id}/logs", c), ("GET", "/open/logs", l), ("GET", "/open/logs/detail", l),
         ("GET", "/open/system", s),
+        ("GET", "/open/subscriptions", b), ("PUT", "/open/subscriptions/run", b),
+        ("PUT", "/open/subscriptions/stop", b), ("PUT", "/open/subscriptions/enable", b),
+        ("PUT", "/open/subscriptions/disable", b), ("GET", "/open/subscriptions/{id}", b),
+        ("GET", "/open/subscriptions/{id}/log", b),
     }
 
 
@@ -67,7 +72,7 @@ def test_the_forms_clients_send_match(method, target, handler, identifier, query
     (b"GET", b"/open/crons/run"), (b"POST", b"/open/crons/run"), (b"HEAD", b"/open/crons"), (b"PATCH", b"/open/crons"),
     (b"GET", b"/open/crons/1/instances"), (b"GET", b"/open/crons/views"), (b"GET", b"/open/crons/detail?log_path=x"),
     (b"GET", b"/open/"), (b"GET", b"/open/health"), (b"GET", b"/open/dashboard/overview"), (b"GET", b"/open/crons;x"),
-    (b"GET", b"/open/subscriptions"), (b"GET", b"/open/logs/x.log?path=a"), (b"POST", b"/open/auth/token"),
+    (b"GET", b"/open/subscriptions/1/logs"), (b"GET", b"/open/logs/x.log?path=a"), (b"POST", b"/open/auth/token"),
     (b"PUT", b"/open/envs/pin"), (b"PUT", b"/open/envs/3/move"), (b"POST", b"/open/envs/labels"),
     (b"GET", b"/open/envs/abc"),
 ])

@@ -43,7 +43,8 @@ class Panel:
         db = open_database(self.db_path)
         LocalPanelAuth(db).set_password(PASSWORD)
         apps = LocalPanelApps(db)
-        self.full = apps.add("full", [AppScope.CRONS, AppScope.LOGS, AppScope.SYSTEM], DEFAULT_TOKEN_TTL_MS)
+        self.full = apps.add("full", [AppScope.CRONS, AppScope.LOGS, AppScope.SYSTEM, AppScope.SUBSCRIPTIONS],
+                             DEFAULT_TOKEN_TTL_MS)
         self.uploader = apps.add("uploader", [AppScope.ENVS], DEFAULT_TOKEN_TTL_MS)
         self.envs_only = apps.add("envs-only", [AppScope.ENVS], DEFAULT_TOKEN_TTL_MS)
         db.close()
@@ -165,6 +166,50 @@ def test_the_mcp_server_lists_runs_and_reads_a_cron_with_a_token_per_call(panel:
     assert code == 200 and isinstance(log["data"], str) and log["logStatus"] in ("running", "notFound")
     code, missing, _ = panel.send("GET", "/open/crons/99", headers)
     assert code == 404 and missing["code"] == 404 and "99" in missing["message"]
+
+
+def _subscribe(panel: Panel, tmp_path: Path, folder: str) -> Any:
+    from edge_runtime.contract.subscriptions import AddSubscriptionCommand, SubscriptionKind
+
+    with open_database(panel.db_path) as db:
+        return LocalStore(db, panel.db_path, SystemClock()).subscriptions.add(AddSubscriptionCommand(
+            kind=SubscriptionKind.GIT, url=f"https://example.org/{folder}.git", name=folder, folder=folder,
+            scripts_dir=str(tmp_path / "scripts"), pull_command=["edge-runtime", "subscription", "pull"],
+            expression="30 4 * * *", extensions=["js", "py"], whitelist="jd_", auto_add=True))
+
+
+def test_the_mcp_server_lists_and_runs_subscriptions(panel: Panel, tmp_path: Path) -> None:
+    first, second = _subscribe(panel, tmp_path, "alpha"), _subscribe(panel, tmp_path, "beta")
+    headers = [*REQUESTS, f"Authorization: Bearer {panel.token()}"]
+    code, listed, _ = panel.send("GET", "/open/subscriptions", headers)
+    assert code == 200 and listed["code"] == 200
+    # What list_subscriptions reads: data is a list; id, name, url, type, schedule, is_disabled.
+    assert [(s["id"], s["name"], s["url"], s["type"], s["schedule"], s["is_disabled"], s["status"])
+            for s in listed["data"]] == [
+        (first.number, "alpha", "https://example.org/alpha.git", "public-repo", "30 4 * * *", 0, 1),
+        (second.number, "beta", "https://example.org/beta.git", "public-repo", "30 4 * * *", 0, 1)]
+    assert listed["data"][0]["whitelist"] == "jd_" and listed["data"][0]["autoAddCron"] == 1
+    assert listed["data"][0]["pull_option"] is None and listed["data"][0]["alias"] == "alpha"
+    code, found, _ = panel.send("GET", "/open/subscriptions?searchValue=bet", headers)
+    assert [s["id"] for s in found["data"]] == [second.number]
+    # run_subscription: PUT /open/subscriptions/run [id], then the pull is a queued Run of its schedule.
+    code, ran, _ = panel.send("PUT", "/open/subscriptions/run", [*headers, "Content-Type: application/json"],
+                              _json([second.number]))
+    assert (code, ran) == (200, {"code": 200})
+    code, one, _ = panel.send("GET", f"/open/subscriptions/{second.number}", headers)
+    assert one["data"]["status"] == 3  # queued: no service runs here to start it
+    with open_database(panel.db_path) as db:
+        [run] = LocalStore(db, panel.db_path, SystemClock()).runs.list_runs(schedule_id=second.schedule_id, limit=10)
+        assert run.command[-1] == second.id
+    code, _, _ = panel.send("PUT", "/open/subscriptions/disable", [*headers, "Content-Type: application/json"],
+                            _json([first.number]))
+    code, one, _ = panel.send("GET", f"/open/subscriptions/{first.number}", headers)
+    assert code == 200 and (one["data"]["is_disabled"], one["data"]["status"]) == (1, 2)
+    code, missing, _ = panel.send("PUT", "/open/subscriptions/run", [*headers, "Content-Type: application/json"],
+                                  _json([first.number, 99]))
+    assert code == 404 and "99" in missing["message"]
+    code, _, _ = panel.send("GET", "/open/subscriptions", [*REQUESTS, f"Authorization: Bearer {panel.token(panel.uploader)}"])
+    assert code == 401  # an app without the subscriptions scope
 
 
 def test_qinglong_app_sdk_sends_every_field_with_nulls_and_pages(panel: Panel) -> None:

@@ -138,7 +138,7 @@ def test_refused_names_scopes_lifetimes_duplicates_and_more_than_the_limit(db) -
     for text in ("scripts", "crons,crons", "crons,", "", "CRONS", "user", "dependencies"):
         with pytest.raises(InvalidPanelAppError):
             parse_scopes(text)
-    assert parse_scopes("crons, envs,logs,system") == list(AppScope)
+    assert parse_scopes("crons, envs,logs,subscriptions,system") == list(AppScope)
     for ttl in (59_999, 366 * DAY_MS):
         with pytest.raises(InvalidPanelAppError):
             apps.add("x", [AppScope.CRONS], ttl)

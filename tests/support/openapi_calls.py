@@ -43,4 +43,9 @@ REFUSED_CALLS: list[tuple[str, str, bytes | None]] = [
     ("GET", "/open/crons/import", None),
     ("POST", "/open/envs/upload", b"--x--"),
     ("DELETE", "/open/logs", json.dumps({"filename": "x.log", "path": "x"}).encode()),
+    ("POST", "/open/subscriptions", json.dumps({"type": "public-repo", "url": "https://example.org/x.git",
+                                                "schedule": "0 0 * * *", "alias": "x"}).encode()),
+    ("PUT", "/open/subscriptions", json.dumps({"id": 1, "url": "https://example.org/y.git"}).encode()),
+    ("DELETE", "/open/subscriptions", json.dumps([1]).encode()),
+    ("PUT", "/open/subscriptions/status", json.dumps({"ids": [1], "status": "1"}).encode()),
 ]
