@@ -16,10 +16,12 @@ read from the schedule's Runs, as QingLong fills it from its runs:
   any; ``last_execution_time``: that Run's start, unix seconds (0 before any);
   ``last_running_time``: the newest finished Run's duration in whole seconds (at least 1; 0 before any).
 
-A command text becomes the schedule's argv as QingLong runs it: ``task ...`` is kept as the one
-string QingLong stores (``["task dir/x.js"]``, the form the ``task`` runner takes), any other
-command runs in a shell (``["sh", "-c", TEXT]``), as QingLong runs it through bash. Read back,
-both give the text they were made from.
+A command text becomes the schedule's argv as QingLong runs it: ``task dir/x.js now`` becomes its
+words (``["task", "dir/x.js", "now"]``, the form ``import qinglong`` and a subscription's pull
+make, so one script is one schedule whoever added it) when they read back as that very text;
+any other ``task ...`` text is kept as the one string QingLong stores (the ``task`` runner splits
+it, and refuses shell syntax in it); any other command runs in a shell (``["sh", "-c", TEXT]``),
+as QingLong runs it through bash. Read back, each gives the text it was made from.
 """
 
 from __future__ import annotations
@@ -124,7 +126,11 @@ def command_argv(text: str) -> list[str]:
     if not text:
         raise OpenRequestError("command must not be empty")
     if text.startswith(TASK_PREFIX):
-        return [text]
+        try:
+            words = shlex.split(text)
+        except ValueError:
+            return [text]  # the task runner names what is wrong with it
+        return words if shlex.join(words) == text else [text]
     return ["sh", "-c", text]
 
 

@@ -107,7 +107,7 @@ def test_qinglongsdk_adds_edits_runs_and_deletes_a_cron_and_reads_the_logs(panel
     assert code == 200 and added["code"] == 200 and added["data"]["id"] == 1  # qltask.add returns data.id
     assert added["data"]["command"] == "task jd_bean.js" and added["data"]["name"] == "京豆变动"
     [stored] = panel.schedules()
-    assert stored.command == ["task jd_bean.js"] and stored.expression == "15 8 * * *" and stored.number == 1
+    assert stored.command == ["task", "jd_bean.js"] and stored.expression == "15 8 * * *" and stored.number == 1
     code, edited, _ = panel.send("PUT", "/open/crons", headers,
                                  _json({"command": "task jd_bean.js now", "schedule": "0 0 9 * * *", "name": "new",
                                         "id": 1}))

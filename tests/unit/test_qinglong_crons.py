@@ -39,11 +39,15 @@ def _attempt(run_id: str, status: AttemptStatus, started: int | None, finished: 
 
 
 @pytest.mark.parametrize(("text", "argv"), [
-    ("task jd_bean.js", ["task jd_bean.js"]),  # the one string QingLong stores, for the task runner
-    ("task owner_repo/dir/x.py desi JD_COOKIE 1 3", ["task owner_repo/dir/x.py desi JD_COOKIE 1 3"]),
+    ("task jd_bean.js", ["task", "jd_bean.js"]),  # words, as import and subscriptions make it
+    ("task owner_repo/dir/x.py desi JD_COOKIE 1 3", ["task", "owner_repo/dir/x.py", "desi", "JD_COOKIE", "1", "3"]),
+    ("task 'my dir/x.js'", ["task", "my dir/x.js"]),
+    ("task x.js && rm -rf /", ["task x.js && rm -rf /"]),  # kept whole: the task runner refuses shell syntax
+    ("task \"my dir/x.js\"", ["task \"my dir/x.js\""]),  # words that would read back otherwise: kept whole
+    ("task 'x.js", ["task 'x.js"]),
     ("echo hi; sleep 1", ["sh", "-c", "echo hi; sleep 1"]),  # any other command, in a shell as QingLong
     ("python3 /ql/x.py", ["sh", "-c", "python3 /ql/x.py"]),
-    ("  task x.js  ", ["task x.js"]),
+    ("  task x.js  ", ["task", "x.js"]),
 ])
 def test_a_command_text_and_its_argv_round_trip(text, argv) -> None:
     assert crons.command_argv(text) == argv
