@@ -112,8 +112,9 @@ class RunStore(Protocol):
         ...
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord: ...
     def set_aside(self, run_id: str, error: StoredRowError, *, actor_id: str) -> bool:
-        """End a queued Run that ``error`` (a broken stored row) keeps from starting: ``failed``,
-        with the error's code and reason recorded; False when it is no longer queued."""
+        """End a Run waiting to start (``WAITING_TO_START_STATUSES``) that ``error`` (a broken
+        stored row) keeps from starting: ``failed``, with the error's code and reason recorded;
+        False when it no longer waits."""
         ...
 
 

@@ -22,6 +22,7 @@ from edge_runtime.contract.errors import StoredRowError
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
+    WAITING_TO_START_STATUSES,
     EVENT_CANCEL_ESCAPED,
     EVENT_FENCED_END,
     EVENT_CANCEL_REQUESTED,
@@ -236,10 +237,11 @@ class LocalRunRepository:
             return self._run_row(cmd.run_id)
 
     def set_aside(self, run_id: str, error: StoredRowError, *, actor_id: str) -> bool:
-        """End a queued Run that a broken stored row keeps from starting: ``failed``, its
-        ``run.failed`` event carrying the error's code and reason. Events another program appended
-        to its log uncounted are counted first (``count_foreign_events``: they stay, the end is
-        appended after them). False when the Run is no longer queued (it started or ended meanwhile).
+        """End a Run waiting to start (queued, or waiting for its retry) that a broken stored row
+        keeps from starting: ``failed``, its ``run.failed`` event carrying the error's code and
+        reason. Events another program appended to its log uncounted are counted first
+        (``count_foreign_events``: they stay, the end is appended after them). False when it no
+        longer waits (it started or ended meanwhile).
 
         Raises:
             RunRepositoryError: the database failed, or the Run's end could not be recorded either
@@ -248,9 +250,10 @@ class LocalRunRepository:
         with run_repository_errors(), self._db.write() as now:
             connection = self._db.connection
             row = connection.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
-            if row is None or row[0] != RunStatus.QUEUED.value:
+            if row is None or RunStatus(row[0]) not in WAITING_TO_START_STATUSES:
                 return False
             count_foreign_events(connection, run_id)
+            connection.execute("UPDATE runs SET retry_at_ms = NULL WHERE id = ?", (run_id,))
             end_run(connection, run_id, RunStatus.FAILED, now, actor_id, attempt_id=None,
                     extra={"error": error.code, "reason": error.reason()})
             return True

@@ -86,6 +86,19 @@ def test_a_run_whose_event_log_another_program_appended_to_fails_alone_and_the_o
     assert f"set aside (failed) for it earlier: {broken}" in checks["run_event_logs"]["detail"]
 
 
+def test_a_run_waiting_for_its_retry_with_an_uncounted_event_fails_alone(harness: Harness) -> None:
+    service = harness.serve()
+    waiting = harness.cli("submit", "--retries", "1", "--retry-delay", "2s", "--", "false").stdout.strip()
+    harness.wait_status(waiting, "retry_wait")
+    _append_uncounted_event(harness, waiting)
+    harness.wait_status(waiting, "failed")  # when its wait is over: set aside, not queued again
+    assert _run_ended_payload(harness, waiting)["error"] == "RUN_EVENT_LOG_MISMATCH"
+    assert len(harness.detail(waiting).attempts) == 1
+    later = harness.submit("true")
+    harness.wait_status(later, "succeeded")
+    assert service.process.poll() is None and "service.tick_failed" not in service.log()
+
+
 def test_cancelling_a_run_with_an_uncounted_event_says_why(harness: Harness) -> None:
     [broken] = harness.submit_many([["true"]])
     _append_uncounted_event(harness, broken)
