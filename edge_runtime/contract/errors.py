@@ -60,9 +60,10 @@ class RunEventLogMismatchError(StoredRowError, code="RUN_EVENT_LOG_MISMATCH"):
     to it (every change of the Run is one), so it can neither start, end nor be cancelled."""
 
     @classmethod
-    def of(cls, run_id: str, counted: int, highest: int) -> "RunEventLogMismatchError":
+    def of(cls, run_id: str, counted: int, held: int) -> "RunEventLogMismatchError":
+        """``counted``: the Run's ``event_sequence``; ``held``: a higher sequence its log holds."""
         return cls(f"the event log of run {run_id!r} holds events its Run did not count (it counts {counted}, "
-                   f"the log reaches sequence {highest}): another program wrote them; the service sets the "
+                   f"the log holds sequence {held}): another program wrote them; the service sets the "
                    f"Run aside, failed, and `edge-runtime check` names it", row_id=run_id)
 
 
