@@ -63,8 +63,9 @@ class RunEventLogMismatchError(StoredRowError, code="RUN_EVENT_LOG_MISMATCH"):
     def of(cls, run_id: str, counted: int, held: int) -> "RunEventLogMismatchError":
         """``counted``: the Run's ``event_sequence``; ``held``: a higher sequence its log holds."""
         return cls(f"the event log of run {run_id!r} holds events its Run did not count (it counts {counted}, "
-                   f"the log holds sequence {held}): another program wrote them; the service sets the "
-                   f"Run aside, failed, and `edge-runtime check` names it", row_id=run_id)
+                   f"the log holds sequence {held}): another program wrote them; no event can be added to "
+                   f"it (a Run waiting to start is set aside, failed); `edge-runtime check` names it",
+                   row_id=run_id)
 
 
 class UnspawnableValueError(StoredRowError, code="SPAWN_VALUE_REFUSED"):
