@@ -60,6 +60,8 @@ _UNSET = msgspec.UNSET
 START_BACKOFF_MS = (500, 30_000)
 #: ``_start`` result: end this start pass (no capacity left, or starting is paused).
 _STOP = object()
+#: ``_start`` result: the Run was set aside (a broken stored row); its slot is still free.
+_SET_ASIDE = object()
 
 
 class TaskSettings(NamedTuple):
@@ -107,19 +109,24 @@ class StartPass:
             WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced
                 or expired: the caller must stop taking work.
         """
-        if time.monotonic() < self._paused_until:
-            return 0
-        free = self._worker.free_slots()
-        if free <= 0:
-            return 0
         started = 0
-        for run_id in self._runs.queued_run_ids(free + len(self._set_aside)):
-            if run_id in self._set_aside:
-                continue
-            outcome = self._start(run_id)
-            if outcome is _STOP:
+        while time.monotonic() >= self._paused_until:
+            free = self._worker.free_slots()
+            if free <= 0:
                 break
-            started += outcome is True
+            set_aside = False
+            for run_id in self._runs.queued_run_ids(free + len(self._set_aside)):
+                if run_id in self._set_aside:
+                    continue
+                outcome = self._start(run_id)
+                if outcome is _STOP:
+                    return started
+                set_aside |= outcome is _SET_ASIDE
+                started += outcome is True
+            if not set_aside:
+                break
+            # A Run set aside took no slot: the Runs behind it start in this pass, not at the next
+            # wake (each round sets at least one more aside, so the rounds end).
         return started
 
     def seconds_paused(self) -> float | None:
@@ -152,7 +159,7 @@ class StartPass:
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
         return self._spawn(run, attempt_id, grant, output, shared)
 
-    def _set_aside_run(self, run_id: str, error: StoredRowError) -> bool | object:
+    def _set_aside_run(self, run_id: str, error: StoredRowError) -> object:
         """Fail the Run ``error`` keeps from starting, recording why; the pass goes on."""
         self._journal.error("run.set_aside", run=run_id, error=error.code, detail=str(error))
         try:
@@ -162,7 +169,7 @@ class StartPass:
                 return _STOP  # a busy database: the next tick tries again
             self._set_aside.add(run_id)
             self._journal.error("run.set_aside_unrecorded", run=run_id, error=exc.code, detail=str(exc))
-        return False
+        return _SET_ASIDE
 
     def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
         """No process was recorded: give the Run back to the queue (every queued Run runs once),
