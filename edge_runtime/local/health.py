@@ -171,7 +171,7 @@ _UNSPAWNABLE = (
     ("env entry", f"SELECT id || ' (' || replace(name, char(0), '\\0') || ')' FROM env_entries "
                   f"WHERE {_has_nul('value')} OR {_has_nul('name')} OR instr(name, '=') > 0 ORDER BY id"),
     ("Run", f"SELECT id FROM runs WHERE status IN {ACTIVE_RUN_SQL} AND ({_json_has_nul('command')} "
-            f"OR (env IS NOT NULL AND {_json_has_nul('env')}) OR {_has_nul('cwd')}) ORDER BY id"),
+            f"OR (json_valid(env) AND {_json_has_nul('env')}) OR {_has_nul('cwd')}) ORDER BY id"),
     ("schedule", f"SELECT id FROM schedules WHERE json_valid(command) AND ({_json_has_nul('command')} "
                  f"OR (json_valid(env) AND {_json_has_nul('env')}) OR {_has_nul('cwd')}) ORDER BY id"),
 )
