@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import psycopg
 
+from edge_runtime.contract.errors import RunEventLogMismatchError
 from edge_runtime.contract.run_events import RunEvent
 from cluster_postgres.errors import RunVersionConflict
 
@@ -24,6 +25,8 @@ _APPEND = (
     " INSERT INTO ql3.run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, attempt_id, payload,"
     " created_at_ms) SELECT %s, cas.id, cas.event_sequence, %s, %s, %s, %s, %s, %s::jsonb, %s FROM cas"
 )
+#: The constraint a row at the next sequence trips: one another program appended uncounted.
+_SEQUENCE_CONSTRAINT = "run_events_run_id_sequence_key"
 _NOW = "SELECT ql3.now_ms()"
 _encode = msgspec.json.Encoder().encode
 
@@ -51,11 +54,18 @@ def append_run_event(
 
     Raises:
         RunVersionConflict: the CAS missed.
+        RunEventLogMismatchError: the log already holds the next sequence: another program
+            appended to it without counting it in the Run (the caller sets the Run aside).
         psycopg.Error: duplicate event id or dedupe key (23505), or any other failure.
     """
     version, sequence = run
-    cur.execute(_APPEND, (now_ms, run_id, version, sequence, event_id, event_type, dedupe_key, actor_type, actor_id,
-                          attempt_id, _encode(payload).decode(), now_ms))
+    try:
+        cur.execute(_APPEND, (now_ms, run_id, version, sequence, event_id, event_type, dedupe_key, actor_type,
+                              actor_id, attempt_id, _encode(payload).decode(), now_ms))
+    except psycopg.errors.UniqueViolation as exc:
+        if exc.diag.constraint_name == _SEQUENCE_CONSTRAINT:
+            raise RunEventLogMismatchError.of(run_id, sequence, sequence + 1) from None
+        raise
     if cur.rowcount != 1:
         raise RunVersionConflict(f"run {run_id!r} changed concurrently (version CAS missed)")
     run[0], run[1] = version + 1, sequence + 1

@@ -19,9 +19,11 @@ import msgspec
 import psycopg
 
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH, DispatchStatus
+from edge_runtime.contract.errors import StoredRowError
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
+    WAITING_TO_START_STATUSES,
     ACTIVE_RUN_STATUSES,
     EVENT_CANCEL_ESCAPED,
     EVENT_FENCED_END,
@@ -259,6 +261,24 @@ class PostgresRunRepository:
                         extra={"reason": REASON_CANCELLED_BEFORE_ANY_ATTEMPT})
             cur.execute(NOTIFY_WAKE)
             return self._run_row(cmd.run_id)
+
+    def set_aside(self, run_id: str, error: StoredRowError, *, actor_id: str) -> bool:
+        """End a Run waiting to start that a broken stored row keeps from starting; see the Local repository.
+        Events appended to its log uncounted are counted first (they stay; the end follows them)."""
+        _check_run_id(run_id)
+        with self._tx():
+            cur = self._cur
+            row = cur.execute(_LOCK_RUN, (run_id,)).fetchone()
+            if row is None or run_from_row(row).status not in WAITING_TO_START_STATUSES:
+                return False
+            run = run_from_row(row)
+            highest = cur.execute("SELECT coalesce(max(sequence), 0) FROM ql3.run_events WHERE run_id = %s",
+                                  (run_id,)).fetchone()[0]
+            counted = max(run.event_sequence, highest)
+            cur.execute("UPDATE ql3.runs SET event_sequence = %s, retry_at_ms = NULL WHERE id = %s", (counted, run_id))
+            end_run(cur, [run.version, counted], run_id, RunStatus.FAILED, database_now(cur), actor_id,
+                    attempt_id=None, extra={"error": error.code, "reason": error.reason()})
+            return True
 
     # ----------------------------------------------------------------- attempt lifecycle
 

@@ -31,7 +31,7 @@ from cluster_postgres.readiness import bootstrap
 from cluster_postgres.store import PostgresStore
 from edge_runtime.contract.run_lease import REASON_ORPHAN_STARTING, REASON_ORPHAN_UNSTARTED, REASON_WORKER_GONE
 from edge_runtime.contract.runs import CancelRunCommand, InvalidRunCommandError, SubmitRunCommand
-from edge_runtime.service.worker import WorkerSession
+from edge_runtime.service.worker import RunGrant, WorkerSession
 from tests.support.ha_cluster import HaPair, unavailable_reason
 from tests.support.pg_test_database import unavailable
 from tests.support.cluster_serve_harness import (
@@ -230,6 +230,37 @@ SHORT_LEASES = {"EDGE_RUNTIME_SESSION_LEASE_MS": "2000", "EDGE_RUNTIME_RUN_LEASE
                 "EDGE_RUNTIME_POLL_INTERVAL_MS": "1000"}
 
 
+#: The term of the dead worker's ("ghost") session and Run Leases while it lives: a fifth of it
+#: between renewals leaves room for a slow host; once it dies they run out within it.
+GHOST_LEASE_MS = 5_000
+
+
+class GhostAlive(threading.Thread):
+    """A worker that took two Runs and lives, heartbeating its session and renewing both Run Leases,
+    until :meth:`die`: only then do its leases start running out (by database time)."""
+
+    def __init__(self, ghost: WorkerSession, grants: list[RunGrant]) -> None:
+        super().__init__(daemon=True)
+        self.ghost, self.grants = ghost, grants
+        self.dead = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        while not self.dead.wait(GHOST_LEASE_MS / 5 / 1000):
+            try:
+                self.ghost.heartbeat(self.ghost.session.available_slots)
+                for grant in self.grants:
+                    self.ghost.renew(grant)
+            except Exception as exc:  # noqa: BLE001 - kept, and raised by die() in the test's thread
+                self.error = exc
+                return
+
+    def die(self) -> None:
+        self.dead.set()
+        self.join(30)
+        assert self.error is None, f"the ghost worker could not stay alive: {self.error!r}"
+
+
 def _attempts(db: Any, run_id: str) -> list[tuple[Any, ...]]:
     return db.execute("SELECT a.id, a.status, a.end_reason, a.pgid, l.worker_id FROM ql3.run_attempts a "
                       "LEFT JOIN ql3.run_dispatch_leases l ON l.attempt_id = a.id WHERE a.run_id = %s "
@@ -249,18 +280,24 @@ def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsew
     with private_root() as root:
         workers = {name: Worker(root, name, pg_database.runtime_dsn, slots=2, env=SHORT_LEASES)
                    for name in ("w1", "w2", "w3")}
+        ghost_alive: GhostAlive | None = None
         try:
-            # A worker that died right after taking two Runs: one never crossed the start barrier
+            # A worker that took two Runs and dies before it ran them: one never crossed the start barrier
             # (claimed), one crossed it without recording a process (starting).
             from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
 
             ghost = WorkerSession(PostgresWorkerLeaseRepository(runtime()), worker_id="ghost", slots=2,
-                                  session_lease_ms=1000, run_lease_ms=1000)
+                                  session_lease_ms=GHOST_LEASE_MS, run_lease_ms=GHOST_LEASE_MS)
             ghost.register()
             unstarted = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
             starting = store.runs.submit(SubmitRunCommand(argv=ledger_task(ledger))).id
-            assert ghost.claim(unstarted, take_queued_run(store.runs, unstarted, actor_id="ghost").id) is not None
-            assert ghost.start(starting) is not None
+            grants = [ghost.claim(unstarted, take_queued_run(store.runs, unstarted, actor_id="ghost").id),
+                      ghost.start(starting)]
+            assert all(isinstance(grant, RunGrant) for grant in grants)
+            # It lives (heartbeats, renews) until w1 is full and w2 and w3 are up, however slowly
+            # they start: a Run of its found orphaned before then would be w1's to take.
+            ghost_alive = GhostAlive(ghost, grants)
+            ghost_alive.start()
 
             w1 = workers["w1"]
             w1.start()
@@ -273,6 +310,8 @@ def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsew
             wait_for(lambda: db.execute("SELECT count(*) FROM ql3.worker_sessions WHERE worker_id IN ('w2', 'w3') "
                                         "AND status = 'online'").fetchone()[0] == 2, 60, "w2 and w3 registered")
 
+            assert all(_attempts(db, r)[0][1] in ("claimed", "starting") for r in (unstarted, starting))
+            ghost_alive.die()  # from now on its leases run out by database time, with w1 full
             w1.kill9()
             lost_run, waiting_run = long_runs
             store.runs.request_cancel(CancelRunCommand(run_id=waiting_run))  # acknowledged while w1 is dead
@@ -323,6 +362,8 @@ def test_a_killed_worker_loses_its_running_attempts_its_unstarted_runs_run_elsew
             assert {r for r in [*short, unstarted, *long_runs]} == set(counts)
             assert_event_logs_have_no_gap(db)
         finally:
+            if ghost_alive is not None:
+                ghost_alive.dead.set()
             for worker in workers.values():
                 worker.kill9()
             kill_attempt_groups(db)

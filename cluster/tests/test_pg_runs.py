@@ -12,9 +12,10 @@ import pytest
 
 from cluster_postgres.runs import PostgresRunRepository
 from cluster_postgres.worker_lease import PostgresWorkerLeaseRepository
+from edge_runtime.contract.errors import RunEventLogMismatchError
 from edge_runtime.contract.run_lease import NoCapacityOutcome, StartRunCommand
 from edge_runtime.contract.runs import CancelRunCommand, RunRepositoryError, RunStatus, SubmitRunCommand
-from edge_runtime.service.worker import WorkerSession
+from edge_runtime.service.worker import RunGrant, WorkerSession
 
 
 def test_the_queue_scan_skips_a_run_another_transaction_holds(owner: Any, runtime: Any) -> None:
@@ -105,3 +106,27 @@ def test_two_connections_of_one_session_racing_to_start_never_oversell_its_slot(
     assert sorted(type(o).__name__ for o in outcomes) == ["ClaimedRunOutcome", NoCapacityOutcome.__name__]
     assert owner.execute("SELECT count(*) FROM run_dispatch_leases WHERE status = 'leased'").fetchone()[0] == 1
     assert owner.execute("SELECT count(*) FROM run_attempts").fetchone()[0] == 1
+
+
+def test_a_run_whose_event_log_another_program_appended_to_is_set_aside_alone(owner: Any, runtime: Any) -> None:
+    runs = PostgresRunRepository(runtime())
+    broken, other = (runs.submit(SubmitRunCommand(argv=["true"])).id for _ in range(2))
+    # Another program with the database's credentials: the next sequence, the Run's count left alone.
+    owner.execute("INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, payload, "
+                  "created_at_ms) SELECT md5(random()::text), id, event_sequence + 1, 'note', 'a-note', 'script', "
+                  "'notes.py', '{}', created_at_ms FROM runs WHERE id = %s", (broken,))
+    with pytest.raises(RunEventLogMismatchError) as cancelled:
+        runs.request_cancel(CancelRunCommand(run_id=broken))
+    assert cancelled.value.row_id == broken and "another program" in str(cancelled.value)
+    worker = WorkerSession(PostgresWorkerLeaseRepository(runtime()), worker_id="w", slots=2,
+                           session_lease_ms=120_000, run_lease_ms=60_000)
+    worker.register()
+    with pytest.raises(RunEventLogMismatchError) as started:
+        worker.start(broken)
+    assert runs.set_aside(broken, started.value, actor_id="w#1") is True
+    assert runs.get(broken).status is RunStatus.FAILED and runs.attempts(broken) == []
+    events = runs.events(broken)
+    assert [e.sequence for e in events] == [1, 2, 3] and [e.type for e in events][1:] == ["note", "run.failed"]
+    assert events[-1].payload["error"] == "RUN_EVENT_LOG_MISMATCH"
+    assert runs.set_aside(broken, started.value, actor_id="w#1") is False  # ended: nothing more
+    assert isinstance(worker.start(other), RunGrant)  # the others start

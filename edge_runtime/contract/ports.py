@@ -27,6 +27,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RecordResultOutcome,
 )
 from edge_runtime.contract.env_entries import EnvironmentStore
+from edge_runtime.contract.errors import StoredRowError
 from edge_runtime.contract.schedules import ScheduleAdmin
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
@@ -110,6 +111,11 @@ class RunStore(Protocol):
         ``MAX_BATCH_RUNS``); the new Runs' ids, in the order of ``cmds``."""
         ...
     def request_cancel(self, cmd: CancelRunCommand, *, actor_id: str = "cli") -> RunRecord: ...
+    def set_aside(self, run_id: str, error: StoredRowError, *, actor_id: str) -> bool:
+        """End a Run waiting to start (``WAITING_TO_START_STATUSES``) that ``error`` (a broken
+        stored row) keeps from starting: ``failed``, with the error's code and reason recorded;
+        False when it no longer waits."""
+        ...
 
 
 class CancellationDispatchStore(Protocol):

@@ -63,6 +63,9 @@ ACTIVE_RUN_STATUSES = frozenset(
     }
 )
 TERMINAL_RUN_STATUSES = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED})
+#: A Run with no Attempt under way that waits to start one: what a broken stored row of it (an
+#: event log another program appended to) sets aside, failed (``RunStore.set_aside``).
+WAITING_TO_START_STATUSES = frozenset({RunStatus.QUEUED, RunStatus.RETRY_WAIT})
 ACTIVE_ATTEMPT_STATUSES = frozenset({AttemptStatus.CLAIMED, AttemptStatus.STARTING, AttemptStatus.RUNNING})
 TERMINAL_ATTEMPT_STATUSES = frozenset(
     {AttemptStatus.SUCCEEDED, AttemptStatus.FAILED, AttemptStatus.CANCELLED, AttemptStatus.LOST}

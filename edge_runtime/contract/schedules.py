@@ -20,7 +20,7 @@ from typing import Annotated, Protocol
 import msgspec
 
 from edge_runtime.contract.cron import DueFire, InvalidCronExpressionError, KnownFireTimes, due_fire, parse_schedule
-from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.errors import EdgeRuntimeError, StoredRowError
 from edge_runtime.contract.time_zones import InvalidTimeZoneError, TimeZone, time_zone_text
 from edge_runtime.contract.runs import RunOptions, argv_problem
 from edge_runtime.contract.validation import (
@@ -90,6 +90,12 @@ class AmbiguousScheduleIdError(ScheduleError, code="SCHEDULE_ID_AMBIGUOUS"):
 
 class ScheduleRepositoryError(ScheduleError, code="SCHEDULE_REPOSITORY_FAILED"):
     """The store could not read or write the schedule."""
+
+
+class MalformedScheduleError(ScheduleRepositoryError, StoredRowError, code="SCHEDULE_STORED_MALFORMED"):
+    """A stored schedule row makes no schedule (a command that is no list of strings, variables
+    that are no strings, labels no list): another program wrote it. Its fire pauses it with this
+    reason, and the schedules behind it fire on; ``check`` names it."""
 
 
 class AddScheduleCommand(RunOptions):

@@ -15,12 +15,16 @@ from edge_runtime.contract.worker_lease import WorkerLeaseRepositoryError
 from edge_runtime.local.cancellation_dispatch import DISPATCH_COLUMNS, record_from_row
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.contract.environment import EnvironmentRepositoryError
+from edge_runtime.contract.errors import RunEventLogMismatchError
 from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
+from edge_runtime.contract.runs import RunStatus, run_ended_event
+from edge_runtime.contract.sql_vocabulary import ACTIVE_RUN_SQL
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.environment import LocalEnvironmentRepository
 from edge_runtime.local.errors import LocalStorageError
 from edge_runtime.local.guarded_clock import full_observed_floor_ms, observed_floor_ms
 from edge_runtime.local.retention import RetentionPolicy, log_dir_contents, plan
+from edge_runtime.local.schedules import broken_schedules
 from edge_runtime.local.legacy_token_scrub import describe, scrub_status
 from edge_runtime.local.migrations import applied_migrations, known_migrations
 from edge_runtime.local.worker_lease_rows import LEASE_COLUMNS, SESSION_COLUMNS, lease_from_row, session_from_row
@@ -110,6 +114,82 @@ def _secrets(db: LocalDatabase) -> HealthCheck:
     return HealthCheck("secrets", True, f"{secrets} secrets, each at least {MIN_SECRET_LENGTH} characters")
 
 
+#: At most this many rows are named in one check's detail; the count says how many there are.
+_NAMED_ROWS = 10
+
+# Runs whose event log holds rows the Run does not count: another program appended them (the
+# runtime's appends count each one), and no event can be appended to the Run until it is set aside.
+_UNCOUNTED_EVENTS = """
+SELECT r.id, r.event_sequence, max(e.sequence) FROM runs r JOIN run_events e ON e.run_id = r.id
+GROUP BY r.id HAVING max(e.sequence) > r.event_sequence ORDER BY r.id"""
+_SET_ASIDE = "SELECT run_id FROM run_events WHERE type = ? AND json_extract(payload, '$.error') = ? ORDER BY run_id"
+
+
+def _named(rows: list[str]) -> str:
+    return ", ".join(rows[:_NAMED_ROWS]) + (f", ... ({len(rows)} in all)" if len(rows) > _NAMED_ROWS else "")
+
+
+def _run_event_logs(db: LocalDatabase) -> HealthCheck:
+    """Runs whose event log another program appended to (each stalls at its next event: its start,
+    its cancel), and those the service set aside for it (failed, the reason in their end)."""
+    connection = db.connection
+    uncounted = [f"{run_id} (counts {counted}, its log reaches {highest})"
+                 for run_id, counted, highest in connection.execute(_UNCOUNTED_EVENTS)]
+    set_aside = [row[0] for row in connection.execute(
+        _SET_ASIDE, (run_ended_event(RunStatus.FAILED), RunEventLogMismatchError.code))]
+    aside = f"; set aside (failed) for it earlier: {_named(set_aside)}" if set_aside else ""
+    if uncounted:
+        return HealthCheck("run_event_logs", False,
+                           f"{len(uncounted)} Runs whose event log holds events another program wrote without "
+                           f"counting them in the Run: {_named(uncounted)}; no event can be added to them (start, "
+                           f"cancel): the service sets each aside, failed, when it takes it up{aside}")
+    return HealthCheck("run_event_logs", True, f"every Run counts its event log{aside}")
+
+
+def _schedules(db: LocalDatabase) -> HealthCheck:
+    """Schedule rows no schedule record can be made of (another program's): the service pauses
+    each with the reason when it is due; ``schedule remove ID`` removes one."""
+    total, problems = broken_schedules(db.connection)
+    if problems:
+        return HealthCheck("schedules", False, f"{len(problems)} of {total} stored schedules cannot be read (paused "
+                                               f"when due; `edge-runtime schedule remove ID`): {_named(problems)}")
+    return HealthCheck("schedules", True, f"{total} schedules readable")
+
+
+def _has_nul(column: str) -> str:
+    return f"instr(CAST({column} AS BLOB), x'00') > 0"
+
+
+def _json_has_nul(column: str) -> str:
+    """A JSON column (a command's list, a variables' object) with a NUL in a key or a string."""
+    return f"EXISTS (SELECT 1 FROM json_each({column}) WHERE {_has_nul('key')} OR {_has_nul('value')})"
+
+
+# Values a process would be given that no process can be given (executor.refuse_unspawnable):
+# what each start or fire of the row would fail on. Finished Runs are never started again.
+_UNSPAWNABLE = (
+    ("env entry", f"SELECT id || ' (' || replace(name, char(0), '\\0') || ')' FROM env_entries "
+                  f"WHERE {_has_nul('value')} OR {_has_nul('name')} OR instr(name, '=') > 0 ORDER BY id"),
+    ("Run", f"SELECT id FROM runs WHERE status IN {ACTIVE_RUN_SQL} AND ({_json_has_nul('command')} "
+            f"OR (json_valid(env) AND {_json_has_nul('env')}) OR {_has_nul('cwd')}) ORDER BY id"),
+    ("schedule", f"SELECT id FROM schedules WHERE json_valid(command) AND ({_json_has_nul('command')} "
+                 f"OR (json_valid(env) AND {_json_has_nul('env')}) OR {_has_nul('cwd')}) ORDER BY id"),
+)
+
+
+def _stored_values(db: LocalDatabase) -> HealthCheck:
+    """Stored values no process can be given (a NUL byte; a variable name holding ``=``), which
+    only another program can store: each Attempt given one fails, saying which."""
+    found = []
+    for what, query in _UNSPAWNABLE:
+        found += [f"{what} {row[0]}" for row in db.connection.execute(query)]
+    if found:
+        return HealthCheck("stored_values", False, f"{len(found)} rows hold a value no process can be given (a NUL "
+                                                   f"byte, or a variable name with '='), stored by another program; "
+                                                   f"every Attempt given it fails: {_named(found)}")
+    return HealthCheck("stored_values", True, "no stored command, directory or variable holds a NUL byte")
+
+
 def _legacy_tokens(db: LocalDatabase) -> HealthCheck:
     ok, detail = describe(scrub_status(db.connection, db.path))
     return HealthCheck("legacy_tokens", ok, detail)
@@ -172,6 +252,11 @@ def check_health(
         else:
             checks.append(_guarded(name, _invariants, db, name, *stored))
     checks.append(_guarded("clock_floor", _clock_floor, db))
+    for name, check in (("run_event_logs", _run_event_logs), ("schedules", _schedules),
+                        ("stored_values", _stored_values)):
+        # The columns they read may be newer than a database with pending migrations.
+        checks.append(HealthCheck(name, False, "not checked: migrations pending") if db.pending
+                      else _guarded(name, check, db))
     checks.append(HealthCheck("secrets", False, "not checked: migrations pending") if db.pending
                   else _guarded("secrets", _secrets, db))
     checks.append(_guarded("legacy_tokens", _legacy_tokens, db))

@@ -12,10 +12,12 @@ from typing import Any
 import apsw
 import msgspec
 
+from edge_runtime.contract.errors import RunEventLogMismatchError
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.local.errors import RunVersionConflict
 
 _SELECT_RUN_VERSION = "SELECT version, event_sequence FROM runs WHERE id = ?"
+_HIGHEST_SEQUENCE = "SELECT max(sequence) FROM run_events WHERE run_id = ?"
 # updated_at_ms never goes down (a writer whose clock is behind another's leaves it): it stays
 # at least the newest event time of the Run, which lets the clock floor read the event log's
 # newest time from the runs index instead of indexing every event (guarded_clock.DOMINATED_BY).
@@ -62,6 +64,8 @@ def append_run_event(
 
     Raises:
         RunVersionConflict: the Run is missing or its version moved.
+        RunEventLogMismatchError: the log already holds the next sequence: another program
+            appended to it without counting it in the Run (the caller sets the Run aside).
         apsw.ConstraintError: duplicate event id or dedupe key.
     """
     current = run_version if run_version is not None else read_run_version(connection, run_id)
@@ -85,8 +89,25 @@ def append_run_event(
     )
     stored = list(msgspec.structs.astuple(event))
     stored[_ATTEMPT_ID_AT], stored[_PAYLOAD_AT] = attempt_id, _encode_json(payload).decode()
-    connection.execute(_INSERT_EVENT, stored)
+    try:
+        connection.execute(_INSERT_EVENT, stored)
+    except apsw.ConstraintError:
+        # Looked at only when the insert failed: the runtime's own appends always count their row.
+        highest = connection.execute(_HIGHEST_SEQUENCE, (run_id,)).fetchone()[0]
+        if highest is not None and highest > sequence:
+            raise RunEventLogMismatchError.of(run_id, sequence, highest) from None
+        raise
     return event
+
+
+def count_foreign_events(connection: apsw.Connection, run_id: str) -> int:
+    """Bring the Run's ``event_sequence`` level with the highest sequence its log holds (rows
+    another program appended without counting them), inside the caller's write transaction, so
+    that the Run's next event can be appended after them; the sequence it was brought to. The
+    rows stay: the log is append-only. Only a Run being set aside for them is brought level."""
+    highest = connection.execute(_HIGHEST_SEQUENCE, (run_id,)).fetchone()[0] or 0
+    connection.execute("UPDATE runs SET event_sequence = ?1 WHERE id = ?2 AND event_sequence < ?1", (highest, run_id))
+    return highest
 
 
 def event_from_row(row: tuple[Any, ...]) -> RunEvent:

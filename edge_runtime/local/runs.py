@@ -18,9 +18,11 @@ import apsw
 import msgspec
 
 from edge_runtime.contract.cancellation_dispatch import RUN_ID_MAX_LENGTH
+from edge_runtime.contract.errors import StoredRowError
 from edge_runtime.contract.run_events import RunEvent
 from edge_runtime.contract.run_lease import EVENT_LEASE_COMPLETED, completed_grant_extra
 from edge_runtime.contract.runs import (
+    WAITING_TO_START_STATUSES,
     EVENT_CANCEL_ESCAPED,
     EVENT_FENCED_END,
     EVENT_CANCEL_REQUESTED,
@@ -73,7 +75,7 @@ from edge_runtime.contract.ids import new_id
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import read_now_ms
 from edge_runtime.local.database import LocalDatabase
-from edge_runtime.local.run_events import append_run_event, list_run_events
+from edge_runtime.local.run_events import append_run_event, count_foreign_events, list_run_events
 from edge_runtime.local.run_lease import complete_with_attempt_end, lease_event
 from edge_runtime.local.run_rows import (
     ATTEMPT_COLUMNS,
@@ -233,6 +235,28 @@ class LocalRunRepository:
                 end_run(connection, cmd.run_id, RunStatus.CANCELLED, now, actor_id, attempt_id=None,
                         extra={"reason": REASON_CANCELLED_BEFORE_ANY_ATTEMPT})
             return self._run_row(cmd.run_id)
+
+    def set_aside(self, run_id: str, error: StoredRowError, *, actor_id: str) -> bool:
+        """End a Run waiting to start (queued, or waiting for its retry) that a broken stored row
+        keeps from starting: ``failed``, its ``run.failed`` event carrying the error's code and
+        reason. Events another program appended to its log uncounted are counted first
+        (``count_foreign_events``: they stay, the end is appended after them). False when it no
+        longer waits (it started or ended meanwhile).
+
+        Raises:
+            RunRepositoryError: the database failed, or the Run's end could not be recorded either
+                (the caller keeps it aside for as long as it runs).
+        """
+        with run_repository_errors(), self._db.write() as now:
+            connection = self._db.connection
+            row = connection.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None or RunStatus(row[0]) not in WAITING_TO_START_STATUSES:
+                return False
+            count_foreign_events(connection, run_id)
+            connection.execute("UPDATE runs SET retry_at_ms = NULL WHERE id = ?", (run_id,))
+            end_run(connection, run_id, RunStatus.FAILED, now, actor_id, attempt_id=None,
+                    extra={"error": error.code, "reason": error.reason()})
+            return True
 
     # ----------------------------------------------------------------- attempt lifecycle
 

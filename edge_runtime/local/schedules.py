@@ -36,6 +36,7 @@ from edge_runtime.contract.schedules import (
     PausedUnfireable,
     ScheduleNotFoundError,
     ScheduleRecord,
+    MalformedScheduleError,
     ScheduleRepositoryError,
     RunNowOutcome,
     check_schedule_id,
@@ -95,7 +96,21 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
                  if k != "env"} | {"env": values["env"]}
         return msgspec.convert({k: v for k, v in camel.items() if v is not None}, ScheduleRecord)
 
-    return stored_record(build, "schedule", values["id"], ScheduleRepositoryError)
+    return stored_record(build, "schedule", values["id"],
+                         lambda message: MalformedScheduleError(message, row_id=values["id"]))
+
+
+def broken_schedules(connection: Any) -> tuple[int, list[str]]:
+    """How many schedules are stored, and why each one that makes no schedule record fails (for
+    ``check``): every row projected through the one reader the service fires them by."""
+    problems, total = [], 0
+    for row in connection.execute(f"SELECT {_COLUMNS} FROM schedules ORDER BY id"):
+        total += 1
+        try:
+            _record(row)
+        except MalformedScheduleError as exc:
+            problems.append(str(exc))
+    return total, problems
 
 
 #: Storage failures (and a bad clock value) become :class:`ScheduleRepositoryError`, retryable when
@@ -349,7 +364,24 @@ class LocalScheduleRepository:
                 (now, limit),
             )]
 
+    def _pause_malformed(self, schedule_id: str, error: MalformedScheduleError) -> PausedUnfireable | None:
+        """Pause a row that makes no schedule, with the reason, as one that cannot fire is paused:
+        never retried at every tick, never in the way of the others. None when it was paused or
+        removed meanwhile."""
+        reason = unfireable_reason(error)
+        with schedule_repository_errors(), self._db.write() as now:
+            self._db.connection.execute(
+                "UPDATE schedules SET paused = 1, pause_reason = ?, waiting_fire_at_ms = NULL, updated_at_ms = ? "
+                "WHERE id = ? AND (paused = 0 OR waiting_fire_at_ms IS NOT NULL)", (reason, now, schedule_id))
+            return PausedUnfireable(reason) if self._db.connection.changes() else None
+
     def fire(self, schedule_id: str, *, actor_id: str) -> FirePlan | PausedUnfireable | None:
+        try:
+            return self._fire(schedule_id, actor_id)
+        except MalformedScheduleError as error:  # the row itself, written by another program
+            return self._pause_malformed(schedule_id, error)
+
+    def _fire(self, schedule_id: str, actor_id: str) -> FirePlan | PausedUnfireable | None:
         with schedule_repository_errors():
             before = self._row(schedule_id)
             before_ms = read_now_ms(self._db.clock)
@@ -404,21 +436,28 @@ class LocalScheduleRepository:
             )]
         to_cancel: list[str] = []
         for schedule_id in waiting:
-            with schedule_repository_errors(), self._db.write() as now:
-                record = self._row(schedule_id)
-                if record is None or record.waiting_fire_at_ms is _UNSET:
-                    continue
-                outcome, replaced = slot_decision(record.overlap, self._active(schedule_id))
-                if outcome is not FireOutcome.STARTED:  # still waiting for its active Runs to end
-                    to_cancel += replaced
-                    continue
-                run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
-                self._db.connection.execute(
-                    "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = ?, last_run_id = ?, "
-                    "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
-                    (FireOutcome.STARTED.value, run_id, now, schedule_id),
-                )
+            try:
+                to_cancel += self._start_waiting_one(schedule_id, actor_id)
+            except MalformedScheduleError as error:  # paused and left: the others' slots still start
+                self._pause_malformed(schedule_id, error)
         return to_cancel
+
+    def _start_waiting_one(self, schedule_id: str, actor_id: str) -> list[str]:
+        """Start the waiting slot of one schedule when its overlap allows; the Runs it replaces."""
+        with schedule_repository_errors(), self._db.write() as now:
+            record = self._row(schedule_id)
+            if record is None or record.waiting_fire_at_ms is _UNSET:
+                return []
+            outcome, replaced = slot_decision(record.overlap, self._active(schedule_id))
+            if outcome is not FireOutcome.STARTED:  # still waiting for its active Runs to end
+                return list(replaced)
+            run_id = self._start(record, record.waiting_fire_at_ms, now, actor_id)
+            self._db.connection.execute(
+                "UPDATE schedules SET waiting_fire_at_ms = NULL, last_outcome = ?, last_run_id = ?, "
+                "fired_count = fired_count + 1, updated_at_ms = ? WHERE id = ?",
+                (FireOutcome.STARTED.value, run_id, now, schedule_id),
+            )
+            return []
 
     def arm_boot_schedules(self, boot_id: str) -> list[str]:
         """Each ``@reboot`` schedule whose stored boot is not ``boot_id`` gets ``boot_id``, and, when

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from edge_runtime.contract.device import ETC, device_time_zone
 from edge_runtime.contract.env_entries import MAX_ENV_STRING_BYTES
+from edge_runtime.contract.errors import UnspawnableValueError
 from edge_runtime.contract.time_zones import InvalidTimeZoneError
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
@@ -86,6 +87,36 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None, 
         except InvalidTimeZoneError:
             env.pop("TZ", None)  # reported at serve's start (schedule.device_zone_invalid); libc's default
     return env
+
+
+def refuse_unspawnable(argv: Sequence[str], env: Mapping[str, str], cwd: str | None) -> None:
+    """Refuse what no process can be given: a NUL byte in the command, the working directory or a
+    variable, a variable name that is empty or holds ``=``. Every command that stores them refuses
+    them, so only another program's row holds one; Python would raise ``ValueError`` wherever it
+    met one (a path, ``posix_spawn``). Called once per Attempt, before its command is resolved
+    (``attempts/start.py``), with what ``spawn`` will get.
+
+    Raises:
+        UnspawnableValueError: naming the value (never showing it: it may be a secret).
+    """
+    problem = None
+    for index, arg in enumerate(argv):
+        if "\0" in arg:
+            problem = f"argument {index} of the command holds a NUL byte"
+            break
+    if problem is None and cwd is not None and "\0" in cwd:
+        problem = "the working directory holds a NUL byte"
+    if problem is None:
+        for name, value in env.items():
+            if "\0" in name or "=" in name or not name:
+                problem = f"the variable name {name!r} cannot be given to a process (empty, or holds '=' or a NUL byte)"
+                break
+            if "\0" in value:
+                problem = f"the variable {name} (an env entry, or the Run's own) holds a NUL byte"
+                break
+    if problem is not None:
+        raise UnspawnableValueError(f"{problem}: no process can be given it; another program stored it "
+                                    f"(`edge-runtime check` names the row)")
 
 
 def spawn(

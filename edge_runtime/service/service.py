@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Protocol
 
 from edge_runtime.contract.backoff import capped_backoff, worth_logging
-from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.errors import EdgeRuntimeError, StoredRowError
 from edge_runtime.contract.ports import RunStore, Store
 from edge_runtime.contract.retention import Retention
 from edge_runtime.contract.worker_lease import WorkerLeaseFenceRejectedError, WorkerSessionRejectedError
@@ -454,7 +454,7 @@ class DeviceService:
                 worker.check_current()
                 self._next_session_check_ms = now + worker.check_interval_ms()
             # A Run whose retry wait is over goes back to the queue, to start in this very tick.
-            worked |= self._store.runs.release_due_retries(actor_id=worker.owner) > 0
+            worked |= self._release_due_retries(worker)
             worked |= supervisor.start_queued() > 0
             supervisor.renew_due(now)
             supervisor.retry_completions()
@@ -472,6 +472,18 @@ class DeviceService:
             self.journal.info("service.recovered", failures=self._tick_failures)
             self._tick_failures = 0
         return worked
+
+    def _release_due_retries(self, worker: WorkerSession) -> bool:
+        """Queue again the Runs whose retry wait is over. One whose event log another program
+        appended to (``StoredRowError``) would fail the whole batch at every tick: it is set aside,
+        failed with the reason, and the others are released by the next pass (at once: it worked)."""
+        runs = self._store.runs
+        try:
+            return runs.release_due_retries(actor_id=worker.owner) > 0
+        except StoredRowError as exc:
+            self.journal.error("run.set_aside", run=exc.row_id, error=exc.code, detail=str(exc))
+            runs.set_aside(exc.row_id, exc, actor_id=worker.owner)
+            return True
 
     def _sleep_s(
         self,

@@ -132,3 +132,42 @@ def test_a_full_session_takes_nothing_and_writes_nothing(rig: Rig) -> None:
     assert rig.supervisor.start_queued() == 1
     rig.drive_until_idle()
     assert [rig.runs.get(r).status.value for r in (first, second)] == ["succeeded", "succeeded"]
+
+
+def _append_uncounted_event(db: LocalDatabase, run_id: str, dedupe_key: str) -> None:
+    """Another program's event at the Run's next sequence, not counted in the Run."""
+    db.connection.execute(
+        "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, payload, created_at_ms) "
+        "SELECT lower(hex(randomblob(16))), id, event_sequence + 1, 'note', ?, 'script', 'notes.py', '{}', "
+        "created_at_ms FROM runs WHERE id = ?", (dedupe_key, run_id))
+
+
+def test_runs_with_broken_event_logs_are_set_aside_and_the_slot_goes_to_the_next_in_the_same_pass(
+        rig: Rig, db: LocalDatabase) -> None:
+    unrecordable, broken, good = rig.submit("true"), rig.submit("true"), rig.submit("sleep", "0.2")
+    # Its end cannot be recorded either: the foreign row took the end's dedupe key too.
+    _append_uncounted_event(db, unrecordable, "run.finished")
+    _append_uncounted_event(db, broken, "a-note")
+    assert rig.supervisor.start_queued() == 1  # one slot: the good Run has it, in this very pass
+    assert rig.runs.get(good).status.value == "running"
+    assert rig.runs.get(broken).status.value == "failed"
+    [ended] = [e for e in rig.runs.events(broken) if e.type == "run.failed"]
+    assert ended.payload["error"] == "RUN_EVENT_LOG_MISMATCH"
+    assert rig.runs.get(unrecordable).status.value == "queued"  # kept aside in memory
+    log = rig.log.getvalue()
+    assert f"run.set_aside_unrecorded run={unrecordable}" in log and f"run.set_aside run={broken}" in log
+    rig.drive_until_idle()
+    later = rig.submit("true")
+    assert rig.supervisor.start_queued() == 1 and rig.runs.get(later).status.value == "running"
+    assert rig.log.getvalue().count(f"run.set_aside run={unrecordable}") == 1  # never taken again
+    rig.drive_until_idle()
+
+
+def test_a_nul_byte_in_a_stored_command_fails_the_attempt_saying_where(rig: Rig, db: LocalDatabase) -> None:
+    run_id = rig.submit("true")
+    db.connection.execute("UPDATE runs SET command = ? WHERE id = ?", ('["echo", "secret\\u0000value"]', run_id))
+    assert rig.supervisor.start_queued() == 0
+    [attempt] = rig.runs.attempts(run_id)
+    assert attempt.status is AttemptStatus.FAILED and rig.runs.get(run_id).status.value == "failed"
+    assert attempt.end_reason.startswith("argument 1 of the command holds a NUL byte")
+    assert attempt.end_reason.endswith("[SPAWN_VALUE_REFUSED]") and "secret" not in attempt.end_reason

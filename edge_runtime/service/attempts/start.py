@@ -17,6 +17,14 @@ For each queued Run while the lease authority leaves this session a slot:
    command is resolved first (``service/script_task.py``: its script, program and accounts); one
    that cannot run fails, with the reason naming what is missing.
 3. its identity recorded (``identity``), and its leader watched (``exits``).
+
+A broken stored row (``StoredRowError``: only another program writing the database leaves one)
+costs its own Run, never the pass: a Run whose event log another program appended to is set
+aside, failed with the reason (``RunStore.set_aside``), and the pass goes on with the next; one
+whose end cannot be recorded either is skipped for as long as this service runs. A value no
+process can be given (a NUL byte in the command, the working directory or a variable, stored
+by another program) fails its Attempt with the reason, before anything reads it as a path
+(``refuse_unspawnable``: the one check at the spawn boundary).
 """
 
 from __future__ import annotations
@@ -30,7 +38,7 @@ import msgspec
 
 from edge_runtime.contract.backoff import capped_backoff
 from edge_runtime.contract.environment import compose_environment
-from edge_runtime.contract.errors import EdgeRuntimeError
+from edge_runtime.contract.errors import EdgeRuntimeError, StoredRowError, UnspawnableValueError
 from edge_runtime.contract.run_lease import NoCapacityOutcome
 from edge_runtime.contract.runs import AttemptStatus, RunRecord
 from edge_runtime.contract.script_task import InvalidTaskCommandError, TaskUnavailableError
@@ -41,7 +49,7 @@ from edge_runtime.service.attempts.running import RunningAttempt
 from edge_runtime.service.attempts.settlement import Settlements
 from edge_runtime.service.attempts.tools import Tools
 from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, SpawnError
-from edge_runtime.service.executor import spawn, task_environment
+from edge_runtime.service.executor import refuse_unspawnable, spawn, task_environment
 from edge_runtime.service.log_capture import AttemptOutput
 from edge_runtime.service.script_task import task_launch
 from edge_runtime.service.worker import RunGrant
@@ -52,6 +60,8 @@ _UNSET = msgspec.UNSET
 START_BACKOFF_MS = (500, 30_000)
 #: ``_start`` result: end this start pass (no capacity left, or starting is paused).
 _STOP = object()
+#: ``_start`` result: the Run was set aside (a broken stored row); its slot is still free.
+_SET_ASIDE = object()
 
 
 class TaskSettings(NamedTuple):
@@ -88,6 +98,9 @@ class StartPass:
         #: Consecutive starts that failed for lack of resources, and when starting may resume.
         self._failures = 0
         self._paused_until = 0.0
+        #: Queued Runs a broken stored row keeps from starting whose end could not be recorded
+        #: either: skipped by every later pass of this service (``check`` names them).
+        self._set_aside: set[str] = set()
 
     def start_queued(self) -> int:
         """Start queued Runs while the lease authority leaves this session slots; how many started.
@@ -96,17 +109,24 @@ class StartPass:
             WorkerLeaseFenceRejectedError, WorkerSessionRejectedError: this session was replaced
                 or expired: the caller must stop taking work.
         """
-        if time.monotonic() < self._paused_until:
-            return 0
-        free = self._worker.free_slots()
-        if free <= 0:
-            return 0
         started = 0
-        for run_id in self._runs.queued_run_ids(free):
-            outcome = self._start(run_id)
-            if outcome is _STOP:
+        while time.monotonic() >= self._paused_until:
+            free = self._worker.free_slots()
+            if free <= 0:
                 break
-            started += outcome is True
+            set_aside = False
+            for run_id in self._runs.queued_run_ids(free + len(self._set_aside)):
+                if run_id in self._set_aside:
+                    continue
+                outcome = self._start(run_id)
+                if outcome is _STOP:
+                    return started
+                set_aside |= outcome is _SET_ASIDE
+                started += outcome is True
+            if not set_aside:
+                break
+            # A Run set aside took no slot: the Runs behind it start in this pass, not at the next
+            # wake (each round sets at least one more aside, so the rounds end).
         return started
 
     def seconds_paused(self) -> float | None:
@@ -115,7 +135,10 @@ class StartPass:
         return paused if paused > 0 else None
 
     def _start(self, run_id: str) -> bool | object:
-        grant = self._worker.start(run_id)
+        try:
+            grant = self._worker.start(run_id)
+        except StoredRowError as exc:  # nothing was written: this Run alone is set aside
+            return self._set_aside_run(run_id, exc)
         if grant is None:
             return False  # another service took it, or it was cancelled meanwhile
         if isinstance(grant, NoCapacityOutcome):
@@ -135,6 +158,18 @@ class StartPass:
                 self._journal.error("attempt.log_unavailable", attempt=attempt_id, detail=str(exc))
             return self._not_started(grant, f"the process was not started: {detail}", retryable=retryable)
         return self._spawn(run, attempt_id, grant, output, shared)
+
+    def _set_aside_run(self, run_id: str, error: StoredRowError) -> object:
+        """Fail the Run ``error`` keeps from starting, recording why; the pass goes on."""
+        self._journal.error("run.set_aside", run=run_id, error=error.code, detail=str(error))
+        try:
+            self._runs.set_aside(run_id, error, actor_id=self._worker.owner)
+        except EdgeRuntimeError as exc:
+            if exc.retryable:
+                return _STOP  # a busy database: the next tick tries again
+            self._set_aside.add(run_id)
+            self._journal.error("run.set_aside_unrecorded", run=run_id, error=exc.code, detail=str(exc))
+        return _SET_ASIDE
 
     def _not_started(self, grant: RunGrant, reason: str, *, retryable: bool, end: AttemptStatus | None = None) -> object:
         """No process was recorded: give the Run back to the queue (every queued Run runs once),
@@ -158,6 +193,11 @@ class StartPass:
         env = compose_environment(self._base_env, pass_env=task.pass_env, shared=shared,
                                   own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
         cwd = task.work_dir if run.cwd is _UNSET else run.cwd
+        try:  # before anything reads them as paths: a NUL byte would raise there, not say why
+            refuse_unspawnable(argv, env, cwd)
+        except UnspawnableValueError as exc:
+            output.abandon()
+            return self._not_started(grant, exc.reason(), retryable=False)
         try:  # a `task` command: what runs is decided now, from the scripts directory and this environment
             launch = task_launch(argv, env=env, scripts_dir=task.scripts_dir, cwd=None if run.cwd is _UNSET else run.cwd)
         except (InvalidTaskCommandError, TaskUnavailableError) as exc:
