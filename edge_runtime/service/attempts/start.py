@@ -70,6 +70,8 @@ class TaskSettings(NamedTuple):
     scripts_dir: str | None
     log_max_bytes: int
     log_linger_ms: int
+    #: How long the processes a task left get after its end, between SIGTERM and SIGKILL.
+    grace_ms: int = 10_000
 
 
 class StartPass:
@@ -169,7 +171,7 @@ class StartPass:
                                script=launch.script, accounts=" ".join(map(str, launch.numbers)) or None)
         try:
             identity = spawn(argv, output=output, env=env, boot_id=task.boot_id, log_cap_bytes=task.log_max_bytes,
-                             log_linger_ms=task.log_linger_ms, cwd=cwd)
+                             log_linger_ms=task.log_linger_ms, cwd=cwd, leftover_grace_ms=task.grace_ms)
         except SpawnError as exc:
             output.abandon()  # its FIFO, status file and still empty log go with it
             # A process that existed for an instant may have begun the command: the Run ends.

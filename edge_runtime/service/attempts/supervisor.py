@@ -69,7 +69,8 @@ class AttemptSupervisor:
                             settlements=self._settlements)
         self._renewals = Renewals(tools, identities=self._identities, fences=self._fences)
         task = TaskSettings(boot_id=boot_id, env=env, pass_env=tuple(pass_env), shared_env=shared_env,
-                            work_dir=work_dir, scripts_dir=scripts_dir, log_max_bytes=log_max_bytes, log_linger_ms=log_linger_ms)
+                            work_dir=work_dir, scripts_dir=scripts_dir, log_max_bytes=log_max_bytes, log_linger_ms=log_linger_ms,
+                            grace_ms=grace_ms)
         self._start = StartPass(tools, logs=self._logs, settlements=self._settlements, identities=self._identities,
                                 exits=self._exits, task=task)
 
