@@ -38,6 +38,7 @@ from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
 from edge_runtime.service.monitor import REPORT_TIMEOUT_S, MonitorMissingError, monitor_path
 from edge_runtime.service.process_identity import ProcessIdentity
+from edge_runtime.service.task_user import TaskUser
 
 
 #: Dispositions reset to the default in the child. Ignored signals survive exec: Python ignores
@@ -90,7 +91,7 @@ def task_environment(environ: Mapping[str, str], bundle_dir: str | None = None, 
 
 def spawn(
     argv: Sequence[str], *, output: AttemptOutput, env: Mapping[str, str], boot_id: str, log_cap_bytes: int,
-    log_linger_ms: int, cwd: str | None = None, leftover_grace_ms: int = 0,
+    log_linger_ms: int, cwd: str | None = None, leftover_grace_ms: int = 0, user: TaskUser | None = None,
 ) -> ProcessIdentity:
     """Start ``argv`` under a new monitor that writes its output to ``output`` (capped at
     ``log_cap_bytes``, its end kept; drained for ``log_linger_ms`` after the task ended while a
@@ -98,7 +99,9 @@ def spawn(
     ``cwd`` (None: the service's own directory); the monitor enters it, so the service never
     changes its own. The monitor is the task's subreaper: when the task ends, every process it left
     (in its group or not) gets SIGTERM, and SIGKILL ``leftover_grace_ms`` later, before the
-    status is written.
+    status is written. With ``user``, the task runs as that user, with its groups (the monitor
+    switches in the task's process before the exec; the monitor stays the service's user); a
+    service that is not root can only name itself, which changes nothing.
 
     ``output``'s descriptors stay open: the caller closes them (``close_after_spawn``, or
     ``abandon`` when this raises).
@@ -129,8 +132,9 @@ def spawn(
             handed.append(fd)
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         actions += [(os.POSIX_SPAWN_DUP2, fd, 3 + index) for index, fd in enumerate(handed)]
+        switch = user is not None and not (os.geteuid() != 0 and user.uid == os.geteuid())
         monitor_argv = [program, *(("--cwd", cwd) if cwd is not None else ()), "--grace", str(leftover_grace_ms),
-                        str(log_cap_bytes), str(log_tail_bytes(log_cap_bytes)), str(log_linger_ms), "--", *argv]
+                        *(user.monitor_arguments() if switch else ()), str(log_cap_bytes), str(log_tail_bytes(log_cap_bytes)), str(log_linger_ms), "--", *argv]
         try:
             first = os.posix_spawn(program, monitor_argv, dict(env), file_actions=actions, setsid=True,
                                    setsigdef=_DEFAULT_SIGNALS, setsigmask=())
