@@ -204,7 +204,7 @@ def _decode_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "scripts_dir", "panel_listen"})
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "scripts_dir", "panel_listen", "task_user"})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:
