@@ -164,7 +164,9 @@ def test_a_capture_is_closed_after_the_linger_time_though_a_descendant_keeps_std
     # The descendant ignores SIGTERM, so it outlives the leader by the monitor's grace (3 s) before
     # its SIGKILL: longer than the linger time (0.5 s).
     service = harness.serve(grace_ms=3000, env={"EDGE_RUNTIME_LOG_LINGER_MS": "500"})
-    run_id = harness.submit("sh", "-c", "(trap '' TERM; while :; do echo daemon; sleep 0.05; done) & echo leader done")
+    ready = harness.tmp / "daemon-ignores-term"  # the leader ends only once the trap is set
+    run_id = harness.submit("sh", "-c", f"(trap '' TERM; touch {ready}; while :; do echo daemon; sleep 0.05; done) & "
+                                        f"while [ ! -e {ready} ]; do sleep 0.01; done; echo leader done")
     harness.wait_status(run_id, "succeeded")
     logs_dir = harness.db_path.parent / "logs"
     # The Attempt's monitor drains it for the linger time, notes the stop, and exits.

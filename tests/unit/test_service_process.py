@@ -208,3 +208,24 @@ def test_a_spawned_process_has_default_signal_dispositions(tmp_path: Path, group
     standard = (1 << 31) - 1  # signals 1..31; 32 and 33 belong to the C library
     assert int(fields["SigIgn"].strip(), 16) & standard == 0
     assert int(fields["SigBlk"].strip(), 16) & standard == 0
+
+
+@pytest.mark.parametrize("user", [["1000", "1000", "-"], ["1000", "1000", "10,20"]])
+def test_the_monitor_takes_a_user_of_decimal_ids(user: list[str]) -> None:
+    from edge_runtime.service.monitor import monitor_path
+
+    # Only the arguments are checked here: without descriptors 3-5 it stops right after them.
+    result = subprocess.run([str(monitor_path()), "--user", *user, "1024", "0", "0", "--", "true"],
+                            capture_output=True, text=True, timeout=10)
+    assert "descriptor 3 missing" in result.stderr and result.returncode == 2
+
+
+@pytest.mark.parametrize("user", [["-1", "0", "-"], ["1000", "", "-"], ["4294967295", "0", "-"], ["1000", "0", "1,,2"],
+                                  ["1000", "0", "x"], ["1000", "0", ""], ["01x", "0", "-"],
+                                  ["1000", "0", ",".join(["1"] * 257)]])
+def test_the_monitor_refuses_a_user_that_is_not_decimal_ids(user: list[str]) -> None:
+    from edge_runtime.service.monitor import monitor_path
+
+    result = subprocess.run([str(monitor_path()), "--user", *user, "1024", "0", "0", "--", "true"],
+                            capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and "--user takes UID GID GROUPS" in result.stderr, result.stderr

@@ -183,9 +183,9 @@ class StartPass:
                                       error=exc.code)
                 return self._not_started(grant, f"{exc} ({exc.code})", retryable=False)
             env = user.environment(env)
-            if launch is None and run.cwd is _UNSET:
-                # The service's work_dir is root's (0700): a Run that names no directory runs in
-                # its user's home, or in / when that is not a directory.
+            if launch is None and run.cwd is _UNSET and user.uid != os.geteuid():
+                # The service's work_dir is its own (0700): a Run of another user that names no
+                # directory runs in that user's home, or in / when that is not a directory.
                 cwd = user.home if os.path.isdir(user.home) else "/"
         try:
             identity = spawn(argv, output=output, env=env, boot_id=task.boot_id, log_cap_bytes=task.log_max_bytes,
