@@ -220,7 +220,8 @@ def test_the_monitor_takes_a_user_of_decimal_ids(user: list[str]) -> None:
     assert "descriptor 3 missing" in result.stderr and result.returncode == 2
 
 
-@pytest.mark.parametrize("user", [["-1", "0", "-"], ["1000", "", "-"], ["4294967295", "0", "-"], ["1000", "0", "1,,2"],
+@pytest.mark.parametrize("user", [["-1", "0", "-"], ["1000", "", "-"], ["4294967295", "0", "-"], ["4294967296", "0", "-"],
+                                  ["9999999999", "0", "-"], ["12345678901", "0", "-"], ["1000", "0", "1,,2"],
                                   ["1000", "0", "x"], ["1000", "0", ""], ["01x", "0", "-"],
                                   ["1000", "0", ",".join(["1"] * 257)]])
 def test_the_monitor_refuses_a_user_that_is_not_decimal_ids(user: list[str]) -> None:

@@ -183,16 +183,17 @@ static gid_t task_gid;
 static gid_t task_groups[GROUPS_MAX];
 static size_t task_group_count;
 
-/* A whole decimal id, nothing else: an id the service did not mean is never used. */
+/* A whole decimal id, nothing else: an id the service did not mean is never used. At most 10
+ * digits, summed in 64 bits: on a 32-bit router "4294967296" must not wrap around to 0 (root). */
 static int parse_id(const char *text, const char *end, unsigned long *out) {
     if (text == end || end - text > 10) return -1;
-    unsigned long value = 0;
+    unsigned long long value = 0;
     for (const char *p = text; p < end; p++) {
         if (*p < '0' || *p > '9') return -1;
-        value = value * 10 + (unsigned long)(*p - '0');
+        value = value * 10 + (unsigned long long)(*p - '0');
     }
-    if (value > 0xfffffffeUL) return -1; /* (uid_t)-1 means "unchanged" to setuid */
-    *out = value;
+    if (value > 0xfffffffeULL) return -1; /* (uid_t)-1 means "unchanged" to setuid */
+    *out = (unsigned long)value;
     return 0;
 }
 
