@@ -161,6 +161,13 @@ def run_options(*, env: Iterable[str] | None = None, cwd: str | None = None, ret
     return options
 
 
+def device_user_exists(name: str) -> bool:
+    """Whether this device has a user called ``name`` (a ``--user`` of its own tasks, checked at once)."""
+    from edge_runtime.service.task_user import task_user_exists  # only when a user is named
+
+    return task_user_exists(name)
+
+
 def submit_command(argv: list[str], *, name: str | None = None, timeout: str | None = None,
                    options: dict[str, Any] | None = None) -> SubmitRunCommand:
     """The validated command of a new Run (before any store is touched)."""

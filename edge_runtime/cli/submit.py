@@ -70,11 +70,9 @@ def run_options(args: argparse.Namespace) -> dict[str, Any]:
     Raises:
         InvalidRunCommandError: a malformed ``K=V``, ``--cwd`` is not a directory, no such user.
     """
-    user_exists = None
-    if args.user is not None and getattr(args.stores, "users_here", False):
-        from edge_runtime.service.task_user import task_user_exists as user_exists  # only when asked
+    here = getattr(args.stores, "users_here", False)
     return operations.run_options(env=args.env, cwd=args.cwd, retries=args.retries, retry_delay=args.retry_delay,
-                                  task_user=args.user, user_exists=user_exists)
+                                  task_user=args.user, user_exists=operations.device_user_exists if here else None)
 
 
 def _retries(text: str) -> int:
