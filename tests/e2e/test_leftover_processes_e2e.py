@@ -118,6 +118,8 @@ def test_a_task_that_exits_leaving_an_orphan_ends_it_and_succeeds(harness: Harne
     assert detail.attempts[-1].exit_code == 0
     assert f"(pids {grandchild})" in detail.attempts[-1].end_reason
     assert "ended with it" in harness.cli("show", run_id).stdout
+    (ended,) = [e for e in harness.events(run_id) if e.type == "run.succeeded"]
+    assert f"(pids {grandchild})" in ended.payload["reason"]  # the Run's own event says it too
 
 
 def test_a_shell_double_fork_is_ended_by_a_cancel(harness: Harness, tmp_path: Path, marker: str) -> None:
