@@ -29,7 +29,7 @@ from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.redaction import Redactor, store_redactor
 from edge_runtime.contract.runs import (
     ACTIVE_ATTEMPT_STATUSES, AttemptRecord, CancelRunCommand, InvalidRunCommandError, RunStateConflictError,
-    SubmitRunCommand,
+    SubmitRunCommand, task_user_problem,
 )
 
 if TYPE_CHECKING:  # the ports import the whole contract; ``submit`` loads only what it uses
@@ -120,15 +120,28 @@ def wake_service(wake: Callable[[], int | None], *, note_when_none: bool = False
 
 
 def run_options(*, env: Iterable[str] | None = None, cwd: str | None = None, retries: int | None = None,
-                retry_delay: str | None = None, cwd_name: str = "--cwd") -> dict[str, Any]:
+                retry_delay: str | None = None, cwd_name: str = "--cwd", task_user: str | None = None,
+                user_exists: Callable[[str], bool] | None = None) -> dict[str, Any]:
     """A Run's (or schedule's) own options as command fields: ``env`` as ``K=V`` texts, ``cwd``
     (must be a directory now: refused at submit, not when an Attempt fails to start in it),
-    ``retries`` and ``retry_delay`` (a duration, only with ``retries``).
+    ``retries`` and ``retry_delay`` (a duration, only with ``retries``), ``task_user`` (checked
+    with ``user_exists`` where the tasks run on this host: refused now, not when its Attempt
+    starts; None: they run elsewhere, whose worker checks it at each start).
 
     Raises:
-        InvalidRunCommandError: a malformed ``K=V``, a missing directory, a delay without retries.
+        InvalidRunCommandError: a malformed ``K=V``, a missing directory, a delay without retries,
+            a user this host does not have.
     """
     options: dict[str, Any] = {}
+    if task_user is not None:
+        problem = task_user_problem(task_user)
+        if problem is not None:
+            raise InvalidRunCommandError(problem)
+        if user_exists is not None and not user_exists(task_user):
+            raise InvalidRunCommandError(
+                f"--user {task_user!r}: no such user on this device (create it first, e.g. `useradd --system "
+                f"--no-create-home {task_user}`, or an entry in /etc/passwd; docs/operating.md, \"Task user\")")
+        options["task_user"] = task_user
     if env:
         try:
             options["env"] = parse_assignments(list(env))
@@ -146,6 +159,13 @@ def run_options(*, env: Iterable[str] | None = None, cwd: str | None = None, ret
             raise InvalidRunCommandError("--retry-delay needs --retries N")
         options["retry_delay_ms"] = parse_duration_ms(retry_delay)
     return options
+
+
+def device_user_exists(name: str) -> bool:
+    """Whether this device has a user called ``name`` (a ``--user`` of its own tasks, checked at once)."""
+    from edge_runtime.service.task_user import task_user_exists  # only when a user is named
+
+    return task_user_exists(name)
 
 
 def submit_command(argv: list[str], *, name: str | None = None, timeout: str | None = None,

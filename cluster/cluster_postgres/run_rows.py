@@ -20,7 +20,7 @@ _UNSET = msgspec.UNSET
 RUN_COLUMNS = (
     "id, execution_owner, status, version, event_sequence, name, command, cancel_requested_at_ms, "
     "cancel_reason, created_at_ms, updated_at_ms, finished_at_ms, schedule_id, scheduled_for_ms, timeout_ms, "
-    "env, cwd, retries, retry_delay_ms, retry_at_ms"
+    "env, cwd, retries, retry_delay_ms, retry_at_ms, task_user"
 )
 ATTEMPT_COLUMNS = (
     "id, run_id, attempt, status, executor_type, pid, pgid, process_start_ticks, boot_id, exit_code, end_reason, "
@@ -35,7 +35,7 @@ def absent(value: Any) -> Any:
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
     (run_id, owner, status, version, sequence, name, command, requested, reason, created, updated, finished,
-     schedule_id, scheduled_for, timeout, env, cwd, retries, retry_delay, retry_at) = row
+     schedule_id, scheduled_for, timeout, env, cwd, retries, retry_delay, retry_at, task_user) = row
     def build() -> RunRecord:
         if command is not None and not (isinstance(command, list) and all(type(a) is str for a in command)):
             raise ValueError("command is not a list of strings")
@@ -48,7 +48,7 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
             finished_at_ms=absent(finished), schedule_id=absent(schedule_id),
             scheduled_for_ms=absent(scheduled_for), timeout_ms=absent(timeout), env=absent(env),
             cwd=absent(cwd), retries=absent(retries), retry_delay_ms=absent(retry_delay),
-            retry_at_ms=absent(retry_at),
+            retry_at_ms=absent(retry_at), task_user=absent(task_user),
         )
 
     return stored_record(build, "run", run_id, RunRepositoryError)

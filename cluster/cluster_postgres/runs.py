@@ -690,22 +690,23 @@ def _insert_submitted(cur: psycopg.Cursor[Any], cmd: SubmitRunCommand, now: int,
                       actor_id=actor_id, timeout_ms=None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                       env=None if cmd.env is _UNSET else cmd.env, cwd=None if cmd.cwd is _UNSET else cmd.cwd,
                       retries=None if cmd.retries is _UNSET else cmd.retries,
-                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
+                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms,
+                      task_user=None if cmd.task_user is _UNSET else cmd.task_user)
 
 
 def insert_run(cur: psycopg.Cursor[Any], argv: list[str], *, name: str | None, now: int, actor_type: str,
                actor_id: str, timeout_ms: int | None = None, schedule_id: str | None = None,
                scheduled_for_ms: int | None = None, env: dict[str, str] | None = None, cwd: str | None = None,
-               retries: int | None = None, retry_delay_ms: int | None = None) -> str:
+               retries: int | None = None, retry_delay_ms: int | None = None, task_user: str | None = None) -> str:
     """Insert a queued, runtime-owned Run with its ``run.created`` event; its id."""
     run_id = _new_id()
     cur.execute(
         "INSERT INTO ql3.runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms) "
-        "VALUES (%s, 'runtime', %s, 0, 0, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)",
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms, task_user) "
+        "VALUES (%s, 'runtime', %s, 0, 0, %s, %s::jsonb, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s)",
         (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id,
          scheduled_for_ms, None if not env else _encode_json(env).decode(), cwd, retries or None,
-         retry_delay_ms if retries else None),
+         retry_delay_ms if retries else None, task_user),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

@@ -74,7 +74,7 @@ _UNSET = msgspec.UNSET
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels, task_user"
 )
 _FIELDS = tuple(_COLUMNS.split(", "))
 _LIVE = "removed_at_ms IS NULL"
@@ -209,8 +209,9 @@ class PostgresScheduleRepository:
             now = database_now(self._cur)
             self._cur.execute(
                 "INSERT INTO ql3.schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-                "created_at_ms, updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, paused, labels) "
-                "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb)",
+                "created_at_ms, updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, paused, labels, "
+                "task_user) "
+                "VALUES (%s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s, %s, %s::jsonb, %s)",
                 (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
                  _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
                  None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
@@ -218,7 +219,8 @@ class PostgresScheduleRepository:
                  None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
                  None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
                  None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, cmd.paused,
-                 None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
+                 None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode(),
+                 None if cmd.task_user is _UNSET else cmd.task_user),
             )  # number: the identity column's next value (never one given before)
             self._cur.execute(NOTIFY_WAKE)  # every worker recomputes its sleep at the commit
             return self._row(schedule_id)
@@ -340,6 +342,7 @@ class PostgresScheduleRepository:
             cwd=None if record.cwd is _UNSET else record.cwd,
             retries=None if record.retries is _UNSET else record.retries,
             retry_delay_ms=None if record.retry_delay_ms is _UNSET else record.retry_delay_ms,
+            task_user=None if record.task_user is _UNSET else record.task_user,
         )
 
     def _record_fire(self, schedule_id: str, slot_ms: int, outcome: FireOutcome, run_id: str | None,

@@ -43,6 +43,9 @@ READ, WRITE, CREATE = "read", "write", "create"
 class LocalStores:
     """The edge CLI's composition root of the user commands: the Local store at ``--db``."""
 
+    #: The tasks of this store run on this host: a ``--user`` is checked against its users at once.
+    users_here = True
+
     @staticmethod
     def open(args: argparse.Namespace, access: str) -> contextlib.closing:
         """The ``LocalStore`` of ``args.db`` for ``access``, closed when the ``with`` block ends."""
@@ -205,10 +208,12 @@ def present(value: Any, default: str = "-") -> str:
 
 
 def write_cwd_and_env(out: Any, record: Any) -> None:
-    """The ``cwd`` and ``env`` lines of ``show`` and ``schedule show``: the run options a Run
-    and a schedule both keep (none for what was not given)."""
+    """The ``cwd``, ``user`` and ``env`` lines of ``show`` and ``schedule show``: the run options
+    a Run and a schedule both keep (none for what was not given)."""
     if record.cwd is not msgspec.UNSET:
         out.write(f"cwd        {printable(record.cwd)}\n")
+    if record.task_user is not msgspec.UNSET:
+        out.write(f"user       {printable(record.task_user)}\n")
     for name, value in ({} if record.env is msgspec.UNSET else record.env).items():
         out.write(f"env        {name}={printable(value)}\n")
 

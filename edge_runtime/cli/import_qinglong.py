@@ -95,6 +95,7 @@ def _subscriptions_planner(args: argparse.Namespace, store: Any, database: Any):
     from edge_runtime.cli.pull_command import pull_command
     from edge_runtime.contract.subscriptions import InvalidSubscriptionError
     from edge_runtime.qinglong.import_subscriptions import plan_subscriptions
+    from edge_runtime.service.task_user import service_user_name
 
     try:
         command: list[str] | str = pull_command(args)
@@ -103,7 +104,8 @@ def _subscriptions_planner(args: argparse.Namespace, store: Any, database: Any):
     here = {} if store is None else {r.folder: r.url for r in store.subscriptions.list()}
 
     def planner(plan: Any, old_style: list[Any]) -> None:
-        plan_subscriptions(plan, database.subscriptions, old_style, here=here, pull_command=command)
+        plan_subscriptions(plan, database.subscriptions, old_style, here=here, pull_command=command,
+                           pull_user=service_user_name())
 
     return planner
 

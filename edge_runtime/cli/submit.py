@@ -57,16 +57,22 @@ def add_run_options(parser: argparse.ArgumentParser) -> None:
                         help=f"start a new Attempt after a failed or lost one, at most N times (0..{MAX_RETRIES})")
     parser.add_argument("--retry-delay", metavar="D",
                         help="wait D before the first retry (default 10s); doubled for each next one, at most 1h")
+    parser.add_argument("--user", metavar="U",
+                        help="run as this device user, with its groups and HOME (default: the service's task_user "
+                             "setting, else the service's own user); it must exist")
 
 
 def run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The given ``--env``/``--cwd``/``--retries``/``--retry-delay`` as command fields
-    (``edge_runtime.operations.run_options``: the panel validates the same way).
+    """The given ``--env``/``--cwd``/``--retries``/``--retry-delay``/``--user`` as command fields
+    (``edge_runtime.operations.run_options``: the panel validates the same way). A user is checked
+    against this host's users when its stores run the tasks here (``users_here``).
 
     Raises:
-        InvalidRunCommandError: a malformed ``K=V``, or ``--cwd`` is not a directory.
+        InvalidRunCommandError: a malformed ``K=V``, ``--cwd`` is not a directory, no such user.
     """
-    return operations.run_options(env=args.env, cwd=args.cwd, retries=args.retries, retry_delay=args.retry_delay)
+    here = getattr(args.stores, "users_here", False)
+    return operations.run_options(env=args.env, cwd=args.cwd, retries=args.retries, retry_delay=args.retry_delay,
+                                  task_user=args.user, user_exists=operations.device_user_exists if here else None)
 
 
 def _retries(text: str) -> int:

@@ -63,8 +63,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
                      "paused, to be resumed one by one)")
     add.add_argument("--auto-remove", action="store_true", help="remove the schedule of a script gone upstream "
                      "(default: its schedule and its file stay)")
-    add.add_argument("--user", metavar="U", help="the user its scripts run as (kept with the subscription: this "
-                     "build runs every task as the service's user)")
+    add.add_argument("--user", metavar="U", help="the user its scripts run as: the schedules it makes for them get "
+                     "it (default: the service's task_user setting); its pulls run as the service's own user")
     add.add_argument("--scripts-dir", metavar="DIR", help=f"the scripts directory its folder goes in (default: "
                      f"{SCRIPTS_DIR_DEFAULT})")
     add_json_flag(add)
@@ -148,8 +148,9 @@ def _add(args: argparse.Namespace) -> int:
     from edge_runtime.cli.import_qinglong import require_scripts_directory
     from edge_runtime.contract.durations import parse_duration_ms
     from edge_runtime.contract.subscriptions import (
-        UNENCRYPTED_SCHEMES, AddSubscriptionCommand, SubscriptionKind, url_problem,
+        UNENCRYPTED_SCHEMES, AddSubscriptionCommand, InvalidSubscriptionError, SubscriptionKind, url_problem,
     )
+    from edge_runtime.service.task_user import service_user_name, task_user_exists
     from edge_runtime.qinglong.script_headers import random_daily_expression
     from edge_runtime.qinglong.subscription_source import qinglong_folder
 
@@ -158,7 +159,8 @@ def _add(args: argparse.Namespace) -> int:
     folder = args.folder or qinglong_folder(kind, args.url, args.branch)
     scripts_dir = _scripts_dir(args)
     fields = {"branch": args.branch, "whitelist": args.whitelist, "blacklist": args.blacklist,
-              "dependence": args.dependence, "task_user": args.user, "time_zone": args.tz}
+              "dependence": args.dependence, "task_user": args.user, "time_zone": args.tz,
+              "pull_user": service_user_name()}
     command = AddSubscriptionCommand(  # validated whole before anything is touched
         kind=kind, url=args.url, name=args.name or folder, folder=folder, scripts_dir=scripts_dir,
         pull_command=pull_command(args), expression=args.schedule or random_daily_expression("subscription", args.url),
@@ -172,9 +174,9 @@ def _add(args: argparse.Namespace) -> int:
     if os.path.lexists(os.path.join(scripts_dir, folder)):
         notes.append(f"{os.path.join(scripts_dir, folder)} exists already: the first pull replaces what is in it (its "
                      f"schedules with the same name, command and expression are taken over, not made twice)")
-    if args.user:
-        notes.append(f"--user {args.user} is kept with the subscription; this build runs every task as the service's "
-                     f"user (its schedules get the user once schedules carry one)")
+    if args.user and not task_user_exists(args.user):
+        raise InvalidSubscriptionError(
+            f"--user {args.user!r}: no such user on this device (create it first; docs/operating.md, \"Task user\")")
     with args.stores.open(args, CREATE) as store:
         record = store.subscriptions.add(command)
         schedule = store.schedules.get(record.schedule_id)

@@ -8,6 +8,7 @@ command line itself is stored with the Run but never copied into an event.
 from __future__ import annotations
 
 import enum
+import re
 
 import msgspec
 
@@ -213,6 +214,19 @@ def argv_problem(argv: object) -> str | None:
     return task_problem(argv)
 
 
+#: A user name as ``useradd`` and busybox ``adduser`` accept it (POSIX portable characters, not
+#: starting with ``-``), at most 32 bytes as glibc's and musl's utmp keep it.
+TASK_USER_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+
+
+def task_user_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a task user's name, or None (whether it exists is the device's)."""
+    if type(name) is not str or TASK_USER_PATTERN.fullmatch(name) is None:
+        return (f"the task user {str(name)[:40]!r} is not a user name (letters, digits, '_', '.', '-', "
+                f"at most 32, not starting with '-' or '.')")
+    return None
+
+
 class RunOptions(Command, kw_only=True):
     """The options a Run is given: by ``submit``, or by its schedule, which carries them and gives
     them to each Run it fires (``schedule add`` / ``edit``). The commands that set them derive from
@@ -230,9 +244,16 @@ class RunOptions(Command, kw_only=True):
     #: New Attempts after a failed or lost one, at most; the first after ``retry_delay_ms``.
     retries: Retries | msgspec.UnsetType = msgspec.UNSET
     retry_delay_ms: RetryDelayMs | msgspec.UnsetType = msgspec.UNSET
+    #: The device user its Attempts run as (a name in its passwd); default: the service's
+    #: ``task_user`` setting, else the service's own user (docs/operating.md: task user).
+    task_user: str | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
-        """Why the Run's own variables or working directory are invalid, or None."""
+        """Why the Run's own variables, working directory or user are invalid, or None."""
+        if self.task_user is not msgspec.UNSET:
+            problem = task_user_problem(self.task_user)
+            if problem is not None:
+                return problem
         env, cwd = self.env, self.cwd
         if env is not msgspec.UNSET:
             problem = env_problem(env)
@@ -354,6 +375,8 @@ class RunRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True, froz
     retry_delay_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
     #: While ``retry_wait``: when the next Attempt may start.
     retry_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: The user its Attempts run as; unset: the service's ``task_user`` setting, else its own user.
+    task_user: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class RunDetail(RunRecord, kw_only=True):

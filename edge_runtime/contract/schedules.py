@@ -158,7 +158,7 @@ class EditScheduleCommand(RunOptions):
                 return problem
         if all(getattr(self, f) is msgspec.UNSET for f in self.__struct_fields__ if f != "schedule_id"):
             return "nothing to change: give at least one of --cron, --name, --timeout, --overlap, --env, --cwd, " \
-                   "--retries, --retry-delay, --label, --no-labels or -- CMD ARGS"
+                   "--retries, --retry-delay, --user, --label, --no-labels or -- CMD ARGS"
         return super().rule_problem()
 
     def changes(self) -> dict[str, object]:
@@ -223,6 +223,8 @@ class ScheduleRecord(msgspec.Struct, rename="camel", forbid_unknown_fields=True,
     cwd: str | msgspec.UnsetType = msgspec.UNSET
     retries: int | msgspec.UnsetType = msgspec.UNSET
     retry_delay_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET
+    #: The user the Runs it fires run as (unset: the service's ``task_user``).
+    task_user: str | msgspec.UnsetType = msgspec.UNSET
     paused: bool
     next_fire_at_ms: SafeInt
     waiting_fire_at_ms: SafeInt | msgspec.UnsetType = msgspec.UNSET

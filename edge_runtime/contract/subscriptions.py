@@ -23,7 +23,7 @@ import msgspec
 
 from edge_runtime.contract.cron import parse_schedule
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.runs import MAX_NAME_LENGTH, TimeoutMs, argv_problem
+from edge_runtime.contract.runs import MAX_NAME_LENGTH, TimeoutMs, argv_problem, task_user_problem
 from edge_runtime.contract.time_zones import time_zone_text
 from edge_runtime.contract.validation import (
     MAX_SAFE_INTEGER, Command, SafeInt, identifier_problem, identifier_type, int_problem,
@@ -35,8 +35,6 @@ MAX_URL_LENGTH = 2048
 MAX_PATTERN_LENGTH = 1024
 MAX_FOLDER_LENGTH = 64
 MAX_BRANCH_LENGTH = 255
-#: A user name as the C library's ``useradd`` takes one (the ``--user`` the scripts run as).
-MAX_USER_LENGTH = 32
 MAX_EXTENSIONS = 32
 #: A script's path inside its subscription's folder, at most.
 MAX_SCRIPT_PATH_LENGTH = 1024
@@ -45,7 +43,6 @@ MAX_REVISION_LENGTH = 80
 
 _FOLDER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
 _BRANCH = re.compile(r"[A-Za-z0-9._/+-]+")
-_USER = re.compile(r"[a-z_][a-z0-9_.-]*")
 _EXTENSION = re.compile(r"[A-Za-z0-9]{1,16}")
 _CONTROL = re.compile(r"[\x00-\x20\x7f-\x9f]")
 
@@ -160,12 +157,6 @@ def pattern_problem(field: str, pattern: object) -> str | None:
     return None
 
 
-def user_problem(user: object) -> str | None:
-    if type(user) is not str or not _USER.fullmatch(user) or len(user) > MAX_USER_LENGTH:
-        return f"the user must be a user name (lower-case letters, digits, '_', '.', '-'; at most {MAX_USER_LENGTH})"
-    return None
-
-
 def check_subscription_id(subscription_id: object) -> None:
     problem = identifier_problem("subscription_id", subscription_id, SUBSCRIPTION_ID_MAX_LENGTH)
     if problem is not None:
@@ -207,8 +198,11 @@ class AddSubscriptionCommand(Command, kw_only=True):
     extensions: list[str]
     auto_add: bool = False
     auto_remove: bool = False
-    #: The user its scripts run as (kept; given to the schedules once schedules carry a user).
+    #: The user its scripts run as: given to the schedules it makes for them.
     task_user: str | msgspec.UnsetType = msgspec.UNSET
+    #: The user its pulls run as: the service's own (a pull writes the scripts directory and the
+    #: database), named on its pull schedule so that the ``task_user`` setting never applies to it.
+    pull_user: str | msgspec.UnsetType = msgspec.UNSET
     #: Its pull schedule added paused, in the same transaction (an imported disabled subscription).
     paused: bool = False
 
@@ -239,8 +233,11 @@ class AddSubscriptionCommand(Command, kw_only=True):
         if not self.extensions or len(self.extensions) > MAX_EXTENSIONS or not all(
                 type(e) is str and _EXTENSION.fullmatch(e) for e in self.extensions):
             return f"the extensions must be 1 to {MAX_EXTENSIONS} names of letters and digits (js py)"
-        if self.task_user is not msgspec.UNSET:
-            return user_problem(self.task_user)
+        for user in (self.task_user, self.pull_user):
+            if user is not msgspec.UNSET:
+                problem = task_user_problem(user)
+                if problem is not None:
+                    return problem
         return None
 
 

@@ -28,7 +28,7 @@ _decode_env = msgspec.json.Decoder(dict[str, str]).decode
 _RUN_NAMES = (
     "id", "execution_owner", "status", "version", "event_sequence", "name", "command", "cancel_requested_at_ms",
     "cancel_reason", "created_at_ms", "updated_at_ms", "finished_at_ms", "schedule_id", "scheduled_for_ms",
-    "timeout_ms", "env", "cwd", "retries", "retry_delay_ms", "retry_at_ms",
+    "timeout_ms", "env", "cwd", "retries", "retry_delay_ms", "retry_at_ms", "task_user",
 )
 _ATTEMPT_NAMES = (
     "id", "run_id", "attempt", "status", "executor_type", "pid", "pgid", "process_start_ticks", "boot_id",

@@ -674,7 +674,8 @@ def _insert_submitted(connection: apsw.Connection, cmd: SubmitRunCommand, now: i
                       timeout_ms=None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
                       env=None if cmd.env is _UNSET else cmd.env, cwd=None if cmd.cwd is _UNSET else cmd.cwd,
                       retries=None if cmd.retries is _UNSET else cmd.retries,
-                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms)
+                      retry_delay_ms=None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms,
+                      task_user=None if cmd.task_user is _UNSET else cmd.task_user)
 
 
 def insert_run(
@@ -692,6 +693,7 @@ def insert_run(
     cwd: str | None = None,
     retries: int | None = None,
     retry_delay_ms: int | None = None,
+    task_user: str | None = None,
 ) -> str:
     """Insert a queued, runtime-owned Run with its ``run.created`` event; its id.
 
@@ -700,11 +702,11 @@ def insert_run(
     run_id = _new_id()
     connection.execute(
         "INSERT INTO runs (id, execution_owner, status, version, event_sequence, name, command, created_at_ms, "
-        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms) "
-        "VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "updated_at_ms, timeout_ms, schedule_id, scheduled_for_ms, env, cwd, retries, retry_delay_ms, task_user) "
+        "VALUES (?, 'runtime', ?, 0, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (run_id, RunStatus.QUEUED.value, name, _encode_json(argv).decode(), now, now, timeout_ms, schedule_id,
          scheduled_for_ms, None if not env else _encode_json(env).decode(), cwd, retries or None,
-         retry_delay_ms if retries else None),
+         retry_delay_ms if retries else None, task_user),
     )
     payload: dict[str, Any] = {"status": RunStatus.QUEUED.value, "argc": len(argv)}
     if schedule_id is not None:

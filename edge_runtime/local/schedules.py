@@ -65,7 +65,7 @@ _decode_env = msgspec.json.Decoder(dict[str, str]).decode
 _COLUMNS = (
     "id, name, expression, command, overlap, timeout_ms, paused, next_fire_at_ms, waiting_fire_at_ms, "
     "last_fire_at_ms, last_outcome, last_run_id, fired_count, skipped_count, coalesced_count, created_at_ms, "
-    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels"
+    "updated_at_ms, time_zone, env, cwd, retries, retry_delay_ms, pause_reason, number, labels, task_user"
 )
 #: Due schedules fired per tick; the rest are due at once and fire on the next pass.
 FIRE_BATCH = 64
@@ -225,8 +225,8 @@ class LocalScheduleRepository:
         # removed schedule's number is never given again).
         self._db.connection.execute(
             "INSERT INTO schedules (id, name, expression, command, overlap, timeout_ms, next_fire_at_ms, "
-            "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "created_at_ms, updated_at_ms, time_zone, boot_id, env, cwd, retries, retry_delay_ms, paused, labels, "
+            "task_user) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (schedule_id, None if cmd.name is _UNSET else cmd.name, expression.text,
              _encode_json(cmd.argv).decode(), Overlap(cmd.overlap).value,
              None if cmd.timeout_ms is _UNSET else cmd.timeout_ms,
@@ -234,7 +234,8 @@ class LocalScheduleRepository:
              prepared.boot_id, None if cmd.env is _UNSET or not cmd.env else _encode_json(cmd.env).decode(),
              None if cmd.cwd is _UNSET else cmd.cwd, None if cmd.retries is _UNSET else cmd.retries,
              None if cmd.retry_delay_ms is _UNSET else cmd.retry_delay_ms, int(cmd.paused),
-             None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode()),
+             None if cmd.labels is _UNSET or not cmd.labels else _encode_json(cmd.labels).decode(),
+             None if cmd.task_user is _UNSET else cmd.task_user),
         )
         return schedule_id
 
@@ -427,6 +428,7 @@ class LocalScheduleRepository:
             schedule_id=record.id, scheduled_for_ms=slot_ms, env=fired_run_env(record),
             cwd=None if record.cwd is _UNSET else record.cwd, retries=None if record.retries is _UNSET else record.retries,
             retry_delay_ms=None if record.retry_delay_ms is _UNSET else record.retry_delay_ms,
+            task_user=None if record.task_user is _UNSET else record.task_user,
         )
 
     def start_waiting(self, *, actor_id: str) -> list[str]:

@@ -138,7 +138,7 @@ class LocalSubscriptionRepository:
         pull = AddScheduleCommand(
             expression=cmd.expression, argv=[*cmd.pull_command, subscription_id],
             name=_schedule_name("pull ", cmd.name), overlap=Overlap.SKIP, time_zone=cmd.time_zone,
-            timeout_ms=cmd.timeout_ms, paused=cmd.paused)
+            timeout_ms=cmd.timeout_ms, paused=cmd.paused, task_user=cmd.pull_user)
         with schedule_repository_errors():
             prepared = self._schedules.prepare_add(pull)
         with subscription_errors(), self._db.write() as now:
@@ -172,13 +172,17 @@ class LocalSubscriptionRepository:
         # Before BEGIN: every new schedule checked and its first fire searched, every changed
         # expression's next fire searched (the write lock is never held across a search).
         prepared = {}
+        # The user its scripts run as, read before BEGIN as the prepared schedules are (a change
+        # of it meanwhile applies from the next pull on).
+        owner = self._row(pull.subscription_id)
+        task_user = _UNSET if owner is None else owner.task_user
         with schedule_repository_errors():
             for change in pull.changes:
                 if change.kind in (ChangeKind.ADD, ChangeKind.ADOPT):
                     # An adoption needs one too: the schedule may be taken or gone by the transaction.
                     prepared[change.path] = self._schedules.prepare_add(AddScheduleCommand(
                         expression=change.expression, argv=change.command, name=change.name,
-                        paused=change.paused or change.kind is ChangeKind.ADOPT))
+                        paused=change.paused or change.kind is ChangeKind.ADOPT, task_user=task_user))
                 elif change.kind is ChangeKind.CHANGE and change.expression != change.before_expression:
                     record = self._schedules.find(change.schedule_id)
                     if record is not None:

@@ -51,6 +51,8 @@ class RunBody(_Body):
     cwd: str | None = None
     retries: int | None = None
     retryDelay: str | None = None  # noqa: N815  (the JSON field's name)
+    #: The device user it runs as (docs/operating.md, "Task user"); checked at once.
+    user: str | None = None
 
 
 class CancelBody(_Body):
@@ -119,7 +121,7 @@ def _options(body: RunBody | ScheduleBody) -> dict[str, Any]:
         raise InvalidRunCommandError("retries must be 0..100")
     env = None if body.env is None else [f"{k}={v}" for k, v in body.env.items()]
     return operations.run_options(env=env, cwd=body.cwd, retries=body.retries, retry_delay=body.retryDelay,
-                                  cwd_name="cwd")
+                                  cwd_name="cwd", task_user=body.user, user_exists=operations.device_user_exists)
 
 
 class Api:

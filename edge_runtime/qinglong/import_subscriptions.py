@@ -107,7 +107,8 @@ def from_old_style(cron: QlCron) -> Wanted | str:
                   auto_remove=args[8] != "false", alias=None, notes=notes)
 
 
-def command_of(wanted: Wanted, *, scripts_dir: str, pull_command: list[str]) -> AddSubscriptionCommand | str:
+def command_of(wanted: Wanted, *, scripts_dir: str, pull_command: list[str],
+               pull_user: str | None = None) -> AddSubscriptionCommand | str:
     """The ``subscription add`` of ``wanted``, or why none can be made (the contract's message)."""
     kind = wanted.kind
     problem = url_problem(kind, wanted.url)
@@ -139,13 +140,13 @@ def command_of(wanted: Wanted, *, scripts_dir: str, pull_command: list[str]) -> 
             kind=kind, url=wanted.url, name=name, folder=folder, scripts_dir=scripts_dir, pull_command=pull_command,
             expression=wanted.expression, extensions=extensions, auto_add=wanted.auto_add,
             auto_remove=wanted.auto_remove, paused=wanted.paused, **({"branch": branch} if branch else {}),
-            **patterns)
+            **({"pull_user": pull_user} if pull_user else {}), **patterns)
     except EdgeRuntimeError as exc:
         return f"a subscription cannot express it: {exc}"
 
 
 def plan_subscriptions(plan: ImportPlan, rows: tuple[QlSubscription, ...], old_style: list[QlCron], *,
-                       here: Mapping[str, str], pull_command: list[str] | str) -> None:
+                       here: Mapping[str, str], pull_command: list[str] | str, pull_user: str | None = None) -> None:
     """The subscription rows of ``rows`` and ``old_style`` into ``plan``; ``here`` maps the
     folders of the subscriptions the device has to their URLs; ``pull_command`` is the pull's
     command, or why there is none (every row is skipped with it)."""
@@ -162,7 +163,7 @@ def plan_subscriptions(plan: ImportPlan, rows: tuple[QlSubscription, ...], old_s
         if isinstance(pull_command, str):
             item.action, item.reason = Action.SKIP, pull_command
             continue
-        command = command_of(one, scripts_dir=plan.scripts_dir, pull_command=pull_command)
+        command = command_of(one, scripts_dir=plan.scripts_dir, pull_command=pull_command, pull_user=pull_user)
         item.notes = one.notes
         if isinstance(command, str):
             item.action, item.reason = Action.SKIP, command

@@ -21,6 +21,7 @@ import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.retention import DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_RUNS, RetainDays, RetainRuns
+from edge_runtime.contract.runs import TASK_USER_PATTERN
 from edge_runtime.contract.validation import IDENTIFIER_PATTERN
 
 CONFIG_ENV_VAR = "EDGE_RUNTIME_CONFIG"
@@ -93,6 +94,11 @@ class ServiceConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, kw_
     #: ``scripts`` directory beside the database (on a router ``/etc/edge-runtime/scripts``: on the
     #: flash that keeps the database, root's alone). ``import qinglong`` and ``scripts scan`` use it too.
     scripts_dir: Annotated[str, msgspec.Meta(min_length=1, max_length=4096)] | msgspec.UnsetType = msgspec.UNSET
+    #: The user a task runs as when its Run names none (docs/operating.md, "Task user"); unset:
+    #: the service's own user (root on a router). Looked up when each Attempt starts: a name the
+    #: device does not know fails the Attempt (``SERVICE_TASK_USER_UNKNOWN``).
+    task_user: Annotated[str, msgspec.Meta(pattern=f"^{TASK_USER_PATTERN.pattern}$")] | msgspec.UnsetType = (
+        msgspec.UNSET)
     #: Stop (SIGTERM, then SIGKILL after the grace) running Attempts when the service stops.
     stop_runs_on_exit: bool = False
     #: Serve the web panel (docs/panel.md) on ``HOST:PORT``; unset: no panel, none of it imported.
@@ -198,7 +204,7 @@ def _decode_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "scripts_dir", "panel_listen"})
+_TEXT_FIELDS = frozenset({"worker_id", "log_dir", "work_dir", "scripts_dir", "panel_listen", "task_user"})
 
 
 def _env_overrides(env: Mapping[str, str]) -> dict[str, Any]:

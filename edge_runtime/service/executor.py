@@ -39,6 +39,7 @@ from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.log_capture import AttemptOutput, log_tail_bytes
 from edge_runtime.service.monitor import REPORT_TIMEOUT_S, MonitorMissingError, monitor_path
 from edge_runtime.service.process_identity import ProcessIdentity
+from edge_runtime.service.task_user import TaskUser
 
 
 #: Dispositions reset to the default in the child. Ignored signals survive exec: Python ignores
@@ -121,13 +122,17 @@ def refuse_unspawnable(argv: Sequence[str], env: Mapping[str, str], cwd: str | N
 
 def spawn(
     argv: Sequence[str], *, output: AttemptOutput, env: Mapping[str, str], boot_id: str, log_cap_bytes: int,
-    log_linger_ms: int, cwd: str | None = None,
+    log_linger_ms: int, cwd: str | None = None, leftover_grace_ms: int = 0, user: TaskUser | None = None,
 ) -> ProcessIdentity:
     """Start ``argv`` under a new monitor that writes its output to ``output`` (capped at
     ``log_cap_bytes``, its end kept; drained for ``log_linger_ms`` after the task ended while a
     descendant holds it) and its exit status to ``output``'s status file. The task runs in
     ``cwd`` (None: the service's own directory); the monitor enters it, so the service never
-    changes its own.
+    changes its own. The monitor is the task's subreaper: when the task ends, every process it left
+    (in its group or not) gets SIGTERM, and SIGKILL ``leftover_grace_ms`` later, before the
+    status is written. With ``user``, the task runs as that user, with its groups (the monitor
+    switches in the task's process before the exec; the monitor stays the service's user); a
+    service that is not root can only name itself, which changes nothing.
 
     ``output``'s descriptors stay open: the caller closes them (``close_after_spawn``, or
     ``abandon`` when this raises).
@@ -158,8 +163,9 @@ def spawn(
             handed.append(fd)
         actions = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0)]
         actions += [(os.POSIX_SPAWN_DUP2, fd, 3 + index) for index, fd in enumerate(handed)]
-        monitor_argv = [program, *(("--cwd", cwd) if cwd is not None else ()), str(log_cap_bytes), str(log_tail_bytes(log_cap_bytes)), str(log_linger_ms), "--",
-                        *argv]
+        switch = user is not None and not (os.geteuid() != 0 and user.uid == os.geteuid())
+        monitor_argv = [program, *(("--cwd", cwd) if cwd is not None else ()), "--grace", str(leftover_grace_ms),
+                        *(user.monitor_arguments() if switch else ()), str(log_cap_bytes), str(log_tail_bytes(log_cap_bytes)), str(log_linger_ms), "--", *argv]
         try:
             first = os.posix_spawn(program, monitor_argv, dict(env), file_actions=actions, setsid=True,
                                    setsigdef=_DEFAULT_SIGNALS, setsigmask=())
@@ -214,9 +220,9 @@ def _identity_from_report(line: str, program: str, boot_id: str) -> ProcessIdent
     if len(parts) == 3 and parts[0] == "started" and parts[1].isdigit() and parts[2].isdigit() and int(parts[2]):
         pid = int(parts[1])
         return ProcessIdentity(pid=pid, pgid=pid, start_ticks=int(parts[2]), boot_id=boot_id)
-    if len(parts) == 2 and parts[0] == "error" and parts[1].isdigit():
+    if len(parts) == 3 and parts[0] == "error" and parts[1].isdigit():
         code = int(parts[1])
-        raise SpawnError(f"cannot start {program!r}: {os.strerror(code)}", os_errno=code)
+        raise SpawnError(f"cannot start {program!r}: {_STAGES.get(parts[2], '')}{os.strerror(code)}", os_errno=code)
     if len(parts) == 3 and parts[0] == "started" and parts[1].isdigit():
         # Its start time could not be read: nothing could cancel it safely. Unreaped until its
         # monitor sees it exit, so the group is still its own.
@@ -224,6 +230,11 @@ def _identity_from_report(line: str, program: str, boot_id: str) -> ProcessIdent
         raise SpawnError(f"process {parts[1]} could not be identified after its start; it was killed", started=True)
     # No report: the monitor failed (or is stuck); whether a task began is unknown.
     raise SpawnError(f"the monitor of {program!r} gave no start report ({line or 'it exited'})", started=True)
+
+
+#: What the monitor's ``error ERRNO STAGE`` report failed at, as the start failure says it.
+_STAGES = {"user": "cannot switch to the task's user: ", "cwd": "cannot enter its working directory: ",
+           "exec": "", "monitor": "its monitor failed: "}
 
 
 def _kill_group(pid: int) -> None:

@@ -3,7 +3,11 @@
 The monitor (``native/monitor.c``, docs/monitor.md) is a small C program started for every
 Attempt. It forks the task, so the task's exit status reaches it, not the service; it outlives the
 service, owns the log file and its cap, and writes one line to the status file when the task ends:
-``exit N MS`` or ``signal N MS`` (MS: the wall-clock end as it observed it, Unix ms). A service,
+``exit N MS`` or ``signal N MS`` (MS: the wall-clock end as it observed it, Unix ms). It is the
+task's subreaper: the processes the task left behind (also those that double-forked into a
+session of their own) are its children once their parents ended, and it ends and reaps every one
+of them before it writes that line, followed then by ``left L K PIDS`` (L leftovers, K of them
+needed SIGKILL, PIDS the first few, comma-separated). A service,
 this one or the next after a restart, reads that line: the end recorded is the true one whatever
 happened to the services in between.
 
@@ -61,6 +65,22 @@ class MonitorEnd(NamedTuple):
     status: int
     #: When the monitor saw it end (Unix ms, the device's wall clock).
     ended_at_ms: int
+    #: Processes the task left running when it ended, which its monitor then ended (SIGTERM, and
+    #: SIGKILL after the grace); ``killed`` of them needed the SIGKILL; ``pids``: the first few.
+    leftovers: int = 0
+    killed: int = 0
+    pids: tuple[int, ...] = ()
+
+    @property
+    def leftover_note(self) -> str | None:
+        """What the Attempt's reason says of the processes it left behind; None: it left none."""
+        if not self.leftovers:
+            return None
+        shown = ", ".join(map(str, self.pids))
+        more = ", ..." if len(self.pids) < self.leftovers else ""
+        forced = f"; {self.killed} ignored SIGTERM and were killed" if self.killed else ""
+        return (f"{self.leftovers} process(es) it left running were ended with it "
+                f"(pids {shown}{more}){forced}")
 
     @property
     def signal_name(self) -> str | None:
@@ -77,10 +97,17 @@ def parse_status(text: str) -> MonitorEnd | None:
     if not text.endswith("\n"):
         return None
     parts = text.split()
-    if len(parts) != 3 or parts[0] not in ("exit", "signal") or not parts[1].isdigit() or not parts[2].isdigit():
+    if (len(parts) not in (3, 7) or parts[0] not in ("exit", "signal") or not parts[1].isdigit()
+            or not parts[2].isdigit()):
         raise ValueError(f"not a monitor status line: {text[:80]!r}")
     number = int(parts[1])
-    return MonitorEnd(number if parts[0] == "exit" else -number, int(parts[2]))
+    end = MonitorEnd(number if parts[0] == "exit" else -number, int(parts[2]))
+    if len(parts) == 3:
+        return end
+    pids = parts[6].split(",")
+    if parts[3] != "left" or not parts[4].isdigit() or not parts[5].isdigit() or not all(p.isdigit() for p in pids):
+        raise ValueError(f"not a monitor status line: {text[:80]!r}")
+    return end._replace(leftovers=int(parts[4]), killed=int(parts[5]), pids=tuple(map(int, pids)))
 
 
 class StatusReading(NamedTuple):

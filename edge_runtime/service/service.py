@@ -58,6 +58,7 @@ from edge_runtime.service.loop import EventLoop
 from edge_runtime.service.monitor import monitor_path
 from edge_runtime.service.process_identity import read_boot_id
 from edge_runtime.service.recovery import recover
+from edge_runtime.service.task_user import task_user_exists
 from edge_runtime.service.trusted_paths import hold_trusted_directory
 from edge_runtime.service.watch import pidfds_supported
 from edge_runtime.service.worker import IDLE_SESSION_LEASE_MS, WorkerSession
@@ -232,6 +233,9 @@ class DeviceService:
                 "service.started", db=store.where, worker=config.worker_id, generation=session.generation,
                 slots=config.slots, grace_ms=config.grace_ms, pid=os.getpid(), pidfd=pidfds_supported(),
             )
+            if isinstance(config.task_user, str) and not task_user_exists(config.task_user):
+                # Said at start; each Attempt that would run as it fails with the reason.
+                journal.warning("service.task_user_unknown", user=config.task_user)
             supervisor = AttemptSupervisor(
                 runs=runs, worker=worker, controller=self.controller, loop=loop, journal=journal,
                 slots=config.slots, log_dir=log_dir, log_max_bytes=config.log_max_bytes, boot_id=boot_id,
@@ -241,6 +245,7 @@ class DeviceService:
                 # Read at each start; a change also renews the journal's mask (JournalSecrets).
                 shared_env=None if getattr(store, "environment", None) is None else secrets.task_values,
                 log_dir_fd=log_dir_fd,
+                task_user=config.task_user if isinstance(config.task_user, str) else None,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,

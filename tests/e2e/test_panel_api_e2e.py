@@ -59,6 +59,8 @@ def test_a_run_through_the_panel_is_the_cli_s_run(panel) -> None:
     ({"command": []}, ["submit", "--"]),
     ({"command": ["true"], "cwd": "/no/such/dir"}, ["submit", "--cwd", "/no/such/dir", "--", "true"]),
     ({"command": ["true"], "env": {"1BAD": "x"}}, ["submit", "--env", "1BAD=x", "--", "true"]),
+    ({"command": ["true"], "user": "edge-nosuch-user"}, ["submit", "--user", "edge-nosuch-user", "--", "true"]),
+    ({"command": ["true"], "user": "-rf"}, ["submit", "--user=-rf", "--", "true"]),
 ])
 def test_refusals_have_the_cli_s_codes(panel, body, cli) -> None:
     harness, port, token = panel

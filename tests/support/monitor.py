@@ -25,7 +25,7 @@ def wait_for_monitor_end(status_path: Path, timeout: float = 15.0) -> MonitorEnd
 
 
 def spawn_monitored(argv: list[str], log_path: Path, *, cap: int = 1 << 20, linger_ms: int = 0,
-                    env: dict[str, str] | None = None):
+                    env: dict[str, str] | None = None, leftover_grace_ms: int = 0, user=None):
     """Start ``argv`` as the service does (under a monitor, its own group), output to ``log_path``."""
     import os
 
@@ -36,7 +36,8 @@ def spawn_monitored(argv: list[str], log_path: Path, *, cap: int = 1 << 20, ling
     output = AttemptOutput.open(log_path, log_path.with_suffix(".fifo"))
     try:
         identity = spawn(argv, output=output, env=dict(os.environ) if env is None else env, boot_id=read_boot_id(),
-                         log_cap_bytes=cap, log_linger_ms=linger_ms)
+                         log_cap_bytes=cap, log_linger_ms=linger_ms, leftover_grace_ms=leftover_grace_ms,
+                         **({} if user is None else {"user": user}))
     except BaseException:
         output.abandon()
         raise

@@ -121,6 +121,8 @@ def test_the_configuration_table_lists_every_key_with_its_default() -> None:
             assert config.resolved_scripts_dir("/srv/x/edge.db") == Path("/srv/x/scripts")
         elif name == "panel_listen":
             assert value is msgspec.UNSET and doc.startswith("none (no panel)")
+        elif name == "task_user":
+            assert value is msgspec.UNSET and doc.startswith("none (the service's own user)")
         elif name == "idle_session_lease_ms":
             assert value is msgspec.UNSET and doc.split()[0] == str(IDLE_SESSION_LEASE_MS)
         elif isinstance(value, bool):

@@ -18,7 +18,8 @@ from edge_runtime.contract.runs import ProcessIdentity
 from edge_runtime.service.controller import KillOutcome, LocalProcessController
 from edge_runtime.service.errors import SpawnError
 from edge_runtime.service.process_identity import parse_stat, read_boot_id, read_identity, read_stat
-from tests.support.monitor import exit_status, spawn_monitored
+from edge_runtime.service.log_capture import status_path_of
+from tests.support.monitor import exit_status, spawn_monitored, wait_for_monitor_end
 
 
 def test_parse_stat_counts_fields_after_the_last_paren_of_comm() -> None:
@@ -173,12 +174,15 @@ def test_controller_maps_eperm_to_a_retryable_dispatch_error() -> None:
 
 
 def test_force_kill_reaches_children_left_behind_by_the_leader(tmp_path: Path, groups: list[int]) -> None:
+    # The monitor gives what the leader left its grace (30 s here) after SIGTERM, which this one
+    # ignores: the group outlives the leader until the controller's SIGKILL.
     pids = tmp_path / "pids"
-    identity = _spawn(["sh", "-c", f"trap '' TERM; sleep 30 & echo $! > {pids}; exit 0"], tmp_path / "out", groups)
-    assert _wait_exit(tmp_path / "out") == 0
-    deadline = time.monotonic() + 5
-    while not pids.exists() or not pids.read_text().strip():
-        assert time.monotonic() < deadline
+    identity = spawn_monitored(["sh", "-c", f"trap '' TERM; sleep 30 & echo $! > {pids}; exit 0"], tmp_path / "out",
+                               leftover_grace_ms=30_000)
+    groups.append(identity.pgid)
+    deadline = time.monotonic() + 10
+    while (stat := read_stat(identity.pid)) is not None and stat.state != "Z":
+        assert time.monotonic() < deadline, "the leader did not exit"
         time.sleep(0.01)
     orphan = int(pids.read_text())
     controller = LocalProcessController()
@@ -188,6 +192,8 @@ def test_force_kill_reaches_children_left_behind_by_the_leader(tmp_path: Path, g
     while controller.group_alive(identity):
         assert time.monotonic() < deadline, f"orphan {orphan} survived SIGKILL"
         time.sleep(0.01)
+    end = wait_for_monitor_end(status_path_of(tmp_path / "out"))
+    assert (end.status, end.leftovers, end.killed, end.pids) == (0, 1, 1, (orphan,))
 
 
 def test_a_spawned_process_has_default_signal_dispositions(tmp_path: Path, groups: list[int]) -> None:
@@ -202,3 +208,25 @@ def test_a_spawned_process_has_default_signal_dispositions(tmp_path: Path, group
     standard = (1 << 31) - 1  # signals 1..31; 32 and 33 belong to the C library
     assert int(fields["SigIgn"].strip(), 16) & standard == 0
     assert int(fields["SigBlk"].strip(), 16) & standard == 0
+
+
+@pytest.mark.parametrize("user", [["1000", "1000", "-"], ["1000", "1000", "10,20"]])
+def test_the_monitor_takes_a_user_of_decimal_ids(user: list[str]) -> None:
+    from edge_runtime.service.monitor import monitor_path
+
+    # Only the arguments are checked here: without descriptors 3-5 it stops right after them.
+    result = subprocess.run([str(monitor_path()), "--user", *user, "1024", "0", "0", "--", "true"],
+                            capture_output=True, text=True, timeout=10)
+    assert "descriptor 3 missing" in result.stderr and result.returncode == 2
+
+
+@pytest.mark.parametrize("user", [["-1", "0", "-"], ["1000", "", "-"], ["4294967295", "0", "-"], ["4294967296", "0", "-"],
+                                  ["9999999999", "0", "-"], ["12345678901", "0", "-"], ["1000", "0", "1,,2"],
+                                  ["1000", "0", "x"], ["1000", "0", ""], ["01x", "0", "-"],
+                                  ["1000", "0", ",".join(["1"] * 257)]])
+def test_the_monitor_refuses_a_user_that_is_not_decimal_ids(user: list[str]) -> None:
+    from edge_runtime.service.monitor import monitor_path
+
+    result = subprocess.run([str(monitor_path()), "--user", *user, "1024", "0", "0", "--", "true"],
+                            capture_output=True, text=True, timeout=10)
+    assert result.returncode == 2 and "--user takes UID GID GROUPS" in result.stderr, result.stderr

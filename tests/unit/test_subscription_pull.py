@@ -112,6 +112,18 @@ def test_auto_add_makes_them_active(store: LocalStore, scripts, repo: Repo) -> N
     assert {paused for _, paused, _ in _schedules(store).values()} == {False}
 
 
+def test_its_scripts_schedules_get_its_user_and_its_pulls_the_services(store: LocalStore, scripts,
+                                                                      repo: Repo) -> None:
+    path, fd = scripts
+    subscription_id = _add(store, repo.url, path, task_user="ql", pull_user="root")
+    _pull(store, subscription_id, fd)
+    users = {r.command[1] if r.command[0] == "task" else "pull": r.task_user for r in store.schedules.list()}
+    assert users == {"sub/jd_a.js": "ql", "sub/jd_b.py": "ql", "pull": "root"}
+    plain = _add(store, repo.url, path, folder="plain")
+    _pull(store, plain, fd)
+    assert {r.task_user for r in store.schedules.list() if r.command[-1].startswith("plain/")} == {msgspec.UNSET}
+
+
 def test_commits_that_add_remove_and_change_scripts_change_the_schedules(store: LocalStore, scripts,
                                                                           repo: Repo) -> None:
     path, fd = scripts

@@ -71,7 +71,7 @@ def _command(**fields: object) -> AddSubscriptionCommand:
     ({"blacklist": ""}, "a regular expression of 1 to 1024"),
     ({"extensions": []}, "the extensions must be"),
     ({"extensions": ["j/s"]}, "the extensions must be"),
-    ({"task_user": "Root!"}, "the user must be a user name"),
+    ({"task_user": "Root!"}, "is not a user name"),
     ({"kind": FILE, "url": "https://x/y.js", "branch": "main"}, "a file subscription has no branch"),
     ({"scripts_dir": "relative"}, "absolute path"),
     ({"pull_command": []}, "the pull command"),

@@ -16,8 +16,9 @@ every ``EXIT_CHECK_S``). The Attempt then ends:
 A process that exited before its identity was recorded has it recorded first. A cancelled Attempt
 whose leader exited while other members of its group still run (they got SIGTERM too, and may
 ignore it) is kept open until its SIGKILL deadline (``AwaitingKill``), so the group is killed when
-the grace is over, not forgotten. Leftover processes of an Attempt that simply finished are left
-alone: a task may start a daemon on purpose. An end that cannot be recorded (the database busy)
+the grace is over, not forgotten. Processes an Attempt left behind, in its group or not (a
+double fork into a session of its own), are ended by its monitor, their subreaper, before it
+writes the status; the Attempt's reason counts them. An end that cannot be recorded (the database busy)
 is kept by the settlements and tried again every pass, never forgotten.
 
 No task is the service's child: its monitor is its parent, and outlives the service. So an Attempt
@@ -59,8 +60,11 @@ from edge_runtime.service.watch import open_pidfd
 
 _UNSET = msgspec.UNSET
 #: How often an exited leader's status file is read again while its monitor has not written the
-#: end yet (it does within microseconds of reaping the task).
+#: end yet (it does within microseconds of reaping the task and what it left, unless one of those
+#: holds on to its SIGTERM grace).
 EXIT_CHECK_S = 0.02
+#: The longest wait between two reads of a status file not written yet.
+EXIT_CHECK_MAX_S = 0.5
 
 
 def _ended_unwatched(end: MonitorEnd) -> str:
@@ -204,9 +208,16 @@ class Exits:
         """Read the status files of exited leaders again, when that is due."""
         now = time.monotonic()
         if self._next_check <= now and self._exits_pending():
-            self._next_check = now + EXIT_CHECK_S
+            self._next_check = now + self._check_interval(now)
             for running in [r for r in self._watched.values() if r.exited_since is not None and r.deferred is None]:
                 self._check_exited(running)
+
+    def _check_interval(self, now: float) -> float:
+        """EXIT_CHECK_S at first, longer the longer the oldest exited leader waits: its monitor may
+        be giving the processes it left their grace (up to ``grace_ms``) before it writes."""
+        oldest = min((r.exited_since for r in self._watched.values()
+                      if r.exited_since is not None and r.deferred is None), default=now)
+        return min(EXIT_CHECK_MAX_S, max(EXIT_CHECK_S, (now - oldest) / 8))
 
     def next_check_at(self) -> float | None:
         """When (monotonic) the status files of exited leaders are read again; None: none waits."""
@@ -270,6 +281,8 @@ class Exits:
         status = None if end is None else end.status
         code = None if status is None else exit_code_of(status)
         reason = None if status is None else describe_exit(status)
+        if end is not None and end.leftover_note:
+            reason = f"{reason}; {end.leftover_note}" if reason else end.leftover_note
         if cancel_requested and status is not None and status >= 0 and attempt.term_sent_at_ms is _UNSET:
             # It ended on its own before any signal reached it: never ``cancelled`` with an exit
             # code no signal caused; its real end, and the Run says the cancel sent nothing.

@@ -52,6 +52,7 @@ from edge_runtime.service.errors import RETRYABLE_SPAWN_ERRNOS, SpawnError
 from edge_runtime.service.executor import refuse_unspawnable, spawn, task_environment
 from edge_runtime.service.log_capture import AttemptOutput
 from edge_runtime.service.script_task import task_launch
+from edge_runtime.service.task_user import TaskUserUnknownError, resolve_task_user
 from edge_runtime.service.worker import RunGrant
 
 _UNSET = msgspec.UNSET
@@ -80,6 +81,10 @@ class TaskSettings(NamedTuple):
     scripts_dir: str | None
     log_max_bytes: int
     log_linger_ms: int
+    #: How long the processes a task left get after its end, between SIGTERM and SIGKILL.
+    grace_ms: int = 10_000
+    #: The user a Run that names none runs as (the ``task_user`` setting); None: the service's own.
+    task_user: str | None = None
 
 
 class StartPass:
@@ -207,9 +212,24 @@ class StartPass:
             argv, env, cwd = launch.argv, launch.env, launch.cwd
             self._journal.info("attempt.task", run=run.id, attempt=attempt_id, program=launch.program,
                                script=launch.script, accounts=" ".join(map(str, launch.numbers)) or None)
+        user_name = task.task_user if run.task_user is _UNSET else run.task_user
+        user = None
+        if user_name is not None:
+            try:  # looked up at every start: a user removed since the Run was queued fails it here
+                user = resolve_task_user(user_name)
+            except TaskUserUnknownError as exc:
+                output.abandon()
+                self._journal.warning("attempt.task_user_unknown", run=run.id, attempt=attempt_id, user=user_name,
+                                      error=exc.code)
+                return self._not_started(grant, f"{exc} ({exc.code})", retryable=False)
+            env = user.environment(env)
+            if launch is None and run.cwd is _UNSET and user.uid != os.geteuid():
+                # The service's work_dir is its own (0700): a Run of another user that names no
+                # directory runs in that user's home, or in / when that is not a directory.
+                cwd = user.home if os.path.isdir(user.home) else "/"
         try:
             identity = spawn(argv, output=output, env=env, boot_id=task.boot_id, log_cap_bytes=task.log_max_bytes,
-                             log_linger_ms=task.log_linger_ms, cwd=cwd)
+                             log_linger_ms=task.log_linger_ms, cwd=cwd, leftover_grace_ms=task.grace_ms, user=user)
         except SpawnError as exc:
             output.abandon()  # its FIFO, status file and still empty log go with it
             # A process that existed for an instant may have begun the command: the Run ends.
