@@ -24,6 +24,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     digest_lease_token,
     dispatch_record_problem,
 )
+from edge_runtime.contract.errors import RunEventLogMismatchError
 
 UNSET = msgspec.UNSET
 REQUESTED_AT_MS = 1_699_999_990_000
@@ -402,10 +403,12 @@ def test_duplicate_event_id_rolls_back_everything_and_a_fresh_id_lands(backend: 
 
 def test_a_failed_event_append_rolls_back_everything(backend: Any, repo: Any) -> None:
     claimed(backend)
-    # A duplicate dedupe key (an event a foreign writer appended for this dispatch) fails the append.
+    # A duplicate dedupe key (an event a foreign writer appended for this dispatch, at the Run's next
+    # sequence) fails the append: named as the foreign row it is (the Run's log holds an event its
+    # Run did not count), which `check` reports and the service sets aside.
     backend.append_foreign_event("run-1", "cancel-dispatch:att-1:1")
     before = backend.snapshot()
-    with pytest.raises(RepositoryError) as caught:
+    with pytest.raises(RunEventLogMismatchError) as caught:
         repo.record_result(record_cmd(version=1))
     assert caught.value.retryable is False
     assert backend.snapshot() == before
