@@ -97,7 +97,23 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         return SubmitHandoffServer(db_path=db_path, journal=journal, scripts_dir=str(config.resolved_scripts_dir(db_path)),
                                    open_store=lambda: _peer_store(store.db, store.where, floor))
 
-    side_servers = {"submit_handoff": submit_handoff}
+    senders: list = []  # the notification sender, once the service started it
+
+    def notify_sender(journal, store):  # the outbox's sender (docs/notifications.md)
+        import os
+
+        from edge_runtime.service.notify_sender import NotifySender
+
+        floor = store.now_ms()  # read here, in the service's thread
+        sender = NotifySender(open_store=lambda: _peer_store(store.db, store.where, floor), journal=journal,
+                              owner=f"{config.worker_id}/{os.getpid()}")
+        senders.append(sender)
+        return sender
+
+    def notify_wake(store, journal):  # each pass of the loop (a Run ended, a `notify send` poked it) wakes it
+        return _NotifyWake(senders)
+
+    side_servers = {"submit_handoff": submit_handoff, "notify": notify_sender}
     listen = config.resolved_panel_listen()
     if listen is not None:
         def panel(journal, store):  # the panel's modules are imported only when it is configured
@@ -118,8 +134,23 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path),
                          scripts_dir=config.resolved_scripts_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
-                         tick_hooks=(_scheduler,),
+                         tick_hooks=(_scheduler, notify_wake),
                          side_servers=side_servers)
+
+
+class _NotifyWake:
+    """The loop's hook that wakes the notification sender; it does nothing else and is never due."""
+
+    def __init__(self, senders: list) -> None:
+        self._senders = senders
+
+    def tick(self) -> bool:
+        for sender in self._senders:
+            sender.wake()
+        return False
+
+    def next_due_at_ms(self) -> None:
+        return None
 
 
 def _peer_store(db, where: str, floor_ms: int):

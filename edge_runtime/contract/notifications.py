@@ -377,7 +377,40 @@ def coalesce_step(now_ms: int, *, window_ends_at_ms: int | None, summary_waiting
     return CoalesceStep.COUNT if summary_waiting else CoalesceStep.OPEN_SUMMARY
 
 
-# ----------------------------------------------------------------------------- records shown
+# ----------------------------------------------------------------------------- records
+
+class Channel(msgspec.Struct, frozen=True, kw_only=True):
+    """A channel with its secret parameters: for the sender only, never printed."""
+
+    id: str
+    name: str
+    kind: ChannelKind
+    params: dict[str, str]
+    secret_params: dict[str, str]
+
+    def param(self, key: str, default: str = "") -> str:
+        return self.secret_params.get(key) or self.params.get(key) or default
+
+
+class ClaimedMessage(msgspec.Struct, frozen=True, kw_only=True):
+    """An outbox row a sender holds the lease of (its owner and ``tries`` fence the result)."""
+
+    id: str
+    idempotency_key: str
+    tries: int
+    channel_id: str
+    channel_name: str
+    run_id: str | None
+    outcome: Outcome | None
+    title: str | None
+    body: str | None
+    coalesced: int
+    since_ms: int | None
+    created_at_ms: int
+
+
+
+
 
 
 class ChannelRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True):

@@ -17,8 +17,10 @@ import msgspec
 
 from edge_runtime.contract import notifications as rules
 from edge_runtime.contract.notifications import (
+    Channel,
     ChannelKind,
     ChannelRecord,
+    ClaimedMessage,
     CoalesceStep,
     InvalidNotifyRuleError,
     NotifyChannelExistsError,
@@ -45,36 +47,6 @@ _PENDING, _SENDING = sql_literal(OutboxStatus.PENDING), sql_literal(OutboxStatus
 _SENT, _GIVEN_UP = sql_literal(OutboxStatus.SENT), sql_literal(OutboxStatus.GIVEN_UP)
 _OUTBOX_COLUMNS = ("id, channel_name, status, tries, created_at_ms, next_at_ms, run_id, outcome, title, coalesced, "
                    "since_ms, sent_at_ms, last_error, lease_owner, lease_expires_at_ms")
-
-
-class Channel(msgspec.Struct, frozen=True, kw_only=True):
-    """A channel with its secret parameters: for the sender only, never printed."""
-
-    id: str
-    name: str
-    kind: ChannelKind
-    params: dict[str, str]
-    secret_params: dict[str, str]
-
-    def param(self, key: str, default: str = "") -> str:
-        return self.secret_params.get(key) or self.params.get(key) or default
-
-
-class ClaimedMessage(msgspec.Struct, frozen=True, kw_only=True):
-    """An outbox row a sender holds the lease of (``tries`` is its fence)."""
-
-    id: str
-    idempotency_key: str
-    tries: int
-    channel_id: str
-    channel_name: str
-    run_id: str | None
-    outcome: Outcome | None
-    title: str | None
-    body: str | None
-    coalesced: int
-    since_ms: int | None
-    created_at_ms: int
 
 
 _new_id = new_id
