@@ -88,7 +88,7 @@ class LocalNotificationRepository:
                 "INSERT INTO notify_channels (id, name, kind, params, secret_params, created_at_ms) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (_new_id(), name, checked_kind.value, _encode(plain).decode(), _encode(secret).decode(), now))
-        return self._shown(self.channel(name))
+        return self._shown(self.channel(name), created_at_ms=now)
 
     def remove_channel(self, name: str) -> None:
         """Remove it and its rules; its unsent messages are given up when their turn comes."""
@@ -116,14 +116,16 @@ class LocalNotificationRepository:
     def list_channels(self) -> list[ChannelRecord]:
         with notify_errors():
             rows = self._db.connection.execute(
-                "SELECT id, name, kind, params, secret_params FROM notify_channels ORDER BY name").fetchall()
+                "SELECT id, name, kind, params, secret_params, created_at_ms FROM notify_channels ORDER BY name"
+            ).fetchall()
         defaults = {rule.channel: rule.on for rule in self.rules_of(None)}
-        return [self._shown(_channel(row), defaults.get(row[1])) for row in rows]
+        return [self._shown(_channel(row[:5]), created_at_ms=row[5], default_on=defaults.get(row[1])) for row in rows]
 
     @staticmethod
-    def _shown(channel: Channel, default_on: list[Outcome] | None = None) -> ChannelRecord:
+    def _shown(channel: Channel, *, created_at_ms: int, default_on: list[Outcome] | None = None) -> ChannelRecord:
+        """What is shown of a channel: its secret parameters by name only."""
         return ChannelRecord(name=channel.name, kind=channel.kind, params=dict(channel.params),
-                             secret_params=sorted(channel.secret_params), created_at_ms=0,
+                             secret_params=sorted(channel.secret_params), created_at_ms=created_at_ms,
                              default_on=default_on)
 
     def secret_values(self) -> list[str]:

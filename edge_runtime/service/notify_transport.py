@@ -130,7 +130,7 @@ def _run_curl(curl: str, config: bytes, timeout_s: int) -> bytes:
         raise NotifyTransportUnavailableError(f"curl could not be run: {exc}") from exc
     if done.returncode != 0:
         error = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        detail = error[-1] if error else f"exit {done.returncode}"
+        detail = error[-1].removeprefix("curl: ") if error else f"exit {done.returncode}"
         final = _CURL_FINAL.get(done.returncode)
         raise NotifySendError(f"curl: {final + ': ' if final else ''}{detail}", retryable=final is None)
     return done.stdout
