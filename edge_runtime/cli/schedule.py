@@ -146,14 +146,22 @@ def run(args: argparse.Namespace) -> int:
         fields = {"expression": args.cron, "name": args.name, "overlap": args.overlap,
                   "timeout_ms": None if args.timeout is None else parse_duration_ms(args.timeout),
                   "argv": argv or None, "labels": [] if args.no_labels else args.labels}
-        edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
-                                   **run_options(args))
+        given = {k: v for k, v in fields.items() if v is not None}
+        options = run_options(args)
         rules = _notify_rules(args)
+        only_rules = rules is not None and not given and not options
+        edit = None if only_rules else EditScheduleCommand(schedule_id=args.schedule_id, **given, **options)
         with args.stores.open(args, WRITE) as store:
-            edit = msgspec.structs.replace(edit, schedule_id=operations.resolve_schedule_id(store, edit.schedule_id))
+            schedule_id = operations.resolve_schedule_id(store, args.schedule_id)
+            for rule in rules or ():  # every channel named exists before anything changes
+                notifications_of(store).channel(rule.channel)
+            if edit is None:
+                record = store.schedules.get(schedule_id)
+            else:
+                edit = msgspec.structs.replace(edit, schedule_id=schedule_id)
+                record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
             if rules is not None:
-                notifications_of(store).set_rules(edit.schedule_id, rules)
-            record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
+                notifications_of(store).set_rules(schedule_id, rules)
             return _done(args, store, record, f"schedule {record.id} changed", woken=True)
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
