@@ -62,7 +62,10 @@ class NotifySendError(NotifyError, code="NOTIFY_SEND_FAILED"):
 
 
 class NotifyTransportUnavailableError(NotifySendError, code="NOTIFY_NO_TRANSPORT"):
-    """Nothing on this device can send that request (no ``curl`` for HTTPS or SMTP)."""
+    """Nothing on this device can send that request (no ``curl`` for HTTPS or SMTP). Retried like
+    an outage: installing curl meanwhile delivers the message."""
+
+    retryable = True
 
 
 # ----------------------------------------------------------------------------- names and limits
