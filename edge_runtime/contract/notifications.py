@@ -295,6 +295,28 @@ def _check_value(key: str, value: object, *, multiline: bool) -> None:
         raise InvalidNotifyChannelError(f"parameter {key!r} holds a control character")
 
 
+def secret_forms(value: str) -> list[str]:
+    """What of one secret parameter's value is masked: the value, and where it is a URL or a list
+    of headers, the pieces a task or a provider's error may quote alone (a URL's path segments and
+    query values, a header's value and its last word: ``Bearer TOKEN``), each of at least
+    ``MIN_SECRET_LENGTH`` characters (shorter ones would mask common words)."""
+    from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
+
+    forms = [value]
+    pieces: list[str] = []
+    if "://" in value:
+        rest = value.split("://", 1)[1]
+        path, _, query = rest.partition("?")
+        pieces += path.split("/")[1:]
+        pieces += [pair.partition("=")[2] for pair in query.split("&")]
+    for line in value.splitlines():
+        if ":" in line and "://" not in line:
+            header_value = line.partition(":")[2].strip()
+            pieces += [header_value, header_value.split(" ")[-1]]
+    forms += [piece for piece in pieces if len(piece) >= MIN_SECRET_LENGTH]
+    return forms
+
+
 # ----------------------------------------------------------------------------- rules
 
 

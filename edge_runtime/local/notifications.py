@@ -132,7 +132,8 @@ class LocalNotificationRepository:
         """Every channel's secret parameter values: what every output masks."""
         with notify_errors():
             rows = self._db.connection.execute("SELECT secret_params FROM notify_channels").fetchall()
-        return [value for (text,) in rows for value in _decode_map(text).values() if value]
+        return [form for (text,) in rows for value in _decode_map(text).values() if value
+                for form in rules.secret_forms(value)]
 
     # ----------------------------------------------------------------- rules
 
