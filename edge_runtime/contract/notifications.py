@@ -307,7 +307,10 @@ def secret_forms(value: str) -> list[str]:
     if "://" in value:
         rest = value.split("://", 1)[1]
         path, _, query = rest.partition("?")
-        pieces += path.split("/")[1:]
+        # A path segment that looks like a key (letters and digits, or long), never a word such as
+        # "services" or "webhook" that would mask every occurrence of the word.
+        pieces += [segment for segment in path.split("/")[1:]
+                   if len(segment) >= 20 or (any(c.isdigit() for c in segment) and any(c.isalpha() for c in segment))]
         pieces += [pair.partition("=")[2] for pair in query.split("&")]
     for line in value.splitlines():
         if ":" in line and "://" not in line:
