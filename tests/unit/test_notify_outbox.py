@@ -179,3 +179,25 @@ def test_a_url_or_header_secret_is_masked_in_its_pieces_too(store) -> None:
     redactor = store_redactor(store)
     text = "posted to XXXX1SECRETPATH with QUERYSECRET1 and HEADERSECRET9; x=1 services"
     assert redactor.text(text) == "posted to *** with *** and ***; x=1 services"
+
+
+def test_a_database_migrated_past_it_gets_the_notifications_migration_later(tmp_path) -> None:
+    """Devices migrated to 0018 before 0017 existed: 0017 is applied after it, and the schema it
+    leaves is the one the migrations produce (verified when the database is opened again)."""
+    import apsw
+
+    from edge_runtime.local import migrations
+
+    path = str(tmp_path / "old.db")
+    connection = apsw.Connection(path)
+    older = [m for m in migrations.known_migrations() if m.id != "0017_notifications"]
+    migrations.apply_pending(connection, path, older, ManualClock(1))
+    connection.close()
+    for opening in (2, 3):
+        db = open_database(path, clock=ManualClock(opening))
+        try:
+            applied = [row[0] for row in db.connection.execute("SELECT id FROM schema_migrations")]
+            assert "0017_notifications" in applied
+            assert db.connection.execute("SELECT count(*) FROM notify_outbox").fetchone() == (0,)
+        finally:
+            db.close()
