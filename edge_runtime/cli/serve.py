@@ -111,7 +111,9 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         return sender
 
     def notify_wake(store, journal):  # each pass of the loop (a Run ended, a `notify send` poked it) wakes it
-        return _NotifyWake(senders)
+        from edge_runtime.service.notify_sender import NotifyWakeHook
+
+        return NotifyWakeHook(senders)
 
     side_servers = {"submit_handoff": submit_handoff, "notify": notify_sender}
     listen = config.resolved_panel_listen()
@@ -136,21 +138,6 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
                          tick_hooks=(_scheduler, notify_wake),
                          side_servers=side_servers)
-
-
-class _NotifyWake:
-    """The loop's hook that wakes the notification sender; it does nothing else and is never due."""
-
-    def __init__(self, senders: list) -> None:
-        self._senders = senders
-
-    def tick(self) -> bool:
-        for sender in self._senders:
-            sender.wake()
-        return False
-
-    def next_due_at_ms(self) -> None:
-        return None
 
 
 def _peer_store(db, where: str, floor_ms: int):

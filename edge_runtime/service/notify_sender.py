@@ -186,3 +186,19 @@ class NotifySender:
         self._journal.info("notify.sent", outbox=message.id, channel=message.channel_name, tries=message.tries,
                            recorded=sent)
         return OutboxStatus.SENT if sent else None
+
+
+class NotifyWakeHook:
+    """The service loop's hook (``TickHook``) that wakes the senders on each pass; it does nothing
+    else and is never due. ``senders`` fills once the side servers started."""
+
+    def __init__(self, senders: list[NotifySender]) -> None:
+        self._senders = senders
+
+    def tick(self) -> bool:
+        for sender in self._senders:
+            sender.wake()
+        return False
+
+    def next_due_at_ms(self) -> None:
+        return None
