@@ -19,6 +19,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Iterable, Mapping
+from typing import Protocol
 
 import msgspec
 
@@ -323,7 +324,8 @@ def secret_forms(value: str) -> list[str]:
 # ----------------------------------------------------------------------------- rules
 
 
-class NotifyRule(msgspec.Struct, rename="camel", frozen=True, forbid_unknown_fields=True, kw_only=True):
+class NotifyRule(msgspec.Struct, rename="camel", frozen=True, forbid_unknown_fields=True, kw_only=True,
+                 gc=False):
     """When ``channel`` gets a message: a Run of its owner ended with one of ``on``."""
 
     channel: str
@@ -407,7 +409,7 @@ def coalesce_step(now_ms: int, *, window_ends_at_ms: int | None, summary_waiting
 
 # ----------------------------------------------------------------------------- records
 
-class Channel(msgspec.Struct, frozen=True, kw_only=True):
+class Channel(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """A channel with its secret parameters: for the sender only, never printed."""
 
     id: str
@@ -420,7 +422,7 @@ class Channel(msgspec.Struct, frozen=True, kw_only=True):
         return self.secret_params.get(key) or self.params.get(key) or default
 
 
-class ClaimedMessage(msgspec.Struct, frozen=True, kw_only=True):
+class ClaimedMessage(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     """An outbox row a sender holds the lease of (its owner and ``tries`` fence the result)."""
 
     id: str
@@ -441,7 +443,8 @@ class ClaimedMessage(msgspec.Struct, frozen=True, kw_only=True):
 
 
 
-class ChannelRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True):
+class ChannelRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True,
+                    gc=False):
     name: str
     kind: ChannelKind
     #: Plain parameters as given; secret ones by name only, their values as ``***``.
@@ -451,7 +454,8 @@ class ChannelRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, o
     default_on: list[Outcome] | None = None
 
 
-class OutboxRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True):
+class OutboxRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, omit_defaults=True,
+                   gc=False):
     id: str
     channel: str
     status: OutboxStatus
@@ -468,3 +472,32 @@ class OutboxRecord(msgspec.Struct, rename="camel", frozen=True, kw_only=True, om
     last_error: str | None = None
     lease_owner: str | None = None
     lease_expires_at_ms: int | None = None
+
+
+class NotificationStore(Protocol):
+    """Channels, rules and the outbox, as both stores keep them (``Store.notifications``): the
+    ``notify`` commands, ``schedule add|edit --notify``, ``show`` and the service's sender use it.
+    The rows of a Run's end are written by the store itself, inside the transaction that ends it."""
+
+    def add_channel(self, name: str, kind: str, params: dict[str, str],
+                    secret_params: dict[str, str]) -> ChannelRecord: ...
+    def remove_channel(self, name: str) -> None: ...
+    def channel(self, name: str) -> Channel:
+        """With its secrets: for sending only, never printed."""
+        ...
+    def channel_by_id(self, channel_id: str) -> Channel | None: ...
+    def list_channels(self) -> list[ChannelRecord]: ...
+    def secret_values(self) -> list[str]:
+        """What every output masks (``secret_forms`` of every secret parameter)."""
+        ...
+    def rules_of(self, schedule_id: str | None) -> list[NotifyRule]: ...
+    def set_rules(self, schedule_id: str | None, new_rules: list[NotifyRule]) -> list[NotifyRule]: ...
+    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None) -> list[OutboxRecord]: ...
+    def outbox_row(self, outbox_id: str) -> OutboxRecord: ...
+    def list_outbox(self, *, limit: int = 50, run_id: str | None = None,
+                    status: OutboxStatus | None = None) -> list[OutboxRecord]: ...
+    def next_due_at_ms(self) -> int | None: ...
+    def claim_due(self, owner: str, *, limit: int = 4) -> list[ClaimedMessage]: ...
+    def record_sent(self, message: ClaimedMessage, owner: str) -> bool: ...
+    def record_failure(self, message: ClaimedMessage, owner: str, error: str, *,
+                       retryable: bool) -> OutboxStatus | None: ...

@@ -38,14 +38,14 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 USER_AGENT = "edge-runtime-notify"
 
 
-class HttpRequest(msgspec.Struct, frozen=True, kw_only=True):
+class HttpRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     method: str
     url: str
     headers: list[tuple[str, str]]
     body: bytes
 
 
-class MailRequest(msgspec.Struct, frozen=True, kw_only=True):
+class MailRequest(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     #: ``smtps://host:port`` (TLS from the start) or ``smtp://host:port``.
     url: str
     #: STARTTLS required (``smtp://`` upgraded); False only for ``security=none``.
@@ -84,7 +84,7 @@ def local_time_text(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
-class MessageText(msgspec.Struct, frozen=True, kw_only=True):
+class MessageText(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     title: str
     #: The lines before the log (task, status, exit, duration).
     head: str
@@ -283,10 +283,12 @@ def build_request(ch: Channel, title: str, body: str, *, key: str, now_ms: int, 
         url = f"{_base(ch.param('api_host'), 'https://api.telegram.org')}/bot{ch.param('token')}/sendMessage"
         return _json_post(url, {"chat_id": ch.param("chat_id"), "text": text, "disable_web_page_preview": True}, key)
     if kind is ChannelKind.WECOM:
-        url = f"{_base(ch.param('origin'), 'https://qyapi.weixin.qq.com')}/cgi-bin/webhook/send?key={quote(ch.param('key'), safe='')}"
+        origin = _base(ch.param("origin"), "https://qyapi.weixin.qq.com")
+        url = f"{origin}/cgi-bin/webhook/send?key={quote(ch.param('key'), safe='')}"
         return _json_post(url, {"msgtype": "text", "text": {"content": text}}, key)
     if kind is ChannelKind.DINGTALK:
-        url = f"{_base(ch.param('origin'), 'https://oapi.dingtalk.com')}/robot/send?access_token={quote(ch.param('token'), safe='')}"
+        origin = _base(ch.param("origin"), "https://oapi.dingtalk.com")
+        url = f"{origin}/robot/send?access_token={quote(ch.param('token'), safe='')}"
         if ch.param("secret"):
             url += f"&timestamp={now_ms}&sign={dingtalk_sign(ch.param('secret'), now_ms)}"
         return _json_post(url, {"msgtype": "text", "text": {"content": text}}, key)
@@ -319,7 +321,7 @@ def build_request(ch: Channel, title: str, body: str, *, key: str, now_ms: int, 
 # ----------------------------------------------------------------------------- answers
 
 
-class Verdict(msgspec.Struct, frozen=True):
+class Verdict(msgspec.Struct, frozen=True, gc=False):
     ok: bool
     retryable: bool = False
     reason: str = ""
@@ -359,9 +361,3 @@ def judge(kind: ChannelKind, status: int, body: bytes) -> Verdict:
         return Verdict(False, False, f"HTTP {status} but not accepted: {snippet}")
     return Verdict(True)
 
-
-#: Where a repeated try cannot make a second message: the receiver can drop a repeat by its key.
-IDEMPOTENT_KINDS = {
-    ChannelKind.WEBHOOK: "the Idempotency-Key and X-Edge-Runtime-Message-Id headers: a receiver that keeps them drops a repeat",
-    ChannelKind.EMAIL: "the Message-ID header: mail stores that deduplicate by it show one",
-}
