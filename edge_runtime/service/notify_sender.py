@@ -135,7 +135,15 @@ class NotifySender:
         store = self._open_store()
         try:
             while not self._stopping:
-                self._wake.wait(self._pass(store))
+                try:
+                    wait_s = self._pass(store)
+                except Exception as exc:  # noqa: BLE001  (the sender thread's boundary: a bug is logged, retried)
+                    self._failures += 1
+                    if worth_logging(self._failures):
+                        self._journal.error("notify.sender_failed", error=type(exc).__name__, detail=str(exc),
+                                            failures=self._failures)
+                    wait_s = FAILED_PASS_S
+                self._wake.wait(wait_s)
                 self._wake.clear()
         finally:
             store.close()
