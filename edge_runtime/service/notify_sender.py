@@ -116,12 +116,15 @@ class NotifySender:
         self._wake.set()
 
     def start(self) -> None:
+        """Find the transports and open the sender's own connection here, in the service's thread,
+        so that once ``notify.transports`` is logged the sender holds all it will hold at rest."""
         if self._transports is None:
             from edge_runtime.service.notify_transport import detect
 
             self._transports = (self._detect or detect)()
+        store = self._open_store()
         self._journal.info("notify.transports", available=self._transports.describe())
-        self._thread = threading.Thread(target=self._serve, name="notify-sender", daemon=True)
+        self._thread = threading.Thread(target=self._serve, args=(store,), name="notify-sender", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -131,8 +134,7 @@ class NotifySender:
             # A send in flight finishes or times out (its row's lease covers a restart meanwhile).
             self._thread.join(timeout=5)
 
-    def _serve(self) -> None:
-        store = self._open_store()
+    def _serve(self, store: Any) -> None:
         try:
             while not self._stopping:
                 try:
