@@ -277,3 +277,30 @@ def test_email_starttls_is_required_not_hoped_for(tmp_path) -> None:
         with pytest.raises(NotifySendError):
             send_message(CURL, channel, TEXT, key="k", now_ms=NOW_MS)
     assert server.mails == []
+
+
+def test_check_names_the_transports_and_is_not_ready_without_https_for_a_channel(tmp_path, capsys, monkeypatch) -> None:
+    import json
+
+    from edge_runtime.cli.main import main
+
+    db = str(tmp_path / "e.db")
+    assert main(["--db", db, "migrate"]) == 0
+    capsys.readouterr()
+    main(["--db", db, "check", "--json"])
+    [line] = [c for c in json.loads(capsys.readouterr().out)["checks"] if c["name"] == "notify_transport"]
+    assert line["ok"] and "built-in HTTP" in line["detail"]
+    from edge_runtime.local.database import open_database
+    from edge_runtime.local.notifications import LocalNotificationRepository
+
+    with open_database(db) as opened:
+        LocalNotificationRepository(opened).add_channel("tg", "telegram", {"chat_id": "1"}, {"token": SECRET})
+    bare = Transports(curl=None, curl_protocols=[], curl_tls=None, uclient_fetch="/usr/bin/uclient-fetch",
+                      python_ssl=False)
+    monkeypatch.setattr(notify_transport, "detect", lambda path=None: bare)
+    capsys.readouterr()
+    assert main(["--db", db, "check", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    [line] = [c for c in report["checks"] if c["name"] == "notify_transport"]
+    assert not line["ok"] and "install curl" in line["detail"] and "uclient-fetch" in line["detail"]
+    assert not report["ok"]
