@@ -15,7 +15,7 @@ import urllib.parse
 
 import pytest
 
-from edge_runtime.contract.notifications import Channel, ChannelKind, NotifySendError, Outcome
+from edge_runtime.contract.notifications import BODY_LIMIT_BYTES, Channel, ChannelKind, NotifySendError, Outcome
 from edge_runtime.contract.notify_channels import (
     MessageText,
     dingtalk_sign,
@@ -235,7 +235,7 @@ def test_masking_comes_before_cutting() -> None:
     for kind in ChannelKind:
         title, body = fit(text, kind)
         assert log_secret[:8] not in body and "Duration: 1m01s" in body
-        assert len(body.encode()) <= __import__("edge_runtime.contract.notifications", fromlist=["x"]).BODY_LIMIT_BYTES[kind]
+        assert len(body.encode()) <= BODY_LIMIT_BYTES[kind]
 
 
 def test_the_log_tail_is_masked_even_where_the_read_cut_a_secret(tmp_path) -> None:
