@@ -57,6 +57,8 @@ def _outbox_record(row: tuple[Any, ...]) -> OutboxRecord:
     fields = {key: value for key, value in (
         ("run_id", run_id), ("outcome", outcome), ("title", title), ("since_ms", since), ("sent_at_ms", sent_at),
         ("last_error", error), ("lease_owner", owner), ("lease_expires_at_ms", expires)) if value is not None}
+    if outcome is not None:
+        fields["outcome"] = Outcome(outcome)
     return OutboxRecord(id=outbox_id, channel=channel, status=OutboxStatus(status), tries=tries,
                         created_at_ms=created, next_at_ms=next_at, coalesced=coalesced, **fields)
 

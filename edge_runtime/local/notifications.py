@@ -61,6 +61,8 @@ def _outbox_record(row: tuple[Any, ...]) -> OutboxRecord:
                        ("lease_expires_at_ms", expires)):
         if value is not None:
             fields[key] = value
+    if outcome is not None:
+        fields["outcome"] = Outcome(outcome)
     return OutboxRecord(id=outbox_id, channel=channel, status=OutboxStatus(status), tries=tries,
                         created_at_ms=created, next_at_ms=next_at, coalesced=coalesced, **fields)
 

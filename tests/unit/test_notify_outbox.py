@@ -201,3 +201,27 @@ def test_a_database_migrated_past_it_gets_the_notifications_migration_later(tmp_
             assert db.connection.execute("SELECT count(*) FROM notify_outbox").fetchone() == (0,)
         finally:
             db.close()
+
+
+def test_the_outcomes_a_rule_reads_timeout_and_lost_included(store) -> None:
+    from edge_runtime.contract.notifications import run_outcome
+    from edge_runtime.contract.runs import AttemptStatus
+    from edge_runtime.local.worker_lease import LocalWorkerLeaseRepository
+    from edge_runtime.service.worker import WorkerSession
+
+    assert run_outcome("cancelled", cancel_reason="timeout", last_attempt_status="cancelled") is Outcome.TIMEOUT
+    assert run_outcome("cancelled", cancel_reason="by hand", last_attempt_status="cancelled") is Outcome.CANCELLED
+    assert run_outcome("failed", cancel_reason=None, last_attempt_status="lost") is Outcome.LOST
+    assert run_outcome("failed", cancel_reason=None, last_attempt_status="failed") is Outcome.FAILED
+    _channel(store)
+    store.notifications.set_rules(None, [parse_rule("phone:on=lost")])
+    worker = WorkerSession(LocalWorkerLeaseRepository(store.db), worker_id="w", slots=1, session_lease_ms=60_000,
+                           run_lease_ms=60_000)
+    worker.register()
+    failed = _end(store, RunStatus.FAILED, name="plain failure")  # not on this rule
+    run = store.runs.submit(SubmitRunCommand(argv=["true"], name="vanished"))
+    attempt_id = worker.start(run.id).lease.attempt_id
+    store.runs.finish_attempt(attempt_id, AttemptStatus.LOST, actor_id=worker.owner, reason="process vanished")
+    assert store.notifications.list_outbox(run_id=failed) == []
+    [row] = store.notifications.list_outbox(run_id=run.id)
+    assert row.outcome is Outcome.LOST
