@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 #: The edge CLI's commands that work on any store (the rest are the device's: serve, migrate and
 #: check, whose cluster counterparts are this CLI's own).
-USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs", "dispatch", "env", "schedule")
+USER_COMMANDS = ("submit", "cancel", "show", "list", "events", "logs", "dispatch", "env", "schedule", "notify")
 
 
 class PostgresStores:

@@ -123,6 +123,8 @@ class Transaction:
 #: limits over all entries: their number, names and sizes).
 LOCK_WORKER_REGISTRATION = "worker_registration"
 LOCK_SHARED_ENV_SET = "shared_env_set"
+#: Coalescing a Run's end into the notification outbox (migration 0013).
+LOCK_NOTIFY_COALESCE = "notify_coalesce"
 
 
 def take_runtime_lock(cur: psycopg.Cursor[Any], name: str, kind: type[EdgeRuntimeError]) -> None:

@@ -43,6 +43,11 @@ PRIVILEGE_MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     # Schedules (0004): changed in place (remove marks the row); the fire records are append-only.
     "schedules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     "schedule_fires": {RUNTIME_ROLE: ("SELECT", "INSERT"), ADMIN_ROLE: ()},
+    # Notifications (0013): no DELETE (a removed channel is marked and its secrets cleared; rules
+    # and outbox rows are changed in place); secrets and messages, so no admin read.
+    "notify_channels": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    "notify_rules": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
+    "notify_outbox": {RUNTIME_ROLE: _RUNTIME_WRITE, ADMIN_ROLE: ()},
     # The wake channel's name (0008): a secret of the workers, whom any role could flood otherwise.
     "wake_channel": {RUNTIME_ROLE: ("SELECT",), ADMIN_ROLE: ()},
     # The locks only the runtime role may take (0009): locking a row needs UPDATE.

@@ -65,6 +65,7 @@ from edge_runtime.contract.transitions import (
 )
 from edge_runtime.contract.sql_vocabulary import ACTIVE_ATTEMPT_SQL, ACTIVE_RUN_SQL, WAITING_DISPATCH_SQL, sql_literal
 from edge_runtime.contract.validation import identifier_problem
+from cluster_postgres.notifications import enqueue_run_end
 from cluster_postgres.cancellation_dispatch import PostgresCancellationDispatchRepository
 from cluster_postgres.connection import NOTIFY_WAKE
 from cluster_postgres.errors import ClusterRunStorageError, Transaction, reading
@@ -665,10 +666,13 @@ def end_or_retry(cur: psycopg.Cursor[Any], fence: list[int], run: RunRecord, att
 
 def end_run(cur: psycopg.Cursor[Any], fence: list[int], run_id: str, status: RunStatus, now: int, actor_id: str, *,
             attempt_id: str | None, extra: dict[str, Any]) -> None:
-    """Move the locked Run to a terminal ``status`` with its one ``run.<status>`` event."""
+    """Move the locked Run to a terminal ``status`` with its one ``run.<status>`` event, and write
+    the notifications its end calls for into the outbox, in the same transaction
+    (docs/notifications.md)."""
     cur.execute("UPDATE ql3.runs SET status = %s, finished_at_ms = %s WHERE id = %s", (status.value, now, run_id))
     _event(cur, fence, run_id, run_ended_event(status), "run.finished", actor_id, {"status": status.value, **extra},
            now, attempt_id=attempt_id)
+    enqueue_run_end(cur, run_id, now)
 
 
 def insert_attempt(cur: psycopg.Cursor[Any], run_id: str, attempt_id: str, *, now: int) -> int:

@@ -115,6 +115,24 @@ def build_service(dsn: str, config: ServiceConfig, *, log_dir: Path, journal: An
         return PostgresRetention(store.retention, log_dir, log_total_max_bytes=config.log_total_max_bytes,
                                  log_dir_fd=log_dir_fd)
 
+    senders: list = []  # the notification sender, once the service started it
+
+    def notify_sender(journal: Journal, store: Any) -> Any:
+        """The outbox's sender (docs/notifications.md), on a connection of its own; every worker
+        runs one, and the claim's row locks keep them from sending a row twice."""
+        import os
+
+        from edge_runtime.service.notify_sender import NotifySender
+
+        sender = NotifySender(open_store=opener, journal=journal, owner=f"{config.worker_id}/{os.getpid()}")
+        senders.append(sender)
+        return sender
+
+    def notify_wake(store: Any, journal: Journal) -> Any:
+        from edge_runtime.service.notify_sender import NotifyWakeHook
+
+        return NotifyWakeHook(senders)
+
     return DeviceService(opener, config, log_dir=log_dir, work_dir=work_dir, scripts_dir=scripts_dir, journal=journal,
-                         tick_hooks=(scheduler,),
-                         retention=retention)
+                         tick_hooks=(scheduler, notify_wake),
+                         retention=retention, side_servers={"notify": notify_sender})

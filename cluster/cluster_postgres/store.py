@@ -38,6 +38,7 @@ from cluster_postgres.errors import (
     ClusterScheduleStorageError,
     reading,
 )
+from cluster_postgres.notifications import ClusterNotifyStorageError, PostgresNotifications
 from cluster_postgres.runs import PostgresRunRepository
 from cluster_postgres.retention import PostgresRetentionRepository
 from cluster_postgres.schedules import PostgresScheduleRepository
@@ -263,7 +264,8 @@ class _Reopening:
 _STORAGE_ERROR = {"runs": ClusterRunStorageError, "dispatches": ClusterDispatchStorageError,
                   "leases": ClusterLeaseStorageError, "attempt_logs": ClusterRunStorageError,
                   "environment": ClusterEnvironmentStorageError,
-                  "schedules": ClusterScheduleStorageError, "retention": ClusterRunStorageError}
+                  "schedules": ClusterScheduleStorageError, "retention": ClusterRunStorageError,
+                  "notifications": ClusterNotifyStorageError}
 
 
 class PostgresStore:
@@ -275,7 +277,7 @@ class PostgresStore:
     """
 
     __slots__ = ("_dsn", "_conn", "_repos", "_worker_id", "_report", "where", "runs", "dispatches", "leases",
-                 "attempt_logs", "environment", "schedules", "retention")
+                 "attempt_logs", "environment", "schedules", "retention", "notifications")
 
     def __init__(self, dsn: str, *, worker_id: str | None = None, report: Reporter | None = None) -> None:
         self._dsn = dsn
@@ -296,6 +298,8 @@ class PostgresStore:
         self.schedules = _Reopening(self, "schedules")
         #: The retention policy and the prune of finished history (``ql3.prune_history``).
         self.retention = _Reopening(self, "retention")
+        #: Notification channels, rules and the outbox (docs/notifications.md).
+        self.notifications = _Reopening(self, "notifications")
 
     def _reopen(self, kind: type[EdgeRuntimeError]) -> None:
         self.close()
@@ -312,6 +316,7 @@ class PostgresStore:
             "attempt_logs": PostgresAttemptLogs(conn),
             "environment": PostgresEnvironment(conn),
             "retention": PostgresRetentionRepository(conn),
+            "notifications": PostgresNotifications(conn),
         }
 
     def _repositories(self, name: str) -> Any:

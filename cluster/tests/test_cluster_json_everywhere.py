@@ -54,6 +54,18 @@ class World:
                       "last_result, created_at_ms, updated_at_ms) VALUES (%s, %s, 'blocked', 3, 2, 'identity_mismatch', 0, 0)",
                       (self.blocked, attempt.id))
 
+    def channel(self) -> str:
+        """A webhook channel whose URL is a receiver on 127.0.0.1 (a test message gets through)."""
+        from tests.support.notify_receiver import Receiver
+
+        self.receiver = Receiver("webhook").__enter__()
+        store = PostgresStore(self.dsn)
+        try:
+            store.notifications.add_channel("hook", "webhook", {}, {"url": f"{self.receiver.url}/hook"})
+        finally:
+            store.close()
+        return "hook"
+
     def cli(self, *argv: str) -> tuple[int, str, str]:
         try:
             code = cluster_cli.main(list(argv))
@@ -107,6 +119,14 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("schedule", "remove"): lambda w: ["schedule", "remove", w.schedule, "--json"],
     ("retention", "show"): lambda w: ["retention", "show", "--json"],
     ("retention", "set"): lambda w: ["retention", "set", "--runs", "500", "--json"],
+    ("notify", "channel", "add"): lambda w: ["notify", "channel", "add", "ntfy", "--name", "n",
+                                             "--secret-param", "topic=abcdef-long", "--json"],
+    ("notify", "channel", "list"): lambda w: ["notify", "channel", "list", "--json"],
+    ("notify", "channel", "remove"): lambda w: ["notify", "channel", "remove", w.channel(), "--json"],
+    ("notify", "channel", "test"): lambda w: ["notify", "channel", "test", w.channel(), "--json"],
+    ("notify", "list"): lambda w: ["notify", "list", "--json"],
+    ("notify", "send"): lambda w: ["notify", "send", "title", "body", "--channel", w.channel(), "--json"],
+    ("notify", "default"): lambda w: ["notify", "default", w.channel(), "--json"],
 }
 ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("submit",): (lambda w: ["submit", "--json", "--name", "a\x01b", "--", "true"], "INVALID_NAME"),
@@ -144,6 +164,20 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str]] = {
     ("retention", "show"): (lambda w: ["retention", "show", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
                             "CLUSTER_STORAGE_FAILED"),
     ("retention", "set"): (lambda w: ["retention", "set", "--runs", "0", "--json"], "CONFIG_INVALID"),
+    ("notify", "channel", "add"): (lambda w: ["notify", "channel", "add", "pager", "--name", "p", "--json"],
+                                   "NOTIFY_INVALID_CHANNEL"),
+    ("notify", "channel", "list"): (lambda w: ["notify", "channel", "list", "--json", "--dsn",
+                                               "host=127.0.0.1 port=1 connect_timeout=2"], "CLUSTER_STORAGE_FAILED"),
+    ("notify", "channel", "remove"): (lambda w: ["notify", "channel", "remove", "none-such", "--json"],
+                                      "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "channel", "test"): (lambda w: ["notify", "channel", "test", "none-such", "--json"],
+                                    "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "list"): (lambda w: ["notify", "list", "--json", "--dsn", "host=127.0.0.1 port=1 connect_timeout=2"],
+                         "CLUSTER_STORAGE_FAILED"),
+    ("notify", "send"): (lambda w: ["notify", "send", "t", "b", "--channel", "none-such", "--json"],
+                         "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "default"): (lambda w: ["notify", "default", "none-such:on=failed", "--json"],
+                            "NOTIFY_CHANNEL_NOT_FOUND"),
 }
 
 

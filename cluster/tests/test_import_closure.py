@@ -28,7 +28,7 @@ COMMAND_MODULES = {
               f"edge_runtime.cli.{module}"]
        for name, module in (("submit", "submit"), ("cancel", "cancel"), ("show", "show"), ("list", "list_runs"),
                             ("events", "events"), ("logs", "logs"), ("dispatch", "dispatch"), ("env", "env"),
-                            ("schedule", "schedule"))},
+                            ("schedule", "schedule"), ("notify", "notify"))},
 }
 
 

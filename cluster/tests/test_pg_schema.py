@@ -136,13 +136,15 @@ def test_composite_fks_bind_an_attempt_to_its_own_run(owner: Any) -> None:
     assert composite == {"run_cancellation_dispatches", "run_dispatch_leases"}
 
 
-def test_only_the_partial_dispatch_lease_run_schedule_and_retention_scan_indexes_exist(owner: Any) -> None:
+def test_only_the_partial_dispatch_lease_run_schedule_retention_and_outbox_scan_indexes_exist(owner: Any) -> None:
     rows = dict(owner.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ql3' AND indexname NOT LIKE '%pkey' "
         "AND indexname NOT LIKE '%key'").fetchall())
     assert set(rows) == {"run_cancellation_dispatches_due", "run_cancellation_dispatches_lease_expiry",
                          "run_dispatch_leases_active", "runs_schedule_slot", "runs_queued", "run_attempts_active",
-                         "runs_retry_due", "schedules_due", "schedules_waiting", "runs_finished"}
+                         "runs_retry_due", "schedules_due", "schedules_waiting", "runs_finished",
+                         "notify_outbox_due", "notify_outbox_run", "notify_outbox_coalesce"}
+    assert "(next_at_ms) WHERE (status = ANY (ARRAY['pending'::text, 'sending'::text]))" in rows["notify_outbox_due"]
     assert "(retry_at_ms) WHERE (status = 'retry_wait'::text)" in rows["runs_retry_due"]
     assert "(schedule_id, scheduled_for_ms) WHERE (schedule_id IS NOT NULL)" in rows["runs_schedule_slot"]
     assert "(created_at_ms) WHERE (status = 'queued'::text)" in rows["runs_queued"]

@@ -36,6 +36,8 @@ def run(args: argparse.Namespace) -> int:
         log_dir = config.resolved_log_dir(args.db)
     with open_database(args.db, create=False, read_only=True) as db:
         report = check_health(db, policy, log_dir, config_problem=config_problem)
+        report = msgspec.structs.replace(report, checks=[*report.checks, _notify_transport(db)])
+        report = msgspec.structs.replace(report, ok=all(c.ok for c in report.checks))
     if args.json:
         sys.stdout.write(msgspec.json.encode(report).decode() + "\n")
     else:
@@ -43,3 +45,22 @@ def run(args: argparse.Namespace) -> int:
             sys.stdout.write(f"{'ok  ' if item.ok else 'FAIL'} {item.name}: {item.detail}\n")
         sys.stdout.write(f"{report.database}: {'ready' if report.ok else 'NOT READY'}\n")
     return 0 if report.ok else 1
+
+
+def _notify_transport(db):
+    """Which transports and TLS notifications can use here (docs/notifications.md); not ready when a
+    channel is configured and nothing here speaks HTTPS."""
+    from edge_runtime.local.health import HealthCheck
+    from edge_runtime.service.notify_transport import detect
+
+    transports = detect()
+    if db.pending:
+        return HealthCheck("notify_transport", True, transports.describe())
+    from edge_runtime.local.notifications import LocalNotificationRepository
+
+    channels = LocalNotificationRepository(db).list_channels()
+    ok = not channels or transports.https()
+    detail = transports.describe()
+    if not ok:
+        detail += f"; {len(channels)} channel(s) configured and no HTTPS transport: install curl (opkg install curl ca-bundle)"
+    return HealthCheck("notify_transport", ok, detail)

@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "import": ("import_qinglong", "bring crons, envs and scripts over from QingLong (a data folder or data.tgz)"),
     "scripts": ("scripts", "show the schedule each script's header asks for, and add them"),
     "subscription": ("subscription", "pull script repositories on a schedule and schedule their scripts"),
+    "notify": ("notify", "notification channels, the default rule, the outbox, and a script's own message"),
 }
 
 

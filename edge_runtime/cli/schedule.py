@@ -9,6 +9,9 @@ from typing import Any
 
 import msgspec
 
+from edge_runtime.cli.notify import notifications_of
+from edge_runtime.contract.notifications import check_rules, parse_rule, rule_text
+
 from edge_runtime.cli.common import (
     CREATE,
     LOCAL_STORES,
@@ -38,6 +41,9 @@ from edge_runtime.contract.schedules import (
 from edge_runtime import operations
 
 
+_NOTIFY_HELP = ("send a notification through CHANNEL when a Run of it ends with one of the outcomes (succeeded, "
+                "failed, timeout, lost, cancelled, all; default failed,timeout,lost); repeat for several; replaces "
+                "the device's default rule for this schedule (docs/notifications.md)")
 _ID_HELP = "the schedule id, or a unique prefix or suffix of it (12 characters at most)"
 
 
@@ -62,6 +68,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
                      "(cancel the previous Run, then start)")
     add.add_argument("--label", action="append", dest="labels", metavar="L",
                      help="a label to find it by (repeat for several; at most 32 of at most 64 characters)")
+    add.add_argument("--notify", action="append", dest="notify", metavar="CHANNEL[:on=O,O]",
+                     help=_NOTIFY_HELP)
     add_run_options(add)
     add_json_flag(add)
     add.add_argument("expression", metavar="CRON", help="the schedule expression (quote it)")
@@ -77,6 +85,11 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     labels.add_argument("--label", action="append", dest="labels", metavar="L",
                         help="its labels become these (repeat for several)")
     labels.add_argument("--no-labels", action="store_true", help="remove its labels")
+    notify = edit.add_mutually_exclusive_group()
+    notify.add_argument("--notify", action="append", dest="notify", metavar="CHANNEL[:on=O,O]",
+                        help="its notification rules become these (repeat for several)")
+    notify.add_argument("--no-notify", action="store_true",
+                        help="remove its own rules (its Runs follow the device's default rule again)")
     add_run_options(edit)
     add_json_flag(edit)
     edit.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS", help="a new command")
@@ -112,9 +125,15 @@ def run(args: argparse.Namespace) -> int:
             args.expression, argv, name=args.name, overlap=args.overlap, timeout=args.timeout, time_zone=args.tz,
             labels=args.labels, options=run_options(args))
         check_task_first(args, command.argv, command.env)
+        rules = _notify_rules(args)
         with args.stores.open(args, CREATE) as store:
+            if rules:  # every channel named exists before the schedule is added
+                for rule in rules:
+                    notifications_of(store).channel(rule.channel)
             record = operations.add_schedule(store, command, scripts_dir=lambda: args.stores.scripts_dir(args),
                                              note_when_none=True)
+            if rules:
+                notifications_of(store).set_rules(record.id, rules)
             return _done(args, store, record, record.id, woken=True)
     if args.action == "edit":
         # The options may follow the id (`edit ID --name N -- CMD`): what comes before `--` in the
@@ -127,11 +146,22 @@ def run(args: argparse.Namespace) -> int:
         fields = {"expression": args.cron, "name": args.name, "overlap": args.overlap,
                   "timeout_ms": None if args.timeout is None else parse_duration_ms(args.timeout),
                   "argv": argv or None, "labels": [] if args.no_labels else args.labels}
-        edit = EditScheduleCommand(schedule_id=args.schedule_id, **{k: v for k, v in fields.items() if v is not None},
-                                   **run_options(args))
+        given = {k: v for k, v in fields.items() if v is not None}
+        options = run_options(args)
+        rules = _notify_rules(args)
+        only_rules = rules is not None and not given and not options
+        edit = None if only_rules else EditScheduleCommand(schedule_id=args.schedule_id, **given, **options)
         with args.stores.open(args, WRITE) as store:
-            edit = msgspec.structs.replace(edit, schedule_id=operations.resolve_schedule_id(store, edit.schedule_id))
-            record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
+            schedule_id = operations.resolve_schedule_id(store, args.schedule_id)
+            for rule in rules or ():  # every channel named exists before anything changes
+                notifications_of(store).channel(rule.channel)
+            if edit is None:
+                record = store.schedules.get(schedule_id)
+            else:
+                edit = msgspec.structs.replace(edit, schedule_id=schedule_id)
+                record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
+            if rules is not None:
+                notifications_of(store).set_rules(schedule_id, rules)
             return _done(args, store, record, f"schedule {record.id} changed", woken=True)
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
@@ -157,6 +187,10 @@ def run(args: argparse.Namespace) -> int:
                                      f"{present(r.name)}  number={r.number}{labels}{reason}\n")
             else:
                 _show(repository, records[0])
+                notifications = getattr(store, "notifications", None)
+                if notifications is not None:
+                    own = notifications.rules_of(records[0].id)
+                    sys.stdout.write(f"notify     {', '.join(rule_text(r) for r in own) if own else '- (the default rule)'}\n")
         return 0
     with args.stores.open(args, WRITE) as store:
         repository = store.schedules
@@ -168,6 +202,18 @@ def run(args: argparse.Namespace) -> int:
             record = repository.set_paused(args.schedule_id, args.action == "pause")
         done = {"pause": "paused", "resume": "resumed", "remove": "removed"}[args.action]
         return _done(args, store, record, f"schedule {args.schedule_id} {done}")
+
+
+def _notify_rules(args: argparse.Namespace) -> list | None:
+    """The rules ``--notify`` gives (parsed before the store is opened), [] for ``--no-notify``,
+    None when neither was given."""
+    if getattr(args, "no_notify", False):
+        return []
+    if not args.notify:
+        return None
+    rules = [parse_rule(text) for text in args.notify]
+    check_rules(rules)
+    return rules
 
 
 def _done(args: argparse.Namespace, store: Any, record: ScheduleRecord | None, text: str, *, woken: bool = False) -> int:

@@ -97,7 +97,25 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         return SubmitHandoffServer(db_path=db_path, journal=journal, scripts_dir=str(config.resolved_scripts_dir(db_path)),
                                    open_store=lambda: _peer_store(store.db, store.where, floor))
 
-    side_servers = {"submit_handoff": submit_handoff}
+    senders: list = []  # the notification sender, once the service started it
+
+    def notify_sender(journal, store):  # the outbox's sender (docs/notifications.md)
+        import os
+
+        from edge_runtime.service.notify_sender import NotifySender
+
+        floor = store.now_ms()  # read here, in the service's thread
+        sender = NotifySender(open_store=lambda: _peer_store(store.db, store.where, floor), journal=journal,
+                              owner=f"{config.worker_id}/{os.getpid()}")
+        senders.append(sender)
+        return sender
+
+    def notify_wake(store, journal):  # each pass of the loop (a Run ended, a `notify send` poked it) wakes it
+        from edge_runtime.service.notify_sender import NotifyWakeHook
+
+        return NotifyWakeHook(senders)
+
+    side_servers = {"submit_handoff": submit_handoff, "notify": notify_sender}
     listen = config.resolved_panel_listen()
     if listen is not None:
         def panel(journal, store):  # the panel's modules are imported only when it is configured
@@ -118,7 +136,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     return DeviceService(open_store, config, log_dir=log_dir, work_dir=config.resolved_work_dir(db_path),
                          scripts_dir=config.resolved_scripts_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
-                         tick_hooks=(_scheduler,),
+                         tick_hooks=(_scheduler, notify_wake),
                          side_servers=side_servers)
 
 

@@ -14,7 +14,9 @@ from edge_runtime.cli.common import (
     LOCAL_STORES, READ, add_json_flag, add_run_command, format_ms, open_run, present, print_json, printable,
     run_slot_zone, write_cwd_and_env,
 )
+from edge_runtime.cli.notify import outbox_line
 from edge_runtime.contract.durations import format_duration
+from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.runs import ACTIVE_ATTEMPT_STATUSES, DEFAULT_RETRY_DELAY_MS, EVENT_CANCEL_ESCAPED, RunStatus
 
 
@@ -32,8 +34,14 @@ def run(args: argparse.Namespace) -> int:
         }
         authority = {} if args.json else _authority(store, detail)
         slot_zone = None if args.json or detail.schedule_id is msgspec.UNSET else run_slot_zone(store, detail.schedule_id)
+        notifications = getattr(store, "notifications", None)
+        sent = [] if notifications is None else notifications.list_outbox(run_id=args.run_id, limit=100)
+        redactor = store_redactor(store) if sent else None
     if args.json:
-        print_json(detail)
+        if sent:  # the Run's notifications (docs/notifications.md), beside the contract's fields
+            print_json({**msgspec.to_builtins(detail), "notifications": msgspec.to_builtins(sent)}, redactor)
+        else:
+            print_json(detail)
         return 0
     out = sys.stdout
     out.write(f"run        {detail.id}\n")
@@ -76,6 +84,8 @@ def run(args: argparse.Namespace) -> int:
             f"dispatch   {dispatch.status.value}  version={dispatch.version}  count={dispatch.dispatch_count}  "
             f"last={present(dispatch.last_result)}\n"
         )
+    for record in sent:
+        out.write(f"notify     {redactor.text(outbox_line(record))}\n")
     return 0
 
 

@@ -28,6 +28,7 @@ from edge_runtime.contract.cancellation_dispatch import (
 )
 from edge_runtime.contract.env_entries import EnvironmentStore
 from edge_runtime.contract.errors import StoredRowError
+from edge_runtime.contract.notifications import NotificationStore
 from edge_runtime.contract.schedules import ScheduleAdmin
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
@@ -189,6 +190,9 @@ class UserStore(Protocol):
     environment: EnvironmentStore | None
     #: The schedule commands' repository (``schedule add|edit|run|list|show|pause|resume|remove``).
     schedules: ScheduleAdmin
+    #: Notification channels, rules and the outbox (docs/notifications.md; both stores keep them),
+    #: or None for a store that keeps none: their secrets are masked in every output too.
+    notifications: NotificationStore | None
 
     def wake_workers(self) -> None:
         """After a committed change a serving worker should act on now (a submit, cancel, rearm):

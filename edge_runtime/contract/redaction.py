@@ -310,4 +310,8 @@ def store_redactor(store: Any) -> Redactor:
     """The redactor of the secrets ``store`` keeps now (none where it keeps no variables): what
     every output over the ``Store`` port masks with."""
     environment = getattr(store, "environment", None)
-    return Redactor(() if environment is None else environment.secret_values())
+    notifications = getattr(store, "notifications", None)  # notification channels' tokens and keys
+    secrets = [] if environment is None else list(environment.secret_values())
+    if notifications is not None:
+        secrets.extend(notifications.secret_values())
+    return Redactor(secrets)

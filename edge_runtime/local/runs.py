@@ -74,6 +74,7 @@ from edge_runtime.contract.validation import identifier_problem
 from edge_runtime.contract.ids import new_id
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import read_now_ms
+from edge_runtime.local.notifications import enqueue_run_end
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.run_events import append_run_event, count_foreign_events, list_run_events
 from edge_runtime.local.run_lease import complete_with_attempt_end, lease_event
@@ -661,10 +662,13 @@ def end_run(
     attempt_id: str | None,
     extra: dict[str, Any],
 ) -> None:
-    """Move a Run to a terminal ``status`` with its one ``run.<status>`` event."""
+    """Move a Run to a terminal ``status`` with its one ``run.<status>`` event, and write the
+    notifications its end calls for into the outbox, in the same transaction: an end is never
+    durable without them (docs/notifications.md)."""
     connection.execute("UPDATE runs SET status = ?, finished_at_ms = ? WHERE id = ?", (status.value, now, run_id))
     _event(connection, run_id, run_ended_event(status), "run.finished", actor_id,
            {"status": status.value, **extra}, now, attempt_id=attempt_id)
+    enqueue_run_end(connection, run_id, now)
 
 
 def _insert_submitted(connection: apsw.Connection, cmd: SubmitRunCommand, now: int, actor_id: str) -> str:

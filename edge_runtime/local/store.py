@@ -26,7 +26,7 @@ class LocalStore:
     """The repositories over one opened database, its time and its wake-up."""
 
     __slots__ = ("db", "where", "clock", "runs", "dispatches", "environment", "_leases", "_schedules",
-                 "_subscriptions")
+                 "_subscriptions", "_notifications")
 
     #: The logs are files on this device, where every ``logs`` command runs: no copies kept.
     attempt_logs = None
@@ -39,6 +39,16 @@ class LocalStore:
         self._leases = None
         self._schedules = None
         self._subscriptions = None
+        self._notifications = None
+
+    @property
+    def notifications(self):
+        """Notification channels, rules and the outbox (``notify ...``; docs/notifications.md)."""
+        if self._notifications is None:
+            from edge_runtime.local.notifications import LocalNotificationRepository
+
+            self._notifications = LocalNotificationRepository(self.db)
+        return self._notifications
 
     @property
     def schedules(self):

@@ -8,6 +8,9 @@ its Run Lease and the barrier committed; ``before_spawn``; ``after_spawn``: a pr
 identity not recorded; ``after_record``), the service SIGKILLs itself there, once: the file
 ``$FAULT_KILL_MARK`` is created first, and no kill happens while it exists.
 
+The notification outbox has its own steps (``notify_after_end``, ``notify_before_send``,
+``notify_after_send``: see :func:`_install_notify_kill_points`).
+
 When ``$FAULT_DISK_FULL_FILE`` is set, a VFS inheriting the default one is made the default: while
 that file exists, every write and sync of a ``-wal`` file fails with SQLITE_FULL (each failure
 appends a line to the file, counting the hits). Only the WAL: its writes and syncs happen inside
@@ -134,7 +137,32 @@ def _install_kill_points() -> None:
     LocalRunRepository.record_running = record_then_kill  # type: ignore[method-assign]
 
 
-if os.environ.get("FAULT_KILL_AT"):
+def _install_notify_kill_points() -> None:
+    """The outbox's steps: ``notify_after_end`` (a Run's end and its outbox rows committed, nothing
+    sent), ``notify_before_send`` (a row claimed, not sent), ``notify_after_send`` (the provider
+    took it, ``sent`` not recorded)."""
+    from edge_runtime.local.runs import LocalRunRepository
+    from edge_runtime.service import notify_sender
+
+    finish, send_message = LocalRunRepository.finish_attempt, notify_sender.send_message
+
+    def finish_then_kill(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        attempt = finish(self, *args, **kwargs)
+        _kill_at("notify_after_end")
+        return attempt
+
+    def send_between_kills(*args, **kwargs):  # type: ignore[no-untyped-def]
+        _kill_at("notify_before_send")
+        send_message(*args, **kwargs)
+        _kill_at("notify_after_send")
+
+    LocalRunRepository.finish_attempt = finish_then_kill  # type: ignore[method-assign]
+    notify_sender.send_message = send_between_kills  # type: ignore[assignment]
+
+
+if os.environ.get("FAULT_KILL_AT", "").startswith("notify_"):
+    _install_notify_kill_points()
+elif os.environ.get("FAULT_KILL_AT"):
     _install_kill_points()
 
 

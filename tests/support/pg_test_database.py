@@ -63,7 +63,7 @@ class TestDatabase:
     @staticmethod
     def reset(owner: Any, start_ms: int | None) -> None:
         """Empty every table, set the test clock (None: real database time) and the default retention."""
-        owner.execute("TRUNCATE ql3.env_entries, ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
+        owner.execute("TRUNCATE ql3.notify_outbox, ql3.notify_rules, ql3.notify_channels, ql3.env_entries, ql3.schedule_fires, ql3.schedules, ql3.attempt_logs, ql3.run_events, ql3.run_cancellation_dispatches, ql3.run_dispatch_leases, "
                       "ql3.run_attempts, ql3.worker_sessions, ql3.runs RESTART IDENTITY")
         owner.execute("UPDATE ql3_test.clock SET now_ms = %s", (start_ms,))
         from edge_runtime.contract.retention import DEFAULT_RETAIN_DAYS, DEFAULT_RETAIN_RUNS

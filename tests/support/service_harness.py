@@ -111,6 +111,8 @@ class Harness:
         # a test measures at rest (descriptors, memory) is the whole service.
         wait_for(lambda: any(mark in service.log() for mark in ("submit_handoff.listening", "submit_handoff.not_started"))
                  or process.poll() is not None, "the submit hand-off to start")
+        wait_for(lambda: any(mark in service.log() for mark in ("notify.transports", "notify.not_started"))
+                 or process.poll() is not None, "the notification sender to start")
         return service
 
     def submit(self, *argv: str) -> str:

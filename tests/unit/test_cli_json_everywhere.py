@@ -110,6 +110,15 @@ class World:
         """A subscription of :meth:`repository`'s repository."""
         return self.out("subscription", "add", self.repository(), "--folder", "repo")
 
+    def channel(self) -> str:
+        """A webhook channel whose URL is a receiver on 127.0.0.1 (a test message gets through)."""
+        from tests.support.notify_receiver import Receiver
+
+        self.receiver = Receiver("webhook").__enter__()
+        self.out("notify", "channel", "add", "webhook", "--name", "hook", "--secret-param",
+                 f"url={self.receiver.url}/hook")
+        return "hook"
+
     def cli(self, *argv: str, db: str | None = None) -> tuple[int, str, str]:
         try:
             code = main(["--db", db or self.db, *argv])
@@ -166,6 +175,14 @@ SUCCESS: dict[tuple[str, ...], Argv] = {
     ("subscription", "resume"): lambda w: ["subscription", "resume", w.subscription(), "--json"],
     ("subscription", "remove"): lambda w: ["subscription", "remove", w.subscription(), "--purge", "--json"],
     ("subscription", "pull"): lambda w: ["subscription", "pull", w.subscription(), "--json"],
+    ("notify", "channel", "add"): lambda w: ["notify", "channel", "add", "ntfy", "--name", "n",
+                                             "--secret-param", "topic=abcdef-long", "--json"],
+    ("notify", "channel", "list"): lambda w: ["notify", "channel", "list", "--json"],
+    ("notify", "channel", "remove"): lambda w: ["notify", "channel", "remove", w.channel(), "--json"],
+    ("notify", "channel", "test"): lambda w: ["notify", "channel", "test", w.channel(), "--json"],
+    ("notify", "list"): lambda w: ["notify", "list", "--json"],
+    ("notify", "send"): lambda w: ["notify", "send", "title", "body", "--channel", w.channel(), "--json"],
+    ("notify", "default"): lambda w: ["notify", "default", w.channel(), "--json"],
 }
 #: A call of each command with --json that fails at run time (exit 1), and the code it must carry
 #: (None: any, for the commands with no input of their own to get wrong: their database is a file
@@ -214,6 +231,18 @@ ERRORS: dict[tuple[str, ...], tuple[Argv, str | None]] = {
     ("subscription", "remove"): (lambda w: ["subscription", "remove", "none-such", "--json"],
                                  "SUBSCRIPTION_NOT_FOUND"),
     ("subscription", "pull"): (lambda w: ["subscription", "pull", "none-such", "--json"], "SUBSCRIPTION_NOT_FOUND"),
+    ("notify", "channel", "add"): (lambda w: ["notify", "channel", "add", "pager", "--name", "p", "--json"],
+                                   "NOTIFY_INVALID_CHANNEL"),
+    ("notify", "channel", "list"): (lambda w: ["--db", w.bad_db, "notify", "channel", "list", "--json"], None),
+    ("notify", "channel", "remove"): (lambda w: ["notify", "channel", "remove", "none-such", "--json"],
+                                      "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "channel", "test"): (lambda w: ["notify", "channel", "test", "none-such", "--json"],
+                                    "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "list"): (lambda w: ["--db", w.bad_db, "notify", "list", "--json"], None),
+    ("notify", "send"): (lambda w: ["notify", "send", "t", "b", "--channel", "none-such", "--json"],
+                         "NOTIFY_CHANNEL_NOT_FOUND"),
+    ("notify", "default"): (lambda w: ["notify", "default", "none-such:on=failed", "--json"],
+                            "NOTIFY_CHANNEL_NOT_FOUND"),
 }
 
 
