@@ -184,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
 def outbox_line(record: Any) -> str:
     """One message of the outbox, as ``notify list`` and ``show`` print it."""
-    what = (f"run {record.run_id[-8:]} {record.outcome}" if record.run_id else f"message {printable(record.title or '')!r}")
+    what = (f"run {record.run_id[-8:]} {record.outcome}" if record.outcome is not None
+            else f"message {printable(record.title or '')!r}" + (f" from run {record.run_id[-8:]}" if record.run_id else ""))
     if record.coalesced:
         what += f" (+{record.coalesced} coalesced)"
     if record.status is OutboxStatus.SENT:
