@@ -19,7 +19,12 @@ from collections.abc import Callable
 import msgspec
 
 from edge_runtime.contract.errors import EdgeRuntimeError
-from edge_runtime.contract.notifications import NotifyMessageError, NotifyTokenInvalidError, check_message
+from edge_runtime.contract.notifications import (
+    NotifyMessageError,
+    NotifyServiceUnavailableError,
+    NotifyTokenInvalidError,
+    check_message,
+)
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.local import notify_handoff as wire
 
@@ -46,7 +51,7 @@ class TaskMessageServer:
             self._store.close()
             self._store = None
             # Another service on this database holds it, or another local user bound it first.
-            raise NotifyTokenInvalidError(
+            raise NotifyServiceUnavailableError(
                 f"the socket {self._capabilities.address} for tasks' messages cannot be bound ({exc.strerror or exc}): "
                 f"tasks' `notify send` fails until the service restarts with it free") from None
         self._thread = threading.Thread(target=self._serve, name="notify-task-messages", daemon=True)

@@ -91,3 +91,20 @@ def test_an_attempt_sends_at_most_the_cap_through_a_channel(harness: Harness) ->
     assert "REFUSED 1\n" not in logs
     assert "NOTIFY_TASK_LIMIT" in logs and f"{MAX_TASK_MESSAGES} messages" in logs
     assert listed.count("message 'n") == MAX_TASK_MESSAGES
+
+
+def test_a_task_readopted_by_a_restarted_service_still_sends(harness: Harness) -> None:
+    go = harness.tmp / "go"
+    with Receiver("webhook") as receiver:
+        _setup(harness, receiver)
+        first = harness.serve()
+        run = harness.submit("sh", "-c", f'while [ ! -e {go} ]; do sleep 0.05; done; {CLI} notify send "after" "restart"')
+        harness.wait_running(run)
+        assert first.stop() == 0  # the Attempt is left running, to be re-adopted
+        second = harness.serve(worker_id="e2e-worker")
+        second.wait_log("recovery.done")
+        go.touch()
+        harness.wait_status(run, "succeeded")
+        wait_for(lambda: len(receiver.received) >= 1, "the message sent after the restart")
+    assert [r.json()["title"] for r in receiver.received] == ["after"]
+    assert "notify.task_message_queued" in second.log()
