@@ -186,3 +186,47 @@ def test_a_task_users_own_message_goes_through_the_service_and_the_database_stay
     assert "SENT" in out
     assert [r.json()["title"] for r in receiver.received] == ["from a task user"]
     assert f"notify.task_message_queued uid={task_user.uid} " in service.log()  # the peer's uid, logged
+
+
+def test_a_squatter_on_the_task_message_socket_gets_no_token(task_user: TaskUserFixture, tmp_path: Path) -> None:
+    """Any local user may bind the abstract name first: the client sends its token only to root
+    or its own user."""
+    import socket
+
+    from edge_runtime.contract.notifications import NotifyServiceUnavailableError
+    from edge_runtime.contract.task_notify import Capability
+    from edge_runtime.local import notify_handoff as wire
+
+    address = wire.address_of(tmp_path / "edge-runtime.db")
+    ready_r, ready_w = os.pipe()
+    got_r, got_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the squatter, as the task user
+        try:
+            os.close(ready_r)
+            os.close(got_r)
+            os.setgid(task_user.gid)
+            os.setuid(task_user.uid)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.bind(b"\0" + address[1:].encode())
+            sock.listen(1)
+            os.write(ready_w, b"1")
+            conn, _ = sock.accept()
+            conn.settimeout(5)
+            try:
+                os.write(got_w, conn.recv(65536) or b"-")
+            except OSError:
+                os.write(got_w, b"-")
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(got_w)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        token = wire.derive_token(b"k" * wire.KEY_BYTES, "an-attempt")
+        with pytest.raises(NotifyServiceUnavailableError, match=f"held by uid {task_user.uid}"):
+            wire.send_to_service(Capability(address, "an-attempt", token), "t", "b", [])
+        received = os.read(got_r, 65536)
+    finally:
+        os.waitpid(pid, 0)
+    assert token.encode() not in received and received == b"-"
