@@ -41,8 +41,9 @@ MIN_SECRET_LENGTH = 8
 #: two sides never show more than twice that many of its 43 characters (the rest, at least 174
 #: bits, cannot be guessed).
 _TOKEN_PIECE_SHOWN = 7
-_TOKEN_TEXT = TOKEN_PATTERN
-_TOKEN_BYTES = TOKEN_PATTERN.encode()
+#: Its own search, not one alternative among the secrets': each keeps its literal-prefix scan.
+_TOKEN_TEXT = re.compile(TOKEN_PATTERN)
+_TOKEN_BYTES = re.compile(TOKEN_PATTERN.encode())
 _TOKEN_HEAD = re.compile(re.escape(TOKEN_PREFIX).encode() + rb"[" + TOKEN_BODY_ALPHABET.encode()
                          + rb"]{%d,}\Z" % (_TOKEN_PIECE_SHOWN + 1))
 _TOKEN_TAIL = re.compile(rb"[." + TOKEN_BODY_ALPHABET.encode() + rb"]{%d,%d}" % (2 * _TOKEN_PIECE_SHOWN + 1, TOKEN_CHARS))
@@ -128,8 +129,8 @@ class Redactor:
         forms = sorted({form for secret in secrets for form in masked_forms(secret)}, key=len, reverse=True)
         encoded = sorted({form.encode() for form in forms}, key=len, reverse=True)
         self._forms = tuple(encoded)
-        self._text = re.compile("|".join([_TOKEN_TEXT, *map(re.escape, forms)]))
-        self._bytes = re.compile(b"|".join([_TOKEN_BYTES, *map(re.escape, encoded)]))
+        self._text = re.compile("|".join(map(re.escape, forms))) if forms else None
+        self._bytes = re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
         self._longest = max(len(encoded[0]) if encoded else 0, TOKEN_CHARS)
 
     def __bool__(self) -> bool:
@@ -138,7 +139,8 @@ class Redactor:
 
     def text(self, value: str) -> str:
         """``value`` with every secret (and long enough part) and task token replaced by ``MASK``."""
-        return self._text.sub(MASK, value)
+        masked = value if self._text is None else self._text.sub(MASK, value)
+        return _TOKEN_TEXT.sub(MASK, masked)  # a mask never makes a token: the order is free
 
     def value(self, value: Any) -> Any:
         """Builtins ``value`` (what ``msgspec.to_builtins`` gives) with every string masked; keys
@@ -184,10 +186,11 @@ class Redactor:
             if length:
                 spans.append((start, start + length))
                 stop = max(stop, start + length)
-        for match in self._bytes.finditer(data, start, end):
-            if match.start() >= stop:
-                break
-            spans.append(match.span())
+        for pattern in (_TOKEN_BYTES,) if self._bytes is None else (self._bytes, _TOKEN_BYTES):
+            for match in pattern.finditer(data, start, end):
+                if match.start() >= stop:
+                    break
+                spans.append(match.span())
         if end_cut and start < end:
             piece = data[max(start, end - self._longest):end]
             length = max((_beginning_of(form, piece) for form in self._forms), default=0)
