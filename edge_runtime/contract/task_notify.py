@@ -70,3 +70,8 @@ class Capability:
 
 def is_token(text: str) -> bool:
     return _TOKEN.fullmatch(text) is not None
+
+
+def is_attempt_id(text: str) -> bool:
+    """Whether ``text`` has the shape of an Attempt's id (what a request may name, and be logged with)."""
+    return _ATTEMPT_ID.fullmatch(text) is not None

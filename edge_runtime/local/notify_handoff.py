@@ -38,7 +38,7 @@ from edge_runtime.contract.notifications import (
     NotifyError,
     NotifyServiceUnavailableError,
 )
-from edge_runtime.contract.task_notify import TOKEN_PREFIX, Capability
+from edge_runtime.contract.task_notify import TOKEN_PREFIX, Capability, is_attempt_id, is_token
 
 #: Beside the database: the device key the tokens are derived with.
 KEY_SUFFIX = ".notify-key"
@@ -169,6 +169,8 @@ class TaskMessage:
             attempt_id, token, title, body, *channels = (field.decode("utf-8") for field in fields[1:])
         except UnicodeDecodeError:
             return None
+        if not (is_attempt_id(attempt_id) and is_token(token)):
+            return None  # nothing of another shape is looked up, or logged
         return cls(attempt_id, token, title, body, channels)
 
 

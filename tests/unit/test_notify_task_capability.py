@@ -74,6 +74,8 @@ def test_a_request_is_bounded_and_only_one_of_this_layout_is_read() -> None:
         wire.TaskMessage(ATTEMPT, _token(), "t", "x" * wire.MAX_REQUEST_BYTES, []).encode()
     assert wire.TaskMessage.decode(b"edge-runtime-submit/1\0a\0b\0c\0d") is None
     assert wire.TaskMessage.decode(message.encode().replace(b"\0t\0", b"\0\xff\0")) is None
+    for attempt, token in (("x" * 37, _token()), ("a\nb", _token()), (ATTEMPT, "not-a-token")):
+        assert wire.TaskMessage.decode(wire.TaskMessage(attempt, token, "t", "b", []).encode()) is None
 
 
 def test_the_variable_is_the_services_own() -> None:
