@@ -172,7 +172,11 @@ class PostgresNotifications:
 
     # ----------------------------------------------------------------- the outbox
 
-    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None) -> list[OutboxRecord]:
+    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None, *,
+                        attempt_id: str | None = None) -> list[OutboxRecord]:
+        if attempt_id is not None:
+            # A task's own message reaches a Local service only (its socket is on the device).
+            raise rules.NotifyError("a task's own message through the service is kept by the Local store only")
         with self._tx():
             cur = self._conn.cursor()
             now = database_now(cur)

@@ -89,6 +89,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def run() -> int:
         if args.db is None:
+            # A command that a task hands to the service instead (`notify send`, with the
+            # Attempt's capability in its environment): no database is opened here at all.
+            handed_off = getattr(args, "run_without_db", None)
+            code = None if handed_off is None else handed_off(args)
+            if code is not None:
+                return code
             from edge_runtime.cli.db_path import default_db_path, require_trusted_database_directory
 
             args.db = str(default_db_path())

@@ -10,8 +10,11 @@ A channel's secret parameters given as ``--secret-param K=V`` are in the process
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
+
+import msgspec
 
 from edge_runtime.cli.common import LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_json, read_hidden_line
 from edge_runtime.contract.errors import EdgeRuntimeError
@@ -19,16 +22,18 @@ from edge_runtime.contract.notifications import (
     CHANNEL_PARAMS,
     MAX_BODY_BYTES,
     MAX_PARAM_BYTES,
-    MAX_TITLE_CHARS,
     ChannelKind,
     InvalidNotifyChannelError,
     NotifyError,
     NotifyMessageError,
+    NotifyTokenInvalidError,
     OutboxStatus,
+    check_message,
     parse_rule,
     rule_text,
 )
 from edge_runtime.contract.redaction import store_redactor
+from edge_runtime.contract.task_notify import NOTIFY_VARIABLE, Capability
 from edge_runtime.operations import printable, resolve_run_id, wake_service
 
 #: What ``--secret-param K=V`` (or a secret given with ``--param``) says on stderr; stored all the same.
@@ -94,7 +99,7 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     sender.add_argument("--stdin", action="store_true", help="read BODY from stdin")
     sender.add_argument("--channel", metavar="N", action="append", default=[], help="a channel (repeatable)")
     add_json_flag(sender)
-    sender.set_defaults(usage_error=sender.error)
+    sender.set_defaults(usage_error=sender.error, run_without_db=send_from_task)
 
     default = commands.add_parser(
         "default", help="show or set the device's default rule",
@@ -179,7 +184,8 @@ def run(args: argparse.Namespace) -> int:
 
 def outbox_line(record: Any) -> str:
     """One message of the outbox, as ``notify list`` and ``show`` print it."""
-    what = (f"run {record.run_id[-8:]} {record.outcome}" if record.run_id else f"message {printable(record.title or '')!r}")
+    what = (f"run {record.run_id[-8:]} {record.outcome}" if record.outcome is not None
+            else f"message {printable(record.title or '')!r}" + (f" from run {record.run_id[-8:]}" if record.run_id else ""))
     if record.coalesced:
         what += f" (+{record.coalesced} coalesced)"
     if record.status is OutboxStatus.SENT:
@@ -250,7 +256,8 @@ def _test(args: argparse.Namespace) -> int:
                  f"sent through {channel.name} (transports: {transports.describe()})")
 
 
-def _send(args: argparse.Namespace) -> int:
+def _message_of(args: argparse.Namespace) -> tuple[str, str]:
+    """``notify send``'s title and body (from BODY or stdin), checked."""
     if args.body is not None and args.stdin:
         args.usage_error("give BODY or --stdin, not both")
     body = args.body
@@ -261,14 +268,37 @@ def _send(args: argparse.Namespace) -> int:
         except UnicodeDecodeError:
             raise NotifyMessageError("the body on stdin is not valid UTF-8; nothing queued") from None
     body = body or ""
-    if not args.title.strip() or len(args.title) > MAX_TITLE_CHARS:
-        raise NotifyMessageError(f"the title must be 1..{MAX_TITLE_CHARS} characters; nothing queued")
-    if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
-        raise NotifyMessageError(f"the body is longer than {MAX_BODY_BYTES} bytes; nothing queued")
-    if any(ord(c) < 32 for c in args.title):
-        raise NotifyMessageError("the title holds a control character; nothing queued")
+    check_message(args.title, body)
+    return args.title, body
+
+
+def send_from_task(args: argparse.Namespace) -> int | None:
+    """``notify send`` in a task (``EDGE_RUNTIME_NOTIFY`` set, no ``--db``): handed to the service
+    with the Attempt's capability; None when the variable is not set (the command opens the
+    database as always)."""
+    if args.notify_command != "send":
+        return None
+    text = os.environ.get(NOTIFY_VARIABLE)
+    if text is None:
+        return None
+    from edge_runtime.local.notify_handoff import send_to_service
+
+    capability = Capability.parse(text)
+    if capability is None:
+        raise NotifyTokenInvalidError(f"${NOTIFY_VARIABLE} does not hold a capability of this version; nothing sent")
+    title, body = _message_of(args)
+    queued = msgspec.json.decode(send_to_service(capability, title, body, args.channel))
+    if args.json:
+        print_json(queued)
+    else:
+        sys.stdout.write("".join(f"{row['id']}  queued for {row['channel']}\n" for row in queued))
+    return 0
+
+
+def _send(args: argparse.Namespace) -> int:
+    title, body = _message_of(args)
     with args.stores.open(args, WRITE) as store:
-        records = notifications_of(store).enqueue_message(args.title, body, args.channel or None)
+        records = notifications_of(store).enqueue_message(title, body, args.channel or None)
         redactor = store_redactor(store)
         woken = []
         wake_service(lambda: woken.append(store.wake_workers()) or woken[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 
 from edge_runtime.cli.db_path import ensure_parent
+from edge_runtime.contract.task_notify import NOTIFY_VARIABLE
 from edge_runtime.service.config import CONFIG_ENV_VAR, ServiceConfig, load_config
 
 
@@ -116,6 +117,16 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
         return NotifyWakeHook(senders)
 
     side_servers = {"submit_handoff": submit_handoff, "notify": notify_sender}
+    capabilities = _task_capabilities(db_path, journal)
+    if capabilities is not None:
+        def task_messages(journal, store):  # a task's own `notify send` (edge_runtime/local/notify_handoff.py)
+            from edge_runtime.cli.notify_handoff import TaskMessageServer
+
+            floor = store.now_ms()  # read here, in the service's thread
+            return TaskMessageServer(capabilities=capabilities, journal=journal,
+                                     open_store=lambda: _peer_store(store.db, store.where, floor))
+
+        side_servers["notify_task_messages"] = task_messages
     listen = config.resolved_panel_listen()
     if listen is not None:
         def panel(journal, store):  # the panel's modules are imported only when it is configured
@@ -137,7 +148,21 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
                          scripts_dir=config.resolved_scripts_dir(db_path), journal=journal,
                          retention=lambda store, log_dir_fd: LocalRetention(store.db, policy, log_dir, log_dir_fd=log_dir_fd),
                          tick_hooks=(_scheduler, notify_wake),
-                         side_servers=side_servers)
+                         side_servers=side_servers,
+                         attempt_env=None if capabilities is None else (
+                             lambda attempt_id: {NOTIFY_VARIABLE: capabilities.variable(attempt_id)}))
+
+
+def _task_capabilities(db_path: str, journal):
+    """The issuer of every Attempt's notify capability, or None (logged) when the device key beside
+    the database is unusable: tasks then get no capability and their `notify send` says so."""
+    from edge_runtime.local.notify_handoff import NotifyKeyError, TaskCapabilities
+
+    try:
+        return TaskCapabilities(db_path)
+    except NotifyKeyError as exc:
+        journal.error("notify.task_key_unusable", error=exc.code, detail=str(exc))
+        return None
 
 
 def _peer_store(db, where: str, floor_ms: int):

@@ -15,13 +15,14 @@ from collections.abc import Iterable, Mapping
 
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.redaction import MIN_SECRET_LENGTH
+from edge_runtime.contract.task_notify import NOTIFY_VARIABLE
 
 #: The variables an Attempt gets from the service's own environment without any setting.
 BASE_NAMES = ("PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "LOGNAME", "SHELL")
 #: Set by the service for every Attempt; neither an env entry nor a Run's own variable may set them.
 RUN_ID_NAME = "EDGE_RUNTIME_RUN_ID"
 ATTEMPT_ID_NAME = "EDGE_RUNTIME_ATTEMPT_ID"
-RESERVED_NAMES = frozenset({RUN_ID_NAME, ATTEMPT_ID_NAME})
+RESERVED_NAMES = frozenset({RUN_ID_NAME, ATTEMPT_ID_NAME, NOTIFY_VARIABLE})
 #: The PATH an Attempt gets when the service itself has none.
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

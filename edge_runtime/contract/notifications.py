@@ -57,6 +57,23 @@ class NotifyMessageError(NotifyError, code="NOTIFY_INVALID_MESSAGE"):
     """A message of ``notify send`` that is empty or too long."""
 
 
+class NotifyTokenInvalidError(NotifyError, code="NOTIFY_TOKEN_INVALID"):
+    """A task's message was refused: its token (``EDGE_RUNTIME_NOTIFY``) is not one this device
+    issued, or its Attempt is no longer running; nothing was queued."""
+
+
+class NotifyTaskLimitError(NotifyError, code="NOTIFY_TASK_LIMIT"):
+    """An Attempt has sent :data:`MAX_TASK_MESSAGES` messages through a channel already; nothing
+    was queued."""
+
+
+class NotifyServiceUnavailableError(NotifyError, code="NOTIFY_SERVICE_UNAVAILABLE"):
+    """A task's message could not be handed to the service (none is listening, or it did not
+    answer); retryable: whether it was queued is said in the message."""
+
+    retryable = True
+
+
 class NotifySendError(NotifyError, code="NOTIFY_SEND_FAILED"):
     """The provider refused the message or could not be reached. ``retryable``: a later try may
     succeed (a network error, a 5xx, a 429); otherwise (a 4xx: a bad token) it will not."""
@@ -120,6 +137,9 @@ MAX_RULES_PER_OWNER = 16
 #: ``notify send``: a title and a body.
 MAX_TITLE_CHARS = 256
 MAX_BODY_BYTES = 16 * 1024
+#: A task's own messages (``notify send`` in a task, through the service) per Attempt through
+#: each channel: a task in a loop cannot make a storm of the owner's phone.
+MAX_TASK_MESSAGES = 10
 
 #: One try at a provider: past this the send fails (retryable). Also curl's --max-time.
 SEND_TIMEOUT_S = 30
@@ -492,7 +512,11 @@ class NotificationStore(Protocol):
         ...
     def rules_of(self, schedule_id: str | None) -> list[NotifyRule]: ...
     def set_rules(self, schedule_id: str | None, new_rules: list[NotifyRule]) -> list[NotifyRule]: ...
-    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None) -> list[OutboxRecord]: ...
+    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None, *,
+                        attempt_id: str | None = None) -> list[OutboxRecord]:
+        """``attempt_id``: a task's own message, taken only while that Attempt runs, as its Run's,
+        at most ``MAX_TASK_MESSAGES`` per channel (the Local store; the cluster refuses it)."""
+        ...
     def outbox_row(self, outbox_id: str) -> OutboxRecord: ...
     def list_outbox(self, *, limit: int = 50, run_id: str | None = None,
                     status: OutboxStatus | None = None) -> list[OutboxRecord]: ...
@@ -501,3 +525,17 @@ class NotificationStore(Protocol):
     def record_sent(self, message: ClaimedMessage, owner: str) -> bool: ...
     def record_failure(self, message: ClaimedMessage, owner: str, error: str, *,
                        retryable: bool) -> OutboxStatus | None: ...
+
+
+def check_message(title: str, body: str) -> None:
+    """A message of its own (``notify send``, from the CLI or a task through the service).
+
+    Raises:
+        NotifyMessageError: the title is empty, too long or holds a control character, or the body is too long.
+    """
+    if not title.strip() or len(title) > MAX_TITLE_CHARS:
+        raise NotifyMessageError(f"the title must be 1..{MAX_TITLE_CHARS} characters; nothing queued")
+    if len(body.encode("utf-8", "surrogatepass")) > MAX_BODY_BYTES:
+        raise NotifyMessageError(f"the body is longer than {MAX_BODY_BYTES} bytes; nothing queued")
+    if any(ord(c) < 32 for c in title):
+        raise NotifyMessageError("the title holds a control character; nothing queued")

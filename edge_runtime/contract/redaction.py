@@ -24,12 +24,29 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from edge_runtime.contract.task_notify import TOKEN_BODY_ALPHABET, TOKEN_CHARS, TOKEN_PATTERN, TOKEN_PREFIX
+
 #: What replaces a secret's value (or a part, or a fragment at a cut) in shown output.
 MASK = "***"
 #: The shortest secret ``env set --secret`` stores, and the shortest part of one masked on its
 #: own. Masking a shorter value hides every occurrence of a common word or number ("2024",
 #: "admin") and so both ruins the output and gives the secret away by where the mask appears.
 MIN_SECRET_LENGTH = 8
+
+#: A task's notify token (``task_notify.py``) is masked by its shape, wherever it appears, without
+#: its value being known: the service hands one to every Attempt, and a task may print its
+#: environment. Where a log was cut, the piece before the cut that begins a token with at least
+#: :data:`_TOKEN_PIECE_SHOWN` characters of its body, and a run of more than twice that many of
+#: its characters right after the cut (which may be a token's end), are masked too: a token's
+#: two sides never show more than twice that many of its 43 characters (the rest, at least 174
+#: bits, cannot be guessed).
+_TOKEN_PIECE_SHOWN = 7
+#: Its own search, not one alternative among the secrets': each keeps its literal-prefix scan.
+_TOKEN_TEXT = re.compile(TOKEN_PATTERN)
+_TOKEN_BYTES = re.compile(TOKEN_PATTERN.encode())
+_TOKEN_HEAD = re.compile(re.escape(TOKEN_PREFIX).encode() + rb"[" + TOKEN_BODY_ALPHABET.encode()
+                         + rb"]{%d,}\Z" % (_TOKEN_PIECE_SHOWN + 1))
+_TOKEN_TAIL = re.compile(rb"[." + TOKEN_BODY_ALPHABET.encode() + rb"]{%d,%d}" % (2 * _TOKEN_PIECE_SHOWN + 1, TOKEN_CHARS))
 
 #: What separates the accounts of a multi-account secret.
 _PART_SEPARATORS = re.compile(r"[&\r\n]")
@@ -114,22 +131,21 @@ class Redactor:
         self._forms = tuple(encoded)
         self._text = re.compile("|".join(map(re.escape, forms))) if forms else None
         self._bytes = re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
-        self._longest = len(encoded[0]) if encoded else 0
+        self._longest = max(len(encoded[0]) if encoded else 0, TOKEN_CHARS)
 
     def __bool__(self) -> bool:
-        """Whether there is anything to mask."""
-        return self._text is not None
+        """Whether there is anything to mask: always (a task's notify token, by its shape)."""
+        return True
 
     def text(self, value: str) -> str:
-        """``value`` with every secret (and long enough part) replaced by ``MASK``."""
-        return value if self._text is None else self._text.sub(MASK, value)
+        """``value`` with every secret (and long enough part) and task token replaced by ``MASK``."""
+        masked = value if self._text is None else self._text.sub(MASK, value)
+        return _TOKEN_TEXT.sub(MASK, masked)  # a mask never makes a token: the order is free
 
     def value(self, value: Any) -> Any:
         """Builtins ``value`` (what ``msgspec.to_builtins`` gives) with every string masked; keys
         are names (a record's fields, a variable's name), never masked: the output keeps the shape
         a script expects."""
-        if self._text is None:
-            return value
         if isinstance(value, str):
             return self.text(value)
         if isinstance(value, list):
@@ -141,8 +157,6 @@ class Redactor:
     def record(self, record: T) -> T:
         """A contract record (a Struct) with every string masked, as the same type: what the text
         output of a record prints from."""
-        if self._text is None:
-            return record
         return msgspec.convert(self.value(msgspec.to_builtins(record)), type=type(record))
 
     def records(self, records: Iterable[T]) -> list[T]:
@@ -167,16 +181,21 @@ class Redactor:
             if end_cut and any(data[start:end] in form for form in self._forms):
                 return [(start, end)]  # all of it between two cuts lies inside one secret
             length = max((_rest_of(form, piece) for form in self._forms), default=0)
+            tail = _TOKEN_TAIL.match(piece)
+            length = max(length, 0 if tail is None else tail.end())
             if length:
                 spans.append((start, start + length))
                 stop = max(stop, start + length)
-        for match in self._bytes.finditer(data, start, end) if self._bytes is not None else ():
-            if match.start() >= stop:
-                break
-            spans.append(match.span())
+        for pattern in (_TOKEN_BYTES,) if self._bytes is None else (self._bytes, _TOKEN_BYTES):
+            for match in pattern.finditer(data, start, end):
+                if match.start() >= stop:
+                    break
+                spans.append(match.span())
         if end_cut and start < end:
             piece = data[max(start, end - self._longest):end]
             length = max((_beginning_of(form, piece) for form in self._forms), default=0)
+            head = _TOKEN_HEAD.search(piece)
+            length = max(length, 0 if head is None else len(piece) - head.start())
             if length:
                 spans.append((end - length, end))
         return sorted(spans)

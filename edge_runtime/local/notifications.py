@@ -27,11 +27,14 @@ from edge_runtime.contract.notifications import (
     NotifyChannelNotFoundError,
     NotifyRule,
     NotifyStoreError,
+    NotifyTaskLimitError,
+    NotifyTokenInvalidError,
     OutboxRecord,
     OutboxStatus,
     Outcome,
 )
 from edge_runtime.contract.ids import new_id
+from edge_runtime.contract.runs import AttemptStatus
 from edge_runtime.contract.sql_vocabulary import sql_in, sql_literal
 from edge_runtime.local.database import LocalDatabase
 from edge_runtime.local.errors import StorageErrors
@@ -170,11 +173,27 @@ class LocalNotificationRepository:
 
     # ----------------------------------------------------------------- the outbox
 
-    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None) -> list[OutboxRecord]:
+    def enqueue_message(self, title: str, body: str, channel_names: list[str] | None, *,
+                        attempt_id: str | None = None) -> list[OutboxRecord]:
         """A message of its own (``notify send``), to the named channels, else to the channels of
-        the device's default rules; never coalesced."""
+        the device's default rules; never coalesced. With ``attempt_id`` (a task's message, handed
+        to the service) only while that Attempt runs, as its Run's, and at most
+        ``MAX_TASK_MESSAGES`` of that Attempt through each channel.
+
+        Raises:
+            NotifyTokenInvalidError: the Attempt is not running (anymore).
+            NotifyTaskLimitError: a channel has taken the Attempt's most messages already.
+        """
         with notify_errors(), self._db.write() as now:
             connection = self._db.connection
+            run_id = since_ms = None
+            if attempt_id is not None:
+                row = connection.execute(
+                    "SELECT run_id, created_at_ms FROM run_attempts WHERE id = ? AND status IN (?, ?)",
+                    (attempt_id, AttemptStatus.STARTING.value, AttemptStatus.RUNNING.value)).fetchone()
+                if row is None:
+                    raise NotifyTokenInvalidError("the Attempt of this token is not running; nothing queued")
+                run_id, since_ms = row
             if channel_names:
                 targets = []
                 for name in channel_names:
@@ -189,7 +208,17 @@ class LocalNotificationRepository:
                 if not targets:
                     raise NotifyChannelNotFoundError(
                         "no channel named and no default rule: name one with --channel, or set `notify default`")
-            ids = [_insert(connection, now, channel_id=channel_id, channel_name=name, run_id=None, rule_id=None,
+            if attempt_id is not None:
+                for channel_id, name in targets:
+                    # The Attempts of a Run never overlap: a Run's own rows since this one began are its.
+                    sent = connection.execute(
+                        "SELECT count(*) FROM notify_outbox WHERE run_id = ? AND rule_id IS NULL AND outcome IS NULL "
+                        "AND channel_id = ? AND created_at_ms >= ?", (run_id, channel_id, since_ms)).fetchone()[0]
+                    if sent >= rules.MAX_TASK_MESSAGES:
+                        raise NotifyTaskLimitError(
+                            f"this Attempt has sent {rules.MAX_TASK_MESSAGES} messages through channel {name} already, "
+                            f"the most an Attempt may; nothing queued")
+            ids = [_insert(connection, now, channel_id=channel_id, channel_name=name, run_id=run_id, rule_id=None,
                            outcome=None, title=title, body=body) for channel_id, name in targets]
         return [self.outbox_row(outbox_id) for outbox_id in ids]
 

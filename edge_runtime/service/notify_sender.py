@@ -63,8 +63,9 @@ def read_log_tail(path: str, redactor: Redactor, limit: int = LOG_TAIL_BYTES) ->
 
 
 def compose(store: Any, message: ClaimedMessage, redactor: Redactor) -> MessageText:
-    """The message of an outbox row: ``notify send``'s own title and body, or a Run's end."""
-    if message.run_id is None:
+    """The message of an outbox row: ``notify send``'s own title and body (a task's is its Run's
+    too, without an outcome), or a Run's end."""
+    if message.outcome is None:
         return MessageText(title=redactor.text(message.title or ""), head=redactor.text(message.body or ""))
     detail = store.runs.detail(message.run_id)
     attempts = sorted(detail.attempts, key=lambda a: a.attempt)

@@ -127,7 +127,10 @@ class DeviceService:
         retention: Callable[[Store, int], Retention] | None = None,
         tick_hooks: Sequence[Callable[[Store, Journal], TickHook]] = (),
         side_servers: Mapping[str, Callable[[Journal, Store], SideServer]] | None = None,
+        attempt_env: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
+        #: The variables the composition root gives each Attempt by its id (a task's notify capability).
+        self._attempt_env = attempt_env
         #: Servers beside the loop by name (cli/serve.py: the submit hand-off, the web panel when
         #: configured): started after the session is registered, each in a thread of its own;
         #: their failures are logged (``<name>.not_started``) and never stop the service.
@@ -246,6 +249,7 @@ class DeviceService:
                 shared_env=None if getattr(store, "environment", None) is None else secrets.task_values,
                 log_dir_fd=log_dir_fd,
                 task_user=config.task_user if isinstance(config.task_user, str) else None,
+                attempt_env=self._attempt_env,
             )
             dispatcher = CancellationDispatcher(
                 dispatches=store.dispatches, runs=runs, controller=self.controller,

@@ -149,3 +149,84 @@ def test_a_setting_naming_no_user_is_said_at_start(harness: Harness) -> None:
     run_id = harness.submit("true")
     detail = harness.wait_status(run_id, "failed")
     assert "SERVICE_TASK_USER_UNKNOWN" in detail.attempts[-1].end_reason
+
+
+#: The interpreter a task user can run (``sys.executable`` is under root's 0700 home here), with
+#: this checkout and its dependencies on its path.
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def test_a_task_users_own_message_goes_through_the_service_and_the_database_stays_closed(
+        reachable: Harness, task_user: TaskUserFixture) -> None:
+    import sysconfig
+
+    from tests.support.notify_receiver import Receiver
+
+    version = subprocess.run([SYSTEM_PYTHON, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                             text=True, check=False).stdout.strip() if os.path.exists(SYSTEM_PYTHON) else ""
+    if version != str(sys.version_info[:2]):
+        pytest.skip(f"no {SYSTEM_PYTHON} of this Python version for the task user to run edge-runtime with")
+    harness = reachable
+    checkout = Path(__file__).resolve().parents[2]
+    path = f"{checkout}:{sysconfig.get_paths()['purelib']}"
+    with Receiver("webhook") as receiver:
+        harness.cli("migrate")
+        harness.cli("notify", "channel", "add", "webhook", "--name", "hook", "--secret-param", f"url={receiver.url}/hook")
+        service = harness.serve()
+        script = (f"PYTHONPATH={path} PYTHONDONTWRITEBYTECODE=1 {SYSTEM_PYTHON} -m edge_runtime notify send "
+                  f"'from a task user' 'hello' --channel hook && echo SENT; id -u; "
+                  f"cat {harness.db_path} >/dev/null 2>&1 && echo DB-READ || echo DB-REFUSED; "
+                  f"cat {harness.db_path}.notify-key >/dev/null 2>&1 && echo KEY-READ || echo KEY-REFUSED")
+        run_id = harness.cli("submit", "--user", task_user.name, "--", "sh", "-c", script).stdout.strip()
+        detail = harness.wait_status(run_id, "succeeded", "failed")
+        out = harness.cli("logs", run_id).stdout
+        wait_for(lambda: len(receiver.received) >= 1, "the task user's message", timeout=30)
+    assert detail.status.value == "succeeded", out
+    assert out.split("\n")[-4:-1] == [str(task_user.uid), "DB-REFUSED", "KEY-REFUSED"], out
+    assert "SENT" in out
+    assert [r.json()["title"] for r in receiver.received] == ["from a task user"]
+    assert f"notify.task_message_queued uid={task_user.uid} " in service.log()  # the peer's uid, logged
+
+
+def test_a_squatter_on_the_task_message_socket_gets_no_token(task_user: TaskUserFixture, tmp_path: Path) -> None:
+    """Any local user may bind the abstract name first: the client sends its token only to root
+    or its own user."""
+    import socket
+
+    from edge_runtime.contract.notifications import NotifyServiceUnavailableError
+    from edge_runtime.contract.task_notify import Capability
+    from edge_runtime.local import notify_handoff as wire
+
+    address = wire.address_of(tmp_path / "edge-runtime.db")
+    ready_r, ready_w = os.pipe()
+    got_r, got_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the squatter, as the task user
+        try:
+            os.close(ready_r)
+            os.close(got_r)
+            os.setgid(task_user.gid)
+            os.setuid(task_user.uid)
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.bind(b"\0" + address[1:].encode())
+            sock.listen(1)
+            os.write(ready_w, b"1")
+            conn, _ = sock.accept()
+            conn.settimeout(5)
+            try:
+                os.write(got_w, conn.recv(65536) or b"-")
+            except OSError:
+                os.write(got_w, b"-")
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.close(got_w)
+    try:
+        assert os.read(ready_r, 1) == b"1"
+        token = wire.derive_token(b"k" * wire.KEY_BYTES, "an-attempt")
+        with pytest.raises(NotifyServiceUnavailableError, match=f"held by uid {task_user.uid}"):
+            wire.send_to_service(Capability(address, "an-attempt", token), "t", "b", [])
+        received = os.read(got_r, 65536)
+    finally:
+        os.waitpid(pid, 0)
+    assert token.encode() not in received and received == b"-"

@@ -30,6 +30,9 @@ CLI_LOCAL_IMPORTS = {
     "edge_runtime.cli.check": "checks the Local database file itself (integrity, schema, retention plan)",
     "edge_runtime.cli.migrate": "migrates and scrubs the Local database file itself",
     "edge_runtime.cli.panel": "sets the panel password in the Local database file itself",
+    "edge_runtime.cli.notify": "a task's `notify send` hands its message to the Local service over its socket "
+                               "(the capability in its environment), opening no store",
+    "edge_runtime.cli.notify_handoff": "the Local service's end of a task's message: its socket and token check",
     "edge_runtime.cli.submit_handoff": "hands a submit to the Local service over its socket beside the "
                                        "database file (the client end runs before any store is opened)",
 }

@@ -85,6 +85,9 @@ class TaskSettings(NamedTuple):
     grace_ms: int = 10_000
     #: The user a Run that names none runs as (the ``task_user`` setting); None: the service's own.
     task_user: str | None = None
+    #: The variables the service itself gives an Attempt by its id (the capability of a task's
+    #: own message, ``EDGE_RUNTIME_NOTIFY``); set last, over everything else. None: none.
+    attempt_env: Callable[[str], Mapping[str, str]] | None = None
 
 
 class StartPass:
@@ -197,6 +200,8 @@ class StartPass:
         task = self._task
         env = compose_environment(self._base_env, pass_env=task.pass_env, shared=shared,
                                   own=None if run.env is _UNSET else run.env, run_id=run.id, attempt_id=attempt_id)
+        if task.attempt_env is not None:
+            env.update(task.attempt_env(attempt_id))
         cwd = task.work_dir if run.cwd is _UNSET else run.cwd
         try:  # before anything reads them as paths: a NUL byte would raise there, not say why
             refuse_unspawnable(argv, env, cwd)

@@ -56,6 +56,7 @@ class AttemptSupervisor:
         grace_ms: int = 10_000,
         log_dir_fd: int | None = None,
         task_user: str | None = None,
+        attempt_env: Callable[[str], Mapping[str, str]] | None = None,
     ) -> None:
         del slots  # capacity is the lease authority's (``WorkerSession.free_slots``), not counted here
         self._controller = controller
@@ -71,7 +72,7 @@ class AttemptSupervisor:
         self._renewals = Renewals(tools, identities=self._identities, fences=self._fences)
         task = TaskSettings(boot_id=boot_id, env=env, pass_env=tuple(pass_env), shared_env=shared_env,
                             work_dir=work_dir, scripts_dir=scripts_dir, log_max_bytes=log_max_bytes, log_linger_ms=log_linger_ms,
-                            grace_ms=grace_ms, task_user=task_user)
+                            grace_ms=grace_ms, task_user=task_user, attempt_env=attempt_env)
         self._start = StartPass(tools, logs=self._logs, settlements=self._settlements, identities=self._identities,
                                 exits=self._exits, task=task)
 
