@@ -19,11 +19,9 @@ import msgspec
 
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_json, printable
 from edge_runtime.cli.pull_command import pull_command
+from edge_runtime.operations import DEFAULT_PULL_TIMEOUT
 
 _ID_HELP = "the subscription id, or a unique prefix or suffix of it (12 characters at most)"
-#: A pull's timeout when ``--timeout`` is not given: a shallow clone of a scripts repository over a
-#: router's link takes seconds to a few minutes.
-DEFAULT_PULL_TIMEOUT = "10m"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -104,18 +102,9 @@ def run(args: argparse.Namespace) -> int:
 
 def resolve_subscription_id(store: Any, form: str) -> str:
     """The full id of the subscription ``form`` names (a unique prefix or suffix is enough)."""
-    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH
-    from edge_runtime.contract.subscriptions import AmbiguousSubscriptionIdError, SubscriptionNotFoundError
+    from edge_runtime import operations
 
-    if not form or len(form) > MAX_SHORT_ID_LENGTH:
-        return form
-    found = store.subscriptions.find_subscription_ids(form, 6)
-    if not found:
-        raise SubscriptionNotFoundError(f"no subscription with id {form!r} (nor one whose id begins or ends with it)")
-    if len(found) > 1:
-        raise AmbiguousSubscriptionIdError(f"{form!r} names several subscriptions: {', '.join(found[:5])}; give more "
-                                           f"characters")
-    return found[0]
+    return operations.resolve_subscription_id(store, form)
 
 
 # ----------------------------------------------------------------------------------- add
@@ -207,31 +196,11 @@ def _wake(store: Any) -> None:
 # ----------------------------------------------------------------------------------- list
 
 
-class SubscriptionView(msgspec.Struct, rename="camel", kw_only=True):
-    """A subscription as ``list --json`` shows it: the record, its pull schedule (unset once
-    removed by hand) and how many scripts it knows and schedules it made."""
-
-    subscription: Any
-    pull_schedule: Any = msgspec.UNSET
-    scripts: int
-    schedules: int
-
-
 def _list(args: argparse.Namespace) -> int:
-    from edge_runtime.contract.schedules import ScheduleNotFoundError
+    from edge_runtime import operations
 
     with args.stores.open(args, READ) as store:
-        views = []
-        for record in store.subscriptions.list():
-            scripts = store.subscriptions.scripts(record.id)
-            schedule = msgspec.UNSET
-            if record.schedule_id is not msgspec.UNSET:
-                try:
-                    schedule = store.schedules.get(record.schedule_id)
-                except ScheduleNotFoundError:
-                    pass
-            views.append(SubscriptionView(subscription=record, pull_schedule=schedule, scripts=len(scripts),
-                                          schedules=sum(s.schedule_id is not msgspec.UNSET for s in scripts)))
+        views = operations.subscription_views(store)
     if args.json:
         print_json(views)
         return 0
@@ -260,33 +229,22 @@ def short_revision(revision: str) -> str:
 def _run_now(args: argparse.Namespace, store: Any, record: Any) -> int:
     from edge_runtime import operations
 
-    if record.schedule_id is msgspec.UNSET:
-        # Its pull schedule was removed by hand: the pull is submitted as a Run of its own.
-        command = operations.submit_command([*pull_command(args), record.id], name=f"pull {record.name}"[:128],
-                                            timeout=DEFAULT_PULL_TIMEOUT)
-        run_id = operations.submit(store, command, note_when_none=True).id
-    else:
-        outcome = operations.run_schedule_now(store, record.schedule_id)
-        if outcome.run_id is msgspec.UNSET:
-            sys.stdout.write(f"waiting: the pull starts once {', '.join(outcome.active_run_ids)} ended\n")
-            return 0
-        run_id = outcome.run_id
+    pulled = operations.run_subscription_now(store, record, pull_argv=lambda: pull_command(args))
+    if pulled.run_id is msgspec.UNSET:
+        sys.stdout.write(f"waiting: the pull starts once {', '.join(pulled.waiting_for)} ended\n")
+        return 0
     if args.json:
-        print_json({"subscriptionId": record.id, "runId": run_id})
+        print_json({"subscriptionId": record.id, "runId": pulled.run_id})
     else:
-        sys.stdout.write(f"{run_id}\n")
-        sys.stderr.write(f"its log: edge-runtime logs -f {run_id[-8:]}\n")
+        sys.stdout.write(f"{pulled.run_id}\n")
+        sys.stderr.write(f"its log: edge-runtime logs -f {pulled.run_id[-8:]}\n")
     return 0
 
 
 def _pause(args: argparse.Namespace, store: Any, record: Any, paused: bool) -> int:
-    from edge_runtime.contract.subscriptions import SubscriptionError
+    from edge_runtime import operations
 
-    if record.schedule_id is msgspec.UNSET:
-        raise SubscriptionError(f"subscription {record.id} has no pull schedule (it was removed by hand): nothing to "
-                                f"{'pause' if paused else 'resume'}; pull it with subscription run")
-    schedule = store.schedules.set_paused(record.schedule_id, paused)
-    _wake(store)
+    schedule = operations.pause_subscription(store, record, paused)
     if args.json:
         print_json({"subscription": record, "pullSchedule": schedule})
     else:

@@ -19,6 +19,12 @@ def test_the_table_is_exactly_the_documented_api() -> None:
         ("POST", "/api/runs/{id}/cancel"), ("GET", "/api/schedules"), ("POST", "/api/schedules"),
         ("POST", "/api/schedules/{id}/pause"), ("POST", "/api/schedules/{id}/resume"),
         ("POST", "/api/schedules/{id}/run"), ("DELETE", "/api/schedules/{id}"), ("GET", "/api/health"),
+        ("POST", "/api/schedules/{id}/edit"), ("GET", "/api/crons"), ("GET", "/api/envs"), ("POST", "/api/envs"),
+        ("POST", "/api/envs/{id}/edit"), ("POST", "/api/envs/{id}/enable"), ("POST", "/api/envs/{id}/disable"),
+        ("POST", "/api/envs/{id}/move"), ("DELETE", "/api/envs/{id}"), ("GET", "/api/subscriptions"),
+        ("POST", "/api/subscriptions/{id}/run"), ("POST", "/api/subscriptions/{id}/pause"),
+        ("POST", "/api/subscriptions/{id}/resume"), ("DELETE", "/api/subscriptions/{id}"), ("GET", "/api/apps"),
+        ("POST", "/api/apps"), ("POST", "/api/apps/remove"), ("GET", "/api/check"),
     }
     assert {(r.method, r.handler) for r in ROUTES if r.public} == {
         (b"GET", "page"), (b"GET", "static"), (b"POST", "login")}
