@@ -50,6 +50,7 @@ ROUTES: tuple[Route, ...] = (
     _route("GET", "/", "page", public=True),
     _route("GET", "/panel.css", "static", public=True),
     _route("GET", "/panel.js", "static", public=True),
+    _route("GET", "/text.js", "static", public=True),
     _route("GET", "/favicon.svg", "static", public=True),
     _route("POST", "/api/login", "login", public=True, checks_secret=True),
     _route("POST", "/api/logout", "logout"),

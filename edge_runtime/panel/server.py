@@ -75,6 +75,7 @@ STATIC_FILES = {
     b"/": ("index.html", b"text/html; charset=utf-8"),
     b"/panel.css": ("panel.css", b"text/css; charset=utf-8"),
     b"/panel.js": ("panel.js", b"text/javascript; charset=utf-8"),
+    b"/text.js": ("text.js", b"text/javascript; charset=utf-8"),
     b"/favicon.svg": ("favicon.svg", b"image/svg+xml"),
 }
 

@@ -14,7 +14,7 @@ DEVICE = frozenset({"router", "router.lan"})
 def test_the_table_is_exactly_the_documented_api() -> None:
     table = {(r.method.decode(), "/" + "/".join(s.decode() for s in r.segments)) for r in ROUTES}
     assert table == {
-        ("GET", "/"), ("GET", "/panel.css"), ("GET", "/panel.js"), ("GET", "/favicon.svg"), ("POST", "/api/login"), ("POST", "/api/logout"),
+        ("GET", "/"), ("GET", "/panel.css"), ("GET", "/panel.js"), ("GET", "/text.js"), ("GET", "/favicon.svg"), ("POST", "/api/login"), ("POST", "/api/logout"),
         ("GET", "/api/runs"), ("POST", "/api/runs"), ("GET", "/api/runs/{id}"), ("GET", "/api/runs/{id}/log"),
         ("POST", "/api/runs/{id}/cancel"), ("GET", "/api/schedules"), ("POST", "/api/schedules"),
         ("POST", "/api/schedules/{id}/pause"), ("POST", "/api/schedules/{id}/resume"),
