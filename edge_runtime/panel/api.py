@@ -71,6 +71,7 @@ class ScheduleEditBody(_Body):
     schedule's own as a whole (empty: none)."""
 
     cron: str | None = None
+    tz: str | None = None
     command: list[str] | None = None
     name: str | None = None
     timeout: str | None = None
@@ -262,8 +263,8 @@ class Api:
         from edge_runtime.contract.schedules import EditScheduleCommand, InvalidScheduleCommandError, Overlap
 
         request = decode(body, ScheduleEditBody)
-        fields: dict[str, Any] = {"expression": request.cron, "argv": request.command, "name": request.name,
-                                  "labels": request.labels}
+        fields: dict[str, Any] = {"expression": request.cron, "time_zone": request.tz, "argv": request.command,
+                                  "name": request.name, "labels": request.labels}
         if request.timeout is not None:
             fields["timeout_ms"] = parse_duration_ms(request.timeout)
         if request.overlap is not None:

@@ -74,6 +74,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     # The cron's next fire in its own zone, named: 07:30 in Shanghai, whatever the browser's zone.
     assert "07:30" in seen["cronCard"] and "(Asia/Shanghai)" in seen["cronCard"]
     assert seen["editFormZone"] == "Asia/Shanghai"
+    assert "07:30" in seen["editedCard"] and "(Europe/Berlin)" in seen["editedCard"]
     assert seen["detailInView"] is True
     log = seen["followedLog"]
     assert log.index("first-attempt-fails") < log.index(text["retryMark"].replace("{n}", "2")) < \
@@ -90,7 +91,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
         assert sorted(r.status.value for r in runs) == ["cancelled"] + ["succeeded"] * 4
         [schedule] = LocalScheduleRepository(db).list()
         assert (schedule.name, schedule.time_zone, schedule.retries, schedule.paused) == \
-            ("nightly-edited", "Asia/Shanghai", 1, True)
+            ("nightly-edited", "Europe/Berlin", 1, True)
         assert db.connection.execute("SELECT count(*) FROM panel_sessions").fetchone()[0] == 0  # logged out
     tag = f"{language}-{size}"
     for name in seen["screens"]:

@@ -50,6 +50,14 @@ def test_a_cron_is_shown_in_its_zone_edited_and_its_runs_listed(panel) -> None:
     assert edited == shown and shown["expression"] == "*/5 * * * *" and shown["name"] == "renamed"
     assert (shown["timeoutMs"], shown["overlap"], shown["env"], shown["retries"], shown["retryDelayMs"],
             shown["labels"]) == (60000, "queue", {"A": "1"}, 2, 1000, ["x", "y"])
+    code, moved = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"tz": "Europe/Berlin"})
+    assert code == 200 and moved["timeZone"] == "Europe/Berlin" and moved["expression"] == "*/5 * * * *"
+    cron = _api(port, token, "GET", "/api/crons")[1][0]
+    assert cron["zone"] == "Europe/Berlin" and cron["nextOffsetS"] in (3600, 7200)
+    harness.cli("schedule", "edit", added["id"], "--tz", "Asia/Shanghai")  # the CLI's own way
+    assert decode_json(harness.cli("schedule", "show", added["id"], "--json").stdout)["timeZone"] == "Asia/Shanghai"
+    code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"tz": "Nowhere/Atall"})
+    assert code == 400 and refused["error"]["code"] == "INVALID_TIME_ZONE", refused
     code, cleared = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"env": {}, "labels": []})
     assert code == 200 and "env" not in cleared and cleared["labels"] == []
     code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"cron": "61 * * * *"})

@@ -434,8 +434,6 @@
   function newCron() {
     editing = null;
     fillCronForm({ overlap: "skip" });
-    $("cf-tz").disabled = false;
-    $("cf-tz-note").hidden = true;
     openForm("cron-form", "newCron");
   }
 
@@ -446,8 +444,6 @@
     fillCronForm({ cron: s.expression, tz: view.zone, command: commandText(s.command), name: s.name || "",
       timeout: s.timeoutMs ? s.timeoutMs / 1000 + "s" : "", overlap: s.overlap, retries: s.retries === undefined ? "" : String(s.retries),
       delay: s.retryDelayMs ? s.retryDelayMs / 1000 + "s" : "", env: env, cwd: s.cwd || "", labels: (s.labels || []).join(" ") });
-    $("cf-tz").disabled = true;  // the zone is kept as added
-    $("cf-tz-note").hidden = false;
     openForm("cron-form", "editCron");
   }
 
@@ -458,6 +454,7 @@
     var changed = function (f) { return editing === null || value(f) !== String(cronInitial[f] || "").trim(); };
     var body = {};
     if (changed("cron")) { body.cron = value("cron"); }
+    if (changed("tz") && value("tz")) { body.tz = value("tz"); }
     if (changed("command")) { body.command = ["sh", "-c", $("cf-command").value]; }
     if (changed("name") && value("name")) { body.name = value("name"); }
     if (changed("timeout") && value("timeout")) { body.timeout = value("timeout"); }
@@ -476,7 +473,6 @@
       });
     }
     if (editing === null) {
-      if (value("tz")) { body.tz = value("tz"); }
       if (body.env && !Object.keys(body.env).length) { delete body.env; }
       if (body.labels && !body.labels.length) { delete body.labels; }
     }

@@ -38,7 +38,6 @@ var PANEL_TEXT = {
   "f.env": ["变量（每行一个 名称=值）", "Variables (one NAME=value a line)"],
   "f.cwd": ["工作目录", "Working directory"],
   "f.labels": ["标签（空格分隔）", "Labels (space-separated)"],
-  "zoneFixed": ["时区在创建后不能修改。", "The zone cannot change once the cron is added."],
   "save": ["保存", "Save"],
   "cancelForm": ["取消", "Cancel"],
   "next": ["下次", "Next"],
