@@ -11,6 +11,7 @@ first: the store's secrets masked in every string, whichever handler made it.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +187,10 @@ def _options(body: RunBody | ScheduleBody | ScheduleEditBody) -> dict[str, Any]:
 class Api:
     """The handlers over one open Local store (the panel thread's own connection)."""
 
-    def __init__(self, store: Any, *, db_path: str, log_dir: Path, config: Any) -> None:
+    def __init__(self, store: Any, *, db_path: str, log_dir: Path, config: Any,
+                 subscription_add: Callable[[Any, bytes], Any] | None = None) -> None:
         self.store, self.db_path, self.log_dir, self.config = store, db_path, log_dir, config
+        self._subscription_add = subscription_add
 
     def answer(self, handler: str, item_id: str | None, query: dict[str, str], body: bytes) -> tuple[int, Any]:
         """The handler's ``(status, value)``, ``value`` as builtins with the secrets masked in
@@ -336,6 +339,13 @@ class Api:
 
     def list_subscriptions(self, _id: str | None, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
         return 200, operations.subscription_views(self.store)
+
+    def add_subscription(self, _id: str | None, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        from edge_runtime.contract.subscriptions import SubscriptionError
+
+        if self._subscription_add is None:
+            raise SubscriptionError("adding a subscription is not offered by this panel; use edge-runtime subscription add")
+        return 201, self._subscription_add(self.store, body)
 
     def _subscription(self, form: str) -> Any:
         return operations.subscriptions(self.store).get(operations.resolve_subscription_id(self.store, form))

@@ -75,6 +75,7 @@ ROUTES: tuple[Route, ...] = (
     _route("POST", "/api/envs/{id}/move", "move_env"),
     _route("DELETE", "/api/envs/{id}", "remove_env"),
     _route("GET", "/api/subscriptions", "list_subscriptions"),
+    _route("POST", "/api/subscriptions", "add_subscription"),
     _route("POST", "/api/subscriptions/{id}/run", "run_subscription"),
     _route("POST", "/api/subscriptions/{id}/pause", "pause_subscription"),
     _route("POST", "/api/subscriptions/{id}/resume", "resume_subscription"),

@@ -1,12 +1,12 @@
 // The web panel in a real browser: Debian's chromium, headless, driven by playwright-core (which
 // never downloads a browser). Run by tests/e2e/test_panel_browser_e2e.py against a running serve:
 //
-//   node panel_flow.mjs URL PASSWORD OUTPUT_DIR LANGUAGE WIDTHxHEIGHT MARK_FILE
+//   node panel_flow.mjs URL PASSWORD OUTPUT_DIR LANGUAGE WIDTHxHEIGHT MARK_FILE REPOSITORY_URL
 //
 // What a user does on a phone or a desktop: log in (once with a wrong password), add an env
 // entry and a secret, add a cron in a zone, edit it (another zone, a command that fails once, then retries),
 // run it and follow its log through the retry, run a command and stop it, disable the cron, see
-// its Runs, create an OpenAPI app, run the device's checks, switch the language and log out.
+// its Runs, add a subscription and pull it, create an OpenAPI app, run the device's checks, switch the language and log out.
 // Controls are found by id and data-act, never by their text (which follows the language).
 // At every screen: a screenshot, whether the page scrolls sideways, the controls under 44 px
 // and, in Chinese, the English words shown outside data (translate="no"). One JSON line on
@@ -15,7 +15,7 @@ import { chromium } from "playwright-core";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 
-const [url, password, outDir, language, size, markFile] = process.argv.slice(2);
+const [url, password, outDir, language, size, markFile, repositoryUrl] = process.argv.slice(2);
 const [width, height] = size.split("x").map(Number);
 const executablePath = process.env.CHROMIUM || "/usr/bin/chromium";
 mkdirSync(outDir, { recursive: true });
@@ -197,6 +197,21 @@ try {
   // Subscriptions (none), an app whose secret is shown once, the device's checks.
   await tab("subs");
   await page.locator("#sub-list li.empty").waitFor();
+  await page.locator("#sub-new").click();
+  await page.locator("#sf-url").fill(repositoryUrl);
+  await page.locator("#sf-name").fill("scripts");
+  await page.locator("#sf-schedule").fill("0 4 * * *");
+  await page.locator("#sf-save").click();
+  const sub = page.locator("#sub-list li[data-sub]");
+  await sub.waitFor();
+  await sub.locator("[data-act=pull]").click();
+  await page.locator("#detail-status.s-succeeded").waitFor();
+  await page.locator("#log", { hasText: "jd_a.js" }).waitFor();
+  seen.pullLog = await page.locator("#log").textContent();
+  await tab("subs");
+  await sub.locator("[data-act=pause]").click();
+  await sub.locator("[data-act=resume]").waitFor();
+  seen.subCard = await sub.innerText();
   await screen("9-subscriptions");
   await tab("apps");
   await page.locator("#af-name").fill("phone-app");

@@ -1,7 +1,8 @@
 """The web panel in a real browser (Debian's chromium, headless, driven by playwright-core from
 tests/browser/), at a phone's size (390x844) and a desktop's (1280x900), in Chinese and English:
 log in, add an env entry and a secret, add a cron in a zone, edit it, run it and follow its log
-through a retry, stop a Run, disable the cron, see its Runs, create an OpenAPI app, run the
+through a retry, stop a Run, disable the cron, see its Runs, add a subscription and pull it,
+pause it, create an OpenAPI app, run the
 device's checks, switch the language, log out. At every screen the page never scrolls sideways,
 every control is at least 44 px tall, and a Chinese screen shows no English word outside the
 device's own data (commands, names, logs, codes: marked translate="no").
@@ -24,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from tests.panel.test_panel_text import ALLOWED_IN_CHINESE, catalogue
+from tests.support.git_sources import Repo
 from tests.support.panel_client import PASSWORD, start_panel
 
 from edge_runtime.local.database import open_database
@@ -38,6 +40,7 @@ SECRET = "s3cret-cookie-value-from-the-browser"
 
 _missing = [what for what, ok in (
     (f"chromium ({CHROMIUM}; `make test-browser` installs Debian's)", os.access(CHROMIUM, os.X_OK)),
+    ("git (the subscription's repository)", shutil.which("git") is not None),
     ("node", shutil.which("node") is not None),
     ("playwright-core (tests/browser/node_modules; `make test-browser` runs npm ci)",
      (BROWSER_DIR / "node_modules" / "playwright-core").is_dir()),
@@ -50,9 +53,11 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(_missing), reason="browse
 def test_the_panel_in_a_browser(harness, language, size) -> None:
     _service, port = start_panel(harness)
     mark = harness.tmp / "first-attempt-done"
+    repo = Repo(harness.tmp / "src")
+    repo.commit({"jd_a.js": "// cron: 15 8 * * *\n"})
     done = subprocess.run(
         ["node", str(BROWSER_DIR / "panel_flow.mjs"), f"http://127.0.0.1:{port}/", PASSWORD, str(OUTPUT), language,
-         size, str(mark)],
+         size, str(mark), repo.url],
         capture_output=True, text=True, timeout=300, cwd=BROWSER_DIR, env={**os.environ, "CHROMIUM": CHROMIUM},
     )
     assert done.returncode == 0, done.stderr[-4000:]
@@ -81,6 +86,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
         log.index("second-attempt-ok")
     assert seen["attempts"] == 2 and seen["firstAttemptLog"].strip() == "first-attempt-fails"
     assert seen["stopped"] and seen["cronRuns"] == 1 and text["cs.disabled"] in seen["disabledCard"]
+    assert "jd_a.js" in seen["pullLog"] and text["cs.disabled"] in seen["subCard"] and "0 4 * * *" in seen["subCard"]
     assert seen["appSecretLength"] == 24 and seen["checkSummary"] == text["ready"]
     other = "en" if language == "zh-CN" else "zh-CN"
     assert seen["switched"] == [language, other, other] and seen["switchedHeading"] == catalogue(other)["title"]
@@ -88,8 +94,8 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
 
     with open_database(harness.db_path, create=False) as db:
         runs = LocalRunRepository(db).list_runs(limit=20)
-        assert sorted(r.status.value for r in runs) == ["cancelled"] + ["succeeded"] * 4
-        [schedule] = LocalScheduleRepository(db).list()
+        assert sorted(r.status.value for r in runs) == ["cancelled"] + ["succeeded"] * 5  # the pull is a Run
+        schedule = next(s for s in LocalScheduleRepository(db).list() if s.name == "nightly-edited")
         assert (schedule.name, schedule.time_zone, schedule.retries, schedule.paused) == \
             ("nightly-edited", "Europe/Berlin", 1, True)
         assert db.connection.execute("SELECT count(*) FROM panel_sessions").fetchone()[0] == 0  # logged out

@@ -128,7 +128,15 @@ def test_subscriptions_listed_run_paused_resumed_removed(panel) -> None:
     harness, port, token = panel
     repo = Repo(harness.tmp / "src")
     repo.commit({"jd_a.js": "// cron: 15 8 * * *\n"})
-    subscription_id = harness.cli("subscription", "add", repo.url, "--folder", "faker").stdout.strip()
+    code, refused = _api(port, token, "POST", "/api/subscriptions", {"url": "ftp://example.com/x"})
+    assert code == 400 and refused["error"]["code"] == "INVALID_SUBSCRIPTION", refused
+    code, added = _api(port, token, "POST", "/api/subscriptions", {"url": repo.url, "folder": "faker",
+                                                                    "schedule": "0 4 * * *"})
+    assert code == 201 and added["pullSchedule"]["expression"] == "0 4 * * *", added
+    subscription_id = added["subscription"]["id"]
+    # Its pulls are this program's own subscription pull, on this database: as the CLI's add makes them.
+    assert added["pullSchedule"]["command"][-5:] == ["--db", str(harness.db_path), "subscription", "pull",
+                                                     subscription_id]
     code, listed = _api(port, token, "GET", "/api/subscriptions")
     assert code == 200 and listed == decode_json(harness.cli("subscription", "list", "--json").stdout)
     assert listed[0]["subscription"]["id"] == subscription_id and listed[0]["pullSchedule"]["paused"] is False

@@ -13,6 +13,7 @@
   var ERROR_FAMILIES = ["NOT_FOUND", "AMBIGUOUS", "INVALID", "FAILED", "REFUSED", "CONFLICT"];
   var RUN_STATUSES = ["queued", "running", "retry_wait", "succeeded", "failed", "cancelled", "lost"];
   var ACTIVE = { created: 1, queued: 1, dispatching: 1, running: 1, waiting_approval: 1, retry_wait: 1 };
+  var ACTIVE_ATTEMPT = { claimed: 1, starting: 1, running: 1 };
   var PAGE_SIZE = 20;
   var RUNS_PAGE = 50;
   var REFRESH_MS = 3000;
@@ -38,7 +39,7 @@
   var checkReport = null;
   var editing = null;    // the cron or env entry the open form edits (null: a new one)
   var cronInitial = {};  // what the cron form held when opened: only changed fields are sent
-  var detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, offset: 0, timer: null };
+  var detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
 
   // ------------------------------------------------------------------ language
 
@@ -542,13 +543,14 @@
   // The detail of a Run, at the top of the Runs page, scrolled to: where the eye is after a tap.
   function openRun(runId) {
     stopDetail();
-    detail = { id: runId, run: null, follow: true, attempt: null, logAttempt: null, offset: 0, timer: null };
+    detail = { id: runId, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
     $("follow").checked = true;
     $("log").textContent = "";
     $("log-title").textContent = t("log");
     $("attempts").textContent = "";
     $("detail-id").textContent = runId.slice(-8);
     $("detail-status").textContent = "";
+    $("detail-status").className = "status";
     $("detail-command").textContent = "";
     showError("detail-error", null);
     $("run-detail").hidden = false;
@@ -590,6 +592,15 @@
     $("log").setAttribute("data-empty", t("noLog"));
   }
 
+  // The Attempt whose log to read now. Following: the latest when the tail starts; then each
+  // Attempt's log is read to its end before the next one's goes on below it (a retry that came
+  // between two reads still shows the log of the Attempt before it).
+  function attemptToRead(latest) {
+    if (!detail.follow) { return detail.attempt; }
+    if (detail.logAttempt === null) { return latest; }
+    return detail.logDone && detail.logAttempt < latest ? detail.logAttempt + 1 : detail.logAttempt;
+  }
+
   function pollDetail() {
     stopDetail();
     var runId = detail.id;
@@ -599,36 +610,44 @@
       detail.run = run;
       if (!ACTIVE[run.status]) { runInfo[run.id] = run; }
       var latest = run.attempts.length ? run.attempts[run.attempts.length - 1].attempt : null;
-      var wanted = detail.follow ? latest : detail.attempt;
+      var wanted = attemptToRead(latest);
       // Until it runs, asked again soon: the figure a user waits on is "Run" tapped to running.
       var starting = ACTIVE[run.status] && run.status !== "running" && run.status !== "retry_wait";
-      var soon = { done: !ACTIVE[run.status], soon: starting };
-      if (wanted === null) { drawDetail(run); return soon; }
+      var after = function (attemptDone) {
+        var behind = detail.follow && wanted < latest;  // a newer Attempt's log is waiting
+        var finished = detail.follow ? !ACTIVE[run.status] && !behind : true;
+        return { done: attemptDone && finished, soon: starting || (attemptDone && behind) };
+      };
+      if (wanted === null) { drawDetail(run); return { done: !ACTIVE[run.status], soon: starting }; }
       var log = $("log");
       if (wanted !== detail.logAttempt) {
         // Following, the next Attempt's log goes on below the last one's, under its own mark.
-        if (detail.follow && detail.logAttempt !== null && log.textContent) {
+        if (detail.follow && detail.logAttempt !== null) {
           log.textContent += "\n" + t("retryMark", { n: num(wanted) }) + "\n";
         } else {
           log.textContent = "";
         }
         detail.logAttempt = wanted;
+        detail.logDone = false;
         detail.offset = 0;
       }
       drawDetail(run);
       return api("GET", "/api/runs/" + runId + "/log?attempt=" + wanted + "&offset=" + detail.offset).then(function (chunk) {
-        if (runId !== detail.id || wanted !== detail.logAttempt) { return soon; }
+        if (runId !== detail.id || wanted !== detail.logAttempt) { return { done: false, soon: true }; }
         if (chunk.text) {
           var atEnd = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
           log.textContent += chunk.text;
           if (atEnd) { log.scrollTop = log.scrollHeight; }
         }
         detail.offset = chunk.nextOffset;
-        var moreAttempts = detail.follow && ACTIVE[run.status];
-        return { done: chunk.done && !moreAttempts, soon: starting };
+        detail.logDone = chunk.done;
+        return after(chunk.done);
       }, function (error) {
+        // An Attempt that ended before its command started has no log: it is done all the same.
         if (error.code !== "COMMAND_NOT_STARTED") { showError("detail-error", error); }
-        return soon;
+        var ended = run.attempts.some(function (a) { return a.attempt === wanted && !(a.status in ACTIVE_ATTEMPT); });
+        detail.logDone = ended;
+        return after(ended);
       });
     }).then(function (state) {
       if (state && !state.done && runId === detail.id) {
@@ -837,12 +856,13 @@
     $("follow").addEventListener("change", function () {
       detail.follow = $("follow").checked;
       detail.attempt = null;
+      detail.logAttempt = null;  // following again: from the latest Attempt
       pollDetail();
     });
     $("detail-cancel").addEventListener("click", function () { cancelRun(detail.id, "detail-error"); });
     $("detail-close").addEventListener("click", function () {
       stopDetail();
-      detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, offset: 0, timer: null };
+      detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
       $("run-detail").hidden = true;
       shown["run-list"] = null;
       drawRuns();
@@ -854,6 +874,20 @@
       if ($("ef-value").value || editing === null) { body.value = $("ef-value").value; }
       var sent = editing === null ? api("POST", "/api/envs", body) : api("POST", "/api/envs/" + editing + "/edit", body);
       return sent.then(function () { $("env-form").hidden = true; $("ef-value").value = ""; editing = null; });
+    });
+
+    $("sub-new").addEventListener("click", function () { openForm("sub-form"); });
+    onSubmit("sub-form", "sub-form-error", function () {
+      var body = { url: $("sf-url").value.trim(), name: optional("sf-name"), branch: optional("sf-branch"),
+        schedule: optional("sf-schedule"), whitelist: optional("sf-whitelist"), autoAdd: $("sf-auto-add").checked,
+        autoRemove: $("sf-auto-remove").checked };
+      return api("POST", "/api/subscriptions", body).then(function (added) {
+        $("sub-form").hidden = true;
+        $("sf-url").value = "";
+        // What the device notes of it (an unencrypted URL, a folder there already), as it says it.
+        $("sub-notes").textContent = "";
+        added.notes.forEach(function (note) { $("sub-notes").appendChild(raw("code", note)); });
+      });
     });
 
     onSubmit("app-form", "app-form-error", function () {
