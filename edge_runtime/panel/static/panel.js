@@ -588,7 +588,8 @@
       if (a.attempt === detail.logAttempt) { view.setAttribute("aria-pressed", "true"); }
       row.appendChild(view);
     });
-    if (detail.logAttempt) { $("log-title").textContent = t("logOf", { n: num(detail.logAttempt) }); }
+    // Following, the log holds every Attempt read since the tail began, each under its mark.
+    $("log-title").textContent = detail.follow || !detail.logAttempt ? t("log") : t("logOf", { n: num(detail.logAttempt) });
     $("log").setAttribute("data-empty", t("noLog"));
   }
 

@@ -119,6 +119,7 @@ var PANEL_TEXT = {
   "sc.crons": ["定时任务", "crons"],
   "sc.envs": ["环境变量", "envs"],
   "sc.logs": ["日志", "logs"],
+  "sc.subscriptions": ["订阅", "subscriptions"],
   "sc.system": ["系统", "system"],
   "f.ttl": ["令牌有效期", "Token lifetime"],
   "ph.ttl": ["留空：30 天", "Empty: 30 days"],
