@@ -56,10 +56,12 @@ function inspect(checkEnglish) {
   return { words, small, scrollWidth: scroller.scrollWidth, innerWidth: window.innerWidth, lang: document.documentElement.lang };
 }
 
+// The browser's own language, as a user sets it (--lang; headless, Playwright's default
+// --accept-lang would otherwise win): no locale emulated, the page reads navigator.language.
 const browser = await chromium.launch({ executablePath, headless: true,
-  args: ["--no-sandbox", "--disable-gpu", `--lang=${language}`] });
+  args: ["--no-sandbox", "--disable-gpu", `--lang=${language}`, `--accept-lang=${language}`] });
 try {
-  const context = await browser.newContext({ locale: language, viewport: { width, height }, deviceScaleFactor: 1,
+  const context = await browser.newContext({ viewport: { width, height }, deviceScaleFactor: 1,
     isMobile: width < 600, hasTouch: width < 600 });
   const page = await context.newPage();
   page.setDefaultTimeout(TIMEOUT);
@@ -77,6 +79,7 @@ try {
     await page.locator(`#page-${name}`).waitFor();
   };
 
+  seen.navigatorLanguage = await page.evaluate(() => navigator.language);
   const loadStarted = Date.now();
   await page.goto(url);
   await page.locator("#password").waitFor();

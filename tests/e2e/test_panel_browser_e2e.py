@@ -63,6 +63,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["problems"] == [], seen["problems"]
+    assert seen["navigatorLanguage"] == language  # chromium's own --lang, no locale emulated
     text = catalogue(language)
     assert seen["heading"] == text["title"] and seen["wrongPasswordText"] == text["e.LOGIN_FAILED"]
     assert seen["emptyCrons"] == text["noCrons"]
