@@ -24,9 +24,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from tests.panel.test_panel_text import ALLOWED_IN_CHINESE, catalogue
 from tests.support.git_sources import Repo
 from tests.support.panel_client import PASSWORD, start_panel
+from tests.support.panel_text import ALLOWED_IN_CHINESE, catalogue
 
 from edge_runtime.local.database import open_database
 from edge_runtime.local.runs import LocalRunRepository

@@ -7,33 +7,18 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
+from tests.support.panel_text import ALLOWED_IN_CHINESE, LANGUAGES, STATIC, catalogue, entries
 
 from edge_runtime.contract.panel_apps import AppScope
 from edge_runtime.contract.runs import AttemptStatus, RunStatus
 
-STATIC = Path(__file__).resolve().parents[2] / "edge_runtime" / "panel" / "static"
 PACKAGE = STATIC.parents[1]
-LANGUAGES = ("zh-CN", "en")
-#: What a Chinese screen may show in Latin letters besides the device's own data: unit symbols.
-ALLOWED_IN_CHINESE = frozenset({"KiB", "MiB"})
 #: Keys whose Chinese text is not Chinese on purpose: the switch names the other language.
 OTHER_LANGUAGE_KEYS = frozenset({"otherLang"})
 WORD = re.compile(r"[A-Za-z][A-Za-z'-]+")
 PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-def _entries() -> dict[str, list[str]]:
-    source = (STATIC / "text.js").read_text(encoding="utf-8")
-    return json.loads(source[source.index("=", source.index("var PANEL_TEXT")) + 1:].strip().rstrip(";"))
-
-
-def catalogue(language: str) -> dict[str, str]:
-    """Every key's text in ``language`` (zh-CN or en)."""
-    index = LANGUAGES.index(language)
-    return {key: texts[index] for key, texts in _entries().items()}
 
 
 def _script() -> str:
@@ -41,9 +26,9 @@ def _script() -> str:
 
 
 def test_every_key_has_both_texts_with_the_same_placeholders() -> None:
-    entries = _entries()
-    assert len(entries) > 150
-    for key, texts in entries.items():
+    every = entries()
+    assert len(every) > 150
+    for key, texts in every.items():
         assert len(texts) == 2 and all(t.strip() for t in texts), key
         assert sorted(PLACEHOLDER.findall(texts[0])) == sorted(PLACEHOLDER.findall(texts[1])), key
 
@@ -59,7 +44,7 @@ def test_the_check_would_catch_english() -> None:
 
 
 def test_every_key_the_page_uses_is_in_the_catalogue() -> None:
-    keys = set(_entries())
+    keys = set(entries())
     page = (STATIC / "index.html").read_text(encoding="utf-8")
     used = set(re.findall(r'data-i18n(?:-ph)?="([\w.]+)"', page))
     script = _script()
@@ -87,20 +72,19 @@ def _declared_codes() -> set[str]:
 
 def _text_of_code(code: str) -> str:
     """The page's rule (panel.js, errorText): the code's own text, else its family's, else ef.OTHER."""
-    entries = catalogue("zh-CN")
+    chinese = catalogue("zh-CN")
     families = json.loads(re.search(r"ERROR_FAMILIES = (\[.*?\]);", _script()).group(1))
-    if f"e.{code}" in entries:
-        return entries[f"e.{code}"]
+    if f"e.{code}" in chinese:
+        return chinese[f"e.{code}"]
     family = next((f for f in families if f in code), "OTHER")
-    return entries[f"ef.{family}"]
+    return chinese[f"ef.{family}"]
 
 
 def test_every_error_code_has_a_text_of_its_own_or_of_its_family() -> None:
     codes = _declared_codes()
     assert {"LOGIN_FAILED", "RUN_NOT_FOUND", "CSRF_REFUSED", "INTERNAL", "ENV_ENTRY_NOT_FOUND"} <= codes
     families = json.loads(re.search(r"ERROR_FAMILIES = (\[.*?\]);", _script()).group(1))
-    entries = catalogue("zh-CN")
-    assert {f"ef.{f}" for f in [*families, "OTHER"]} <= set(entries)
+    assert {f"ef.{f}" for f in [*families, "OTHER"]} <= set(catalogue("zh-CN"))
     assert all(_text_of_code(code) for code in codes)
 
 
