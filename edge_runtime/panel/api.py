@@ -81,6 +81,8 @@ class ScheduleEditBody(_Body):
     cwd: str | None = None
     retries: int | None = None
     retryDelay: str | None = None  # noqa: N815
+    #: The device user its Runs run as (checked at once, as ``schedule edit --user`` checks it).
+    user: str | None = None
     labels: list[str] | None = None
 
 

@@ -4,7 +4,7 @@
 //   node panel_flow.mjs URL PASSWORD OUTPUT_DIR LANGUAGE WIDTHxHEIGHT MARK_FILE REPOSITORY_URL
 //
 // What a user does on a phone or a desktop: log in (once with a wrong password), add an env
-// entry and a secret, add a cron in a zone, edit it (another zone, a command that fails once, then retries),
+// entry and a secret, add a cron in a zone, edit it (another zone, its user, a command that fails once, then retries),
 // run it and follow its log through the retry, run a command and stop it, disable the cron, see
 // its Runs, add a subscription and pull it, create an OpenAPI app, run the device's checks, switch the language and log out.
 // Controls are found by id and data-act, never by their text (which follows the language).
@@ -136,6 +136,7 @@ try {
   seen.editFormZone = await page.locator("#cf-tz").inputValue();
   await page.locator("#cf-name").fill("nightly-edited");
   await page.locator("#cf-tz").fill("Europe/Berlin");
+  await page.locator("#cf-user").fill("root");
   await page.locator("#cf-command").fill(
     `if [ -e '${markFile}' ]; then echo second-attempt-ok; else touch '${markFile}'; echo first-attempt-fails; exit 3; fi`);
   await page.locator("#cf-retries").fill("1");

@@ -1,6 +1,7 @@
 """The web panel in a real browser (Debian's chromium, headless, driven by playwright-core from
 tests/browser/), at a phone's size (390x844) and a desktop's (1280x900), in Chinese and English:
-log in, add an env entry and a secret, add a cron in a zone, edit it, run it and follow its log
+log in, add an env entry and a secret, add a cron in a zone, edit it (zone, user, command,
+retries), run it and follow its log
 through a retry, stop a Run, disable the cron, see its Runs, add a subscription and pull it,
 pause it, create an OpenAPI app, run the
 device's checks, switch the language, log out. At every screen the page never scrolls sideways,
@@ -81,6 +82,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     assert "07:30" in seen["cronCard"] and "(Asia/Shanghai)" in seen["cronCard"]
     assert seen["editFormZone"] == "Asia/Shanghai"
     assert "07:30" in seen["editedCard"] and "(Europe/Berlin)" in seen["editedCard"]
+    assert f"{text['runsAs']} root" in seen["editedCard"]
     assert seen["detailInView"] is True
     log = seen["followedLog"]
     assert log.index("first-attempt-fails") < log.index(text["retryMark"].replace("{n}", "2")) < \
@@ -97,8 +99,8 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
         runs = LocalRunRepository(db).list_runs(limit=20)
         assert sorted(r.status.value for r in runs) == ["cancelled"] + ["succeeded"] * 5  # the pull is a Run
         schedule = next(s for s in LocalScheduleRepository(db).list() if s.name == "nightly-edited")
-        assert (schedule.name, schedule.time_zone, schedule.retries, schedule.paused) == \
-            ("nightly-edited", "Europe/Berlin", 1, True)
+        assert (schedule.name, schedule.time_zone, schedule.retries, schedule.task_user, schedule.paused) == \
+            ("nightly-edited", "Europe/Berlin", 1, "root", True)
         assert db.connection.execute("SELECT count(*) FROM panel_sessions").fetchone()[0] == 0  # logged out
     tag = f"{language}-{size}"
     for name in seen["screens"]:

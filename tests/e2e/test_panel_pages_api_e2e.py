@@ -62,6 +62,10 @@ def test_a_cron_is_shown_in_its_zone_edited_and_its_runs_listed(panel) -> None:
     assert decode_json(harness.cli("schedule", "show", added["id"], "--json").stdout)["timeZone"] == "Asia/Shanghai"
     code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"tz": "Nowhere/Atall"})
     assert code == 400 and refused["error"]["code"] == "INVALID_TIME_ZONE", refused
+    code, as_root = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"user": "root"})
+    assert code == 200 and as_root["taskUser"] == "root", as_root
+    code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"user": "no-such-user-here"})
+    assert code == 400 and refused["error"]["code"] == "INVALID_RUN_COMMAND", refused
     code, cleared = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"env": {}, "labels": []})
     assert code == 200 and "env" not in cleared and cleared["labels"] == []
     code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"cron": "61 * * * *"})

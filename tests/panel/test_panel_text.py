@@ -60,6 +60,14 @@ def test_every_key_the_page_uses_is_in_the_catalogue() -> None:
     assert used - keys == set()
 
 
+def test_every_check_the_device_runs_has_a_name_in_both_languages() -> None:
+    source = (PACKAGE / "local" / "health.py").read_text(encoding="utf-8")
+    names = set(re.findall(r'(?:_guarded|HealthCheck)\("([a-z_]+)"', source))
+    names |= set(re.findall(r'^    \("([a-z_]+_invariants)"', source, re.MULTILINE))
+    assert {"integrity", "migrations", "dispatch_invariants"} <= names
+    assert {f"chk.{name}" for name in names} - set(entries()) == set()
+
+
 def _declared_codes() -> set[str]:
     codes = set()
     for path in PACKAGE.rglob("*.py"):

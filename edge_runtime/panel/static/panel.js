@@ -394,6 +394,7 @@
       }
     }
     card.appendChild(lastLine);
+    if (s.taskUser) { card.appendChild(line("meta", element("b", t("runsAs")), " ", raw("span", s.taskUser))); }
     if (s.labels && s.labels.length) { card.appendChild(line("meta", raw("span", s.labels.join(" · ")))); }
     var actions = card.appendChild(element("div", null, "actions"));
     var post = function (path) {
@@ -424,7 +425,8 @@
     return card;
   }
 
-  var CRON_FIELDS = ["cron", "tz", "command", "name", "timeout", "overlap", "retries", "delay", "env", "cwd", "labels"];
+  var CRON_FIELDS = ["cron", "tz", "command", "name", "timeout", "overlap", "retries", "delay", "env", "cwd", "user",
+    "labels"];
 
   function fillCronForm(values) {
     CRON_FIELDS.forEach(function (f) { $("cf-" + f).value = values[f] === undefined ? "" : values[f]; });
@@ -444,7 +446,7 @@
     var env = s.env ? Object.keys(s.env).map(function (k) { return k + "=" + s.env[k]; }).join("\n") : "";
     fillCronForm({ cron: s.expression, tz: view.zone, command: commandText(s.command), name: s.name || "",
       timeout: s.timeoutMs ? s.timeoutMs / 1000 + "s" : "", overlap: s.overlap, retries: s.retries === undefined ? "" : String(s.retries),
-      delay: s.retryDelayMs ? s.retryDelayMs / 1000 + "s" : "", env: env, cwd: s.cwd || "", labels: (s.labels || []).join(" ") });
+      delay: s.retryDelayMs ? s.retryDelayMs / 1000 + "s" : "", env: env, cwd: s.cwd || "", user: s.taskUser || "", labels: (s.labels || []).join(" ") });
     openForm("cron-form", "editCron");
   }
 
@@ -463,6 +465,7 @@
     if ((changed("retries") || changed("delay")) && value("retries")) { body.retries = Number(value("retries")); }
     if ((changed("retries") || changed("delay")) && value("delay") && value("retries")) { body.retryDelay = value("delay"); }
     if (changed("cwd") && value("cwd")) { body.cwd = value("cwd"); }
+    if (changed("user") && value("user")) { body.user = value("user"); }
     if (changed("labels")) { body.labels = value("labels").split(/[\s,，]+/).filter(Boolean); }
     if (changed("env")) {
       body.env = {};
@@ -781,7 +784,8 @@
     $("check-summary").className = checkReport ? (checkReport.ok ? "ok" : "bad") : "";
     (checkReport ? checkReport.checks : []).forEach(function (c) {
       var row = checks.appendChild(element("li"));
-      row.appendChild(element("b", PANEL_TEXT["chk." + c.name] ? t("chk." + c.name) : c.name));
+      // A check this page has no text for (a newer device's) is named as the device names it.
+      row.appendChild(PANEL_TEXT["chk." + c.name] ? element("b", t("chk." + c.name)) : raw("b", c.name));
       row.appendChild(element("span", t(c.ok ? "ok" : "fail"), "status " + (c.ok ? "ok" : "bad")));
       row.appendChild(raw("span", c.detail, "detail"));
     });
