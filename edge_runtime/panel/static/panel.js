@@ -37,9 +37,14 @@
   var apps = [];
   var health = null;
   var checkReport = null;
-  var editing = null;    // the cron or env entry the open form edits (null: a new one)
+  var editingCron = null;  // the cron the cron form edits (null: a new one)
+  var editingEnv = null;   // the env entry the env form edits (null: a new one)
   var cronInitial = {};  // what the cron form held when opened: only changed fields are sent
-  var detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
+  var detail = noDetail(null);  // the Run whose detail is shown, and how far its log was read
+
+  function noDetail(runId) {
+    return { id: runId, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
+  }
 
   // ------------------------------------------------------------------ language
 
@@ -435,14 +440,14 @@
   }
 
   function newCron() {
-    editing = null;
+    editingCron = null;
     fillCronForm({ overlap: "skip" });
     openForm("cron-form", "newCron");
   }
 
   function editCron(view) {
     var s = view.schedule;
-    editing = s.id;
+    editingCron = s.id;
     var env = s.env ? Object.keys(s.env).map(function (k) { return k + "=" + s.env[k]; }).join("\n") : "";
     fillCronForm({ cron: s.expression, tz: view.zone, command: commandText(s.command), name: s.name || "",
       timeout: s.timeoutMs ? s.timeoutMs / 1000 + "s" : "", overlap: s.overlap, retries: s.retries === undefined ? "" : String(s.retries),
@@ -454,7 +459,7 @@
   // (a shown value may be masked, ***: sent back unchanged it would replace the real one).
   function cronBody() {
     var value = function (f) { return $("cf-" + f).value.trim(); };
-    var changed = function (f) { return editing === null || value(f) !== String(cronInitial[f] || "").trim(); };
+    var changed = function (f) { return editingCron === null || value(f) !== String(cronInitial[f] || "").trim(); };
     var body = {};
     if (changed("cron")) { body.cron = value("cron"); }
     if (changed("tz") && value("tz")) { body.tz = value("tz"); }
@@ -476,7 +481,7 @@
         body.env[row.slice(0, at).trim()] = row.slice(at + 1);
       });
     }
-    if (editing === null) {
+    if (editingCron === null) {
       if (body.env && !Object.keys(body.env).length) { delete body.env; }
       if (body.labels && !body.labels.length) { delete body.labels; }
     }
@@ -546,7 +551,7 @@
   // The detail of a Run, at the top of the Runs page, scrolled to: where the eye is after a tap.
   function openRun(runId) {
     stopDetail();
-    detail = { id: runId, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
+    detail = noDetail(runId);
     $("follow").checked = true;
     $("log").textContent = "";
     $("log-title").textContent = t("log");
@@ -693,7 +698,7 @@
   }
 
   function editEnv(entry) {
-    editing = entry ? entry.id : null;
+    editingEnv = entry ? entry.id : null;
     $("ef-name").value = entry ? entry.name : "";
     $("ef-value").value = entry && !entry.secret ? entry.value : "";
     $("ef-value").placeholder = entry && entry.secret ? t("ph.keepSecret") : "";
@@ -823,7 +828,7 @@
     });
     each("[data-tab]", function (b) { b.addEventListener("click", function () { showPage(b.getAttribute("data-tab")); }); });
     each("[data-close]", function (b) {
-      b.addEventListener("click", function () { $(b.getAttribute("data-close")).hidden = true; editing = null; });
+      b.addEventListener("click", function () { $(b.getAttribute("data-close")).hidden = true; });
     });
     window.addEventListener("hashchange", function () { if (!$("tabs").hidden) { showPage(pageOfHash()); } });
     onSubmit("login-form", "login-error", function () {
@@ -842,8 +847,9 @@
     $("cron-new").addEventListener("click", newCron);
     onSubmit("cron-form", "cron-form-error", function () {
       var body = cronBody();
-      var sent = editing === null ? api("POST", "/api/schedules", body) : api("POST", "/api/schedules/" + editing + "/edit", body);
-      return sent.then(function () { $("cron-form").hidden = true; editing = null; });
+      var sent = editingCron === null ? api("POST", "/api/schedules", body) :
+        api("POST", "/api/schedules/" + editingCron + "/edit", body);
+      return sent.then(function () { $("cron-form").hidden = true; });
     });
 
     $("run-status").addEventListener("change", function () { runStatus = $("run-status").value; runs = []; refresh(); });
@@ -867,7 +873,7 @@
     $("detail-cancel").addEventListener("click", function () { cancelRun(detail.id, "detail-error"); });
     $("detail-close").addEventListener("click", function () {
       stopDetail();
-      detail = { id: null, run: null, follow: true, attempt: null, logAttempt: null, logDone: false, offset: 0, timer: null };
+      detail = noDetail(null);
       $("run-detail").hidden = true;
       shown["run-list"] = null;
       drawRuns();
@@ -876,9 +882,9 @@
     $("env-new").addEventListener("click", function () { editEnv(null); });
     onSubmit("env-form", "env-form-error", function () {
       var body = { name: $("ef-name").value.trim(), secret: $("ef-secret").checked, remarks: $("ef-remarks").value };
-      if ($("ef-value").value || editing === null) { body.value = $("ef-value").value; }
-      var sent = editing === null ? api("POST", "/api/envs", body) : api("POST", "/api/envs/" + editing + "/edit", body);
-      return sent.then(function () { $("env-form").hidden = true; $("ef-value").value = ""; editing = null; });
+      if ($("ef-value").value || editingEnv === null) { body.value = $("ef-value").value; }
+      var sent = editingEnv === null ? api("POST", "/api/envs", body) : api("POST", "/api/envs/" + editingEnv + "/edit", body);
+      return sent.then(function () { $("env-form").hidden = true; $("ef-value").value = ""; });
     });
 
     $("sub-new").addEventListener("click", function () { openForm("sub-form"); });
