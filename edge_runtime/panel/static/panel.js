@@ -293,7 +293,8 @@
     LOADERS[current]().then(function () { showError(current + "-error", null); },
                             function (error) { showError(current + "-error", error); })
       .then(function () {
-        if (!$("tabs").hidden && !refreshTimer) { refreshTimer = setTimeout(refresh, REFRESH_MS); }
+        // A page nobody looks at (a phone in a pocket) asks nothing of the router until shown again.
+        if (!$("tabs").hidden && !refreshTimer && !document.hidden) { refreshTimer = setTimeout(refresh, REFRESH_MS); }
       });
   }
 
@@ -831,6 +832,9 @@
       b.addEventListener("click", function () { $(b.getAttribute("data-close")).hidden = true; });
     });
     window.addEventListener("hashchange", function () { if (!$("tabs").hidden) { showPage(pageOfHash()); } });
+    document.addEventListener("visibilitychange", function () {
+      if (!document.hidden && !$("tabs").hidden) { refresh(); }
+    });
     onSubmit("login-form", "login-error", function () {
       return api("POST", "/api/login", { password: $("password").value }).then(function () {
         $("password").value = "";
