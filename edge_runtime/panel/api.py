@@ -330,6 +330,12 @@ class Api:
     def disable_env(self, entry_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
         return 200, operations.env_enable(self.store, [_entry_id(entry_id)], False)[0]
 
+    def pin_env(self, entry_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, operations.env_pin(self.store, [_entry_id(entry_id)], True)[0]
+
+    def unpin_env(self, entry_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        return 200, operations.env_pin(self.store, [_entry_id(entry_id)], False)[0]
+
     def move_env(self, entry_id: str, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
         request = decode(body, MoveBody)
         return 200, operations.env_move(self.store, _entry_id(entry_id), before=request.before)

@@ -73,6 +73,8 @@ ROUTES: tuple[Route, ...] = (
     _route("POST", "/api/envs/{id}/enable", "enable_env"),
     _route("POST", "/api/envs/{id}/disable", "disable_env"),
     _route("POST", "/api/envs/{id}/move", "move_env"),
+    _route("POST", "/api/envs/{id}/pin", "pin_env"),
+    _route("POST", "/api/envs/{id}/unpin", "unpin_env"),
     _route("DELETE", "/api/envs/{id}", "remove_env"),
     _route("GET", "/api/subscriptions", "list_subscriptions"),
     _route("POST", "/api/subscriptions", "add_subscription"),

@@ -93,6 +93,9 @@ def test_env_entries_and_a_secret_that_is_never_answered(panel) -> None:
     assert code == 200 and "value" not in edited and edited["remarks"] == "x"
     assert _api(port, token, "POST", f"/api/envs/{plain['id']}/disable", {})[1]["enabled"] is False
     assert _api(port, token, "POST", f"/api/envs/{plain['id']}/enable", {})[1]["enabled"] is True
+    assert _api(port, token, "POST", f"/api/envs/{plain['id']}/pin", {})[1]["pinned"] is True
+    assert [e["id"] for e in _api(port, token, "GET", "/api/envs")[1]] == [plain["id"], secret["id"]]
+    assert _api(port, token, "POST", f"/api/envs/{plain['id']}/unpin", {})[1]["pinned"] is False
     code, moved = _api(port, token, "POST", f"/api/envs/{secret['id']}/move", {"before": plain["id"]})
     assert code == 200
     code, listed = _api(port, token, "GET", "/api/envs")

@@ -21,7 +21,7 @@ def test_the_table_is_exactly_the_documented_api() -> None:
         ("POST", "/api/schedules/{id}/run"), ("DELETE", "/api/schedules/{id}"), ("GET", "/api/health"),
         ("POST", "/api/schedules/{id}/edit"), ("GET", "/api/crons"), ("GET", "/api/envs"), ("POST", "/api/envs"),
         ("POST", "/api/envs/{id}/edit"), ("POST", "/api/envs/{id}/enable"), ("POST", "/api/envs/{id}/disable"),
-        ("POST", "/api/envs/{id}/move"), ("DELETE", "/api/envs/{id}"), ("GET", "/api/subscriptions"), ("POST", "/api/subscriptions"),
+        ("POST", "/api/envs/{id}/move"), ("POST", "/api/envs/{id}/pin"), ("POST", "/api/envs/{id}/unpin"), ("DELETE", "/api/envs/{id}"), ("GET", "/api/subscriptions"), ("POST", "/api/subscriptions"),
         ("POST", "/api/subscriptions/{id}/run"), ("POST", "/api/subscriptions/{id}/pause"),
         ("POST", "/api/subscriptions/{id}/resume"), ("DELETE", "/api/subscriptions/{id}"), ("GET", "/api/apps"),
         ("POST", "/api/apps"), ("POST", "/api/apps/remove"), ("GET", "/api/check"),

@@ -675,6 +675,7 @@
     card.setAttribute("data-env", entry.id);
     var head = card.appendChild(element("div", null, "card-head"));
     head.appendChild(raw("span", entry.name, "title"));
+    if (entry.pinned) { head.appendChild(element("span", t("pinned"), "status")); }
     head.appendChild(element("span", t(entry.enabled ? "cs.enabled" : "cs.disabled"), "status s-" + (entry.enabled ? "enabled" : "disabled")));
     card.appendChild(entry.secret ? line("meta", t("secretHidden")) : raw("p", entry.value, "command"));
     if (entry.remarks) { card.appendChild(raw("p", entry.remarks, "meta")); }
@@ -684,6 +685,7 @@
     };
     actions.appendChild(button("edit", "edit", function () { editEnv(entry); }));
     actions.appendChild(entry.enabled ? button("disable", "disable", post("disable")) : button("enable", "enable", post("enable")));
+    actions.appendChild(entry.pinned ? button("unpin", "unpin", post("unpin")) : button("pin", "pin", post("pin")));
     var at = envs.indexOf(entry);
     if (at > 0) { actions.appendChild(button("up", "up", post("move", { before: envs[at - 1].id }))); }
     if (at >= 0 && at < envs.length - 1) {
