@@ -39,7 +39,7 @@ var PANEL_TEXT = {
   "f.cwd": ["工作目录", "Working directory"],
   "f.user": ["运行用户", "Run as user"],
   "ph.user": ["留空：服务的默认用户", "Empty: the service's default"],
-  "runsAs": ["运行用户", "runs as"],
+  "runsAs": ["运行用户", "Runs as"],
   "f.labels": ["标签（空格分隔）", "Labels (space-separated)"],
   "save": ["保存", "Save"],
   "cancelForm": ["取消", "Cancel"],
