@@ -198,6 +198,40 @@ try {
   await page.locator("#run-list li[data-run]").first().waitFor();
   seen.cronRuns = await page.locator("#run-list li[data-run]").count();
 
+  // Many crons: 20 a page, a search, a status and a label filter.
+  await page.evaluate(async () => {
+    for (let i = 0; i < 22; i++) {
+      const response = await fetch("/api/schedules", { method: "POST", headers: { "X-Edge-Panel": "1",
+        "Content-Type": "application/json" }, body: JSON.stringify({ cron: `${i} 5 * * *`, command: ["true"],
+        name: `batch-${i}`, labels: ["batch"] }) });
+      if (response.status !== 201) throw new Error(await response.text());
+    }
+  });
+  await tab("crons");
+  await page.locator("#cron-pager:not([hidden])").waitFor();
+  const cards = page.locator("#cron-list li[data-cron]");
+  seen.paging = { first: await cards.count(), page: await page.locator("#cron-page").textContent() };
+  await page.locator("#cron-next").click();
+  await page.waitForFunction(() => document.querySelectorAll("#cron-list li[data-cron]").length === 3);
+  seen.paging.second = await cards.count();
+  await page.locator("#cron-search").fill("batch-17");
+  await page.waitForFunction(() => document.querySelectorAll("#cron-list li[data-cron]").length === 1);
+  seen.searched = await cards.first().locator(".title").textContent();
+  await page.locator("#cron-search").fill("");
+  await page.locator("#cron-status").selectOption("disabled");
+  await page.waitForFunction(() => document.querySelectorAll("#cron-list li[data-cron]").length === 1);
+  seen.disabledOnly = await cards.first().locator(".title").textContent();
+  await page.locator("#cron-status").selectOption("");
+  await page.locator("#cron-label").selectOption("batch");
+  await page.waitForFunction(() => document.querySelectorAll("#cron-list li[data-cron]").length === 20);
+  seen.labelPages = await page.locator("#cron-page").textContent();
+  await page.locator("#cron-search").fill("no-such-cron");
+  await page.locator("#cron-list li.empty").waitFor();
+  seen.noMatch = await page.locator("#cron-list li.empty").textContent();
+  await screen("12-crons-filtered");
+  await page.locator("#cron-search").fill("");
+  await page.locator("#cron-label").selectOption("");
+
   // Subscriptions (none), an app whose secret is shown once, the device's checks.
   await tab("subs");
   await page.locator("#sub-list li.empty").waitFor();

@@ -2,7 +2,8 @@
 tests/browser/), at a phone's size (390x844) and a desktop's (1280x900), in Chinese and English:
 log in, add an env entry and a secret, add a cron in a zone, edit it (zone, user, command,
 retries), run it and follow its log
-through a retry, stop a Run, disable the cron, see its Runs, add a subscription and pull it,
+through a retry, stop a Run, disable the cron, see its Runs, page, search and filter many crons,
+add a subscription and pull it,
 pause it, create an OpenAPI app, run the
 device's checks, switch the language, log out. At every screen the page never scrolls sideways,
 every control is at least 44 px tall, and a Chinese screen shows no English word outside the
@@ -68,7 +69,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     text = catalogue(language)
     assert seen["heading"] == text["title"] and seen["wrongPasswordText"] == text["e.LOGIN_FAILED"]
     assert seen["emptyCrons"] == text["noCrons"]
-    assert len(seen["screens"]) == 11
+    assert len(seen["screens"]) == 12
     for name, screen in seen["screens"].items():
         assert screen["lang"] == language, name
         assert screen["scrollWidth"] <= screen["innerWidth"], f"{name} scrolls sideways: {screen}"
@@ -90,6 +91,11 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     assert seen["attempts"] == 2 and seen["firstAttemptLog"].strip() == "first-attempt-fails"
     assert seen["stopped"] and seen["cronRuns"] == 1 and text["cs.disabled"] in seen["disabledCard"]
     assert "jd_a.js" in seen["pullLog"] and text["cs.disabled"] in seen["subCard"] and "0 4 * * *" in seen["subCard"]
+    # 23 crons: 20 on the first page, 3 on the second; a search, a status and a label filter.
+    pages = text["page"].replace("{n}", "1").replace("{of}", "2")
+    assert seen["paging"] == {"first": 20, "page": pages, "second": 3}
+    assert seen["searched"] == "batch-17" and seen["disabledOnly"] == "nightly-edited"
+    assert seen["labelPages"] == pages and seen["noMatch"] == text["noMatch"]
     assert seen["appSecretLength"] == 24 and seen["checkSummary"] == text["ready"]
     other = "en" if language == "zh-CN" else "zh-CN"
     assert seen["switched"] == [language, other, other] and seen["switchedHeading"] == catalogue(other)["title"]
@@ -98,7 +104,9 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     with open_database(harness.db_path, create=False) as db:
         runs = LocalRunRepository(db).list_runs(limit=20)
         assert sorted(r.status.value for r in runs) == ["cancelled"] + ["succeeded"] * 5  # the pull is a Run
-        schedule = next(s for s in LocalScheduleRepository(db).list() if s.name == "nightly-edited")
+        schedules = LocalScheduleRepository(db).list()
+        assert len(schedules) == 1 + 22 + 2  # the cron, the batch, the subscription's pull and its script
+        schedule = next(s for s in schedules if s.name == "nightly-edited")
         assert (schedule.name, schedule.time_zone, schedule.retries, schedule.task_user, schedule.paused) == \
             ("nightly-edited", "Europe/Berlin", 1, "root", True)
         assert db.connection.execute("SELECT count(*) FROM panel_sessions").fetchone()[0] == 0  # logged out

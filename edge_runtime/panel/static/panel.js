@@ -845,11 +845,19 @@
     });
     $("logout").addEventListener("click", function () { api("POST", "/api/logout", {}).then(showLogin, showLogin); });
 
+    // A filter redraws at once from what is known; the last Runs of the crons now shown are asked
+    // for once the typing pauses (not a request a keystroke).
+    var filterTimer = null;
     ["cron-search", "cron-status", "cron-label"].forEach(function (id) {
-      $(id).addEventListener("input", function () { cronPage = 0; loadCrons(); });
+      $(id).addEventListener("input", function () {
+        cronPage = 0;
+        drawCrons();
+        clearTimeout(filterTimer);
+        filterTimer = setTimeout(function () { loadCrons().catch(function (e) { showError("crons-error", e); }); }, 300);
+      });
     });
-    $("cron-prev").addEventListener("click", function () { cronPage -= 1; loadCrons(); });
-    $("cron-next").addEventListener("click", function () { cronPage += 1; loadCrons(); });
+    $("cron-prev").addEventListener("click", function () { cronPage -= 1; drawCrons(); refresh(); });
+    $("cron-next").addEventListener("click", function () { cronPage += 1; drawCrons(); refresh(); });
     $("cron-new").addEventListener("click", newCron);
     onSubmit("cron-form", "cron-form-error", function () {
       var body = cronBody();
