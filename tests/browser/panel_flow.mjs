@@ -186,6 +186,13 @@ try {
   seen.stopped = true;
   await page.locator("#run-list li.s-cancelled").waitFor();
   await screen("7-runs");
+  await page.locator("#run-status").selectOption("cancelled");
+  await page.waitForFunction(() => {
+    const cards = [...document.querySelectorAll("#run-list li[data-run]")];
+    return cards.length === 1 && cards[0].classList.contains("s-cancelled");
+  });
+  seen.runsFiltered = true;
+  await page.locator("#run-status").selectOption("");
 
   // Disable the cron; its Runs.
   await tab("crons");

@@ -89,7 +89,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     assert log.index("first-attempt-fails") < log.index(text["retryMark"].replace("{n}", "2")) < \
         log.index("second-attempt-ok")
     assert seen["attempts"] == 2 and seen["firstAttemptLog"].strip() == "first-attempt-fails"
-    assert seen["stopped"] and seen["cronRuns"] == 1 and text["cs.disabled"] in seen["disabledCard"]
+    assert seen["stopped"] and seen["runsFiltered"] and seen["cronRuns"] == 1 and text["cs.disabled"] in seen["disabledCard"]
     assert "jd_a.js" in seen["pullLog"] and text["cs.disabled"] in seen["subCard"] and "0 4 * * *" in seen["subCard"]
     # 23 crons: 20 on the first page, 3 on the second; a search, a status and a label filter.
     pages = text["page"].replace("{n}", "1").replace("{of}", "2")
