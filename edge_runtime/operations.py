@@ -628,6 +628,14 @@ def pause_subscription(store: UserStore, record: Any, paused: bool) -> Any:
     return schedule
 
 
+def remove_subscription(store: UserStore, record: Any, *, purge: bool) -> Any:
+    """Remove ``record`` and its pull schedule (with ``purge``, the schedules its pulls made too;
+    its folder is the caller's to remove) and wake the service; what was removed."""
+    removed = subscriptions(store).remove(record.id, purge=purge)
+    wake_schedules(store)
+    return removed
+
+
 class SubscriptionPull(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
     """A pull asked for now: its Run, or the Runs of its pull schedule it waits for (overlap)."""
 

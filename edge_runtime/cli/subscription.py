@@ -318,6 +318,7 @@ def _pause(args: argparse.Namespace, store: Any, record: Any, paused: bool) -> i
 
 
 def _remove(args: argparse.Namespace, store: Any, record: Any) -> int:
+    from edge_runtime import operations
     from edge_runtime.cli.import_qinglong import require_scripts_directory, scripts_directory
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
     from edge_runtime.qinglong.subscription_pull import remove_folder
@@ -328,8 +329,7 @@ def _remove(args: argparse.Namespace, store: Any, record: Any) -> int:
             require_scripts_directory(record.scripts_dir)
         except ScriptsDirectoryError as exc:  # said; the subscription and its schedules still go
             folder_problem = str(exc)
-    removed = store.subscriptions.remove(record.id, purge=args.purge)
-    _wake(store)
+    removed = operations.remove_subscription(store, record, purge=args.purge)
     if args.purge and folder_problem is None and os.path.isdir(record.scripts_dir):
         with scripts_directory(record.scripts_dir, create=False) as scripts_fd:
             remove_folder(scripts_fd, record.folder)

@@ -369,10 +369,7 @@ class Api:
 
     def remove_subscription(self, subscription_id: str, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
         # Its scripts' schedules and folder stay (the CLI's remove without --purge).
-        record = self._subscription(subscription_id)
-        removed = operations.subscriptions(self.store).remove(record.id, purge=False)
-        operations.wake_schedules(self.store)
-        return 200, removed
+        return 200, operations.remove_subscription(self.store, self._subscription(subscription_id), purge=False)
 
     # ---------------------------------------------------------------- OpenAPI apps
 
