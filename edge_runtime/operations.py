@@ -669,3 +669,52 @@ def run_subscription_now(store: UserStore, record: Any, *, actor_id: str = "cli"
 #: A pull's timeout when none is given: a shallow clone of a scripts repository over a router's
 #: link takes seconds to a few minutes.
 DEFAULT_PULL_TIMEOUT = "10m"
+
+
+# ------------------------------------------------------------------------------------ notifications
+#
+# Notification channels, rules and the outbox (docs/notifications.md) through the store's
+# ``notifications`` port, for the panel; what it answers is masked as every output is.
+
+
+def notifications(store: UserStore) -> Any:
+    """The store's channels, rules and outbox.
+
+    Raises:
+        NotifyError: the store keeps none.
+    """
+    from edge_runtime.contract.notifications import NotifyError
+
+    found = getattr(store, "notifications", None)
+    if found is None:
+        raise NotifyError("this store keeps no notification channels")
+    return found
+
+
+def notify_rules(texts: list[str]) -> list[Any]:
+    """The rules ``CHANNEL[:on=OUTCOME,...]`` texts give, checked together (``--notify``).
+
+    Raises:
+        InvalidNotifyRuleError: one does not parse, a channel is named twice, too many.
+    """
+    from edge_runtime.contract.notifications import check_rules, parse_rule
+
+    rules = [parse_rule(text) for text in texts]
+    check_rules(rules)
+    return rules
+
+
+def require_channels(store: UserStore, rules: list[Any]) -> None:
+    """Every channel ``rules`` name exists (before anything changes). Raises NotifyChannelNotFoundError."""
+    for rule in rules:
+        notifications(store).channel(rule.channel)
+
+
+def queue_test_message(store: UserStore, channel: str) -> list[Any]:
+    """A test message for ``channel`` in the outbox, sent by the service as any other (its
+    retries, its lease); the outbox rows. Raises NotifyChannelNotFoundError."""
+    repository = notifications(store)
+    repository.channel(channel)
+    records = repository.enqueue_message("edge-runtime test", f"A test message through channel {channel}.", [channel])
+    wake_service(store.wake_workers)
+    return _masked(store, records)

@@ -65,6 +65,8 @@ class ScheduleBody(RunBody, kw_only=True):
     overlap: str = "skip"
     tz: str | None = None
     labels: list[str] | None = None
+    #: Its notification rules, ``CHANNEL[:on=OUTCOME,...]`` (``schedule add --notify``).
+    notify: list[str] | None = None
 
 
 class ScheduleEditBody(_Body):
@@ -84,6 +86,8 @@ class ScheduleEditBody(_Body):
     #: The device user its Runs run as (checked at once, as ``schedule edit --user`` checks it).
     user: str | None = None
     labels: list[str] | None = None
+    #: Replaces its notification rules (``[]``: none, the default rule applies).
+    notify: list[str] | None = None
 
 
 class EnvBody(_Body):
@@ -111,6 +115,10 @@ class NameBody(_Body):
     name: str
 
 
+class ChannelBody(_Body):
+    channel: str
+
+
 class CronView(msgspec.Struct, rename="camel", kw_only=True):
     """A schedule as the panel's crons page shows it: the record, the zone its times are in (its
     own, else the device's) and that zone's UTC offset at its next and last fire, in seconds, so
@@ -120,6 +128,8 @@ class CronView(msgspec.Struct, rename="camel", kw_only=True):
     zone: str
     next_offset_s: int
     last_offset_s: int | msgspec.UnsetType = msgspec.UNSET
+    #: Its own notification rules as ``schedule add --notify`` takes them (none: the default rule).
+    notify: list[str] = msgspec.field(default_factory=list)
 
 
 class Health(msgspec.Struct, rename="camel", kw_only=True):
@@ -250,17 +260,27 @@ class Api:
                                                   overlap=request.overlap, timeout=request.timeout,
                                                   time_zone=request.tz, labels=request.labels,
                                                   options=_options(request))
-        return 201, operations.add_schedule(self.store, command, scripts_dir=self._scripts_dir)
+        rules = None if request.notify is None else operations.notify_rules(request.notify)
+        if rules:
+            operations.require_channels(self.store, rules)
+        record = operations.add_schedule(self.store, command, scripts_dir=self._scripts_dir)
+        if rules:
+            operations.notifications(self.store).set_rules(record.id, rules)
+        return 201, record
 
     def list_crons(self, _id: str | None, _query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        from edge_runtime.contract.notifications import rule_text
+
         schedules = self.store.schedules
+        rules_of = getattr(self.store, "notifications", None)
         views = []
         for record in schedules.list():
             zone = schedules.zone_of(record)
             last = None if record.last_fire_at_ms is msgspec.UNSET else record.last_fire_at_ms
             views.append(CronView(schedule=record, zone=zone.text if record.time_zone is msgspec.UNSET else record.time_zone,
                                   next_offset_s=zone.utc_offset(record.next_fire_at_ms // 1000),
-                                  last_offset_s=msgspec.UNSET if last is None else zone.utc_offset(last // 1000)))
+                                  last_offset_s=msgspec.UNSET if last is None else zone.utc_offset(last // 1000),
+                                  notify=[] if rules_of is None else [rule_text(r) for r in rules_of.rules_of(record.id)]))
         return 200, views
 
     def edit_schedule(self, schedule_id: str, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
@@ -281,9 +301,18 @@ class Api:
         options = _options(request)
         if request.env is not None and not request.env:
             options["env"] = {}  # an empty object removes the schedule's own variables
-        command = EditScheduleCommand(schedule_id=schedule_id, **{k: v for k, v in fields.items() if v is not None},
-                                      **options)
-        return 200, operations.edit_schedule(self.store, command, scripts_dir=self._scripts_dir)
+        given = {k: v for k, v in fields.items() if v is not None}
+        rules = None if request.notify is None else operations.notify_rules(request.notify)
+        # Only the rules changed (as schedule edit --notify alone): the schedule itself stays as it is.
+        command = None if rules is not None and not given and not options else \
+            EditScheduleCommand(schedule_id=schedule_id, **given, **options)
+        if rules:
+            operations.require_channels(self.store, rules)  # before anything changes
+        record = self.store.schedules.get(schedule_id) if command is None else \
+            operations.edit_schedule(self.store, command, scripts_dir=self._scripts_dir)
+        if rules is not None:
+            operations.notifications(self.store).set_rules(schedule_id, rules)
+        return 200, record
 
     def _paused(self, schedule_id: str, paused: bool) -> tuple[int, Any]:
         record = self.store.schedules.set_paused(schedule_id, paused)
@@ -397,6 +426,21 @@ class Api:
         name = decode(body, NameBody).name
         self._apps().remove(name)
         return 200, {"removed": name}
+
+    # ---------------------------------------------------------------- notifications
+
+    def notify_overview(self, _id: str | None, query: dict[str, str], _body: bytes) -> tuple[int, Any]:
+        """The channels (a secret parameter by its name only), the default rules and the latest
+        messages of the outbox."""
+        from edge_runtime.contract.notifications import rule_text
+
+        repository = operations.notifications(self.store)
+        return 200, {"channels": repository.list_channels(),
+                     "defaultRules": [rule_text(r) for r in repository.rules_of(None)],
+                     "outbox": repository.list_outbox(limit=_int(query, "limit", 20, 1, 200))}
+
+    def notify_test(self, _id: str | None, _query: dict[str, str], body: bytes) -> tuple[int, Any]:
+        return 201, operations.queue_test_message(self.store, decode(body, ChannelBody).channel)
 
     # ---------------------------------------------------------------- the device
 

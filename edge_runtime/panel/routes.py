@@ -85,6 +85,8 @@ ROUTES: tuple[Route, ...] = (
     _route("GET", "/api/apps", "list_apps"),
     _route("POST", "/api/apps", "add_app"),
     _route("POST", "/api/apps/remove", "remove_app"),
+    _route("GET", "/api/notify", "notify_overview", query=("limit",)),
+    _route("POST", "/api/notify/test", "notify_test"),
     _route("GET", "/api/health", "health"),
     _route("GET", "/api/check", "check"),
 )

@@ -1,7 +1,7 @@
 """The panel's API behind its everyday pages against a running ``serve``: a cron's view in its own
 zone, editing a schedule, a schedule's Runs, env entries (a secret's value never answered),
-subscriptions, OpenAPI apps (a secret answered once) and what ``check`` says; each the same
-operation as the CLI's."""
+subscriptions, OpenAPI apps (a secret answered once), what ``check`` says and notifications (a
+channel's test message, a cron's rules); each the same operation as the CLI's."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ import shutil
 import msgspec
 import pytest
 from tests.support.git_sources import Repo
+from tests.support.notify_receiver import Receiver
 from tests.support.panel_client import body_json, login, request, start_panel, status
-from tests.support.service_harness import decode_json
+from tests.support.service_harness import decode_json, wait_for
 
 SECRET = "a-long-secret-cookie-value-42"
 
@@ -161,3 +162,39 @@ def test_subscriptions_listed_run_paused_resumed_removed(panel) -> None:
     assert _api(port, token, "GET", "/api/subscriptions") == (200, [])
     code, missing = _api(port, token, "POST", f"/api/subscriptions/{subscription_id}/run", {})
     assert code == 404 and missing["error"]["code"] == "SUBSCRIPTION_NOT_FOUND"
+
+
+@pytest.mark.e2e
+def test_notifications_channels_a_test_message_and_a_cron_s_rules(panel) -> None:
+    harness, port, token = panel
+    with Receiver("webhook") as receiver:
+        harness.cli("notify", "channel", "add", "webhook", "--name", "hook", "--secret-param",
+                    f"url={receiver.url}/hook-{SECRET}")
+        harness.cli("notify", "default", "hook:on=failed")
+        code, overview = _api(port, token, "GET", "/api/notify")
+        assert code == 200 and [c["name"] for c in overview["channels"]] == ["hook"]
+        assert overview["defaultRules"] == ["hook:on=failed"] and overview["outbox"] == []
+        assert SECRET.encode() not in request(port, "GET", "/api/notify", cookie=token)
+        code, queued = _api(port, token, "POST", "/api/notify/test", {"channel": "hook"})
+        assert code == 201 and [q["channel"] for q in queued] == ["hook"]
+        wait_for(lambda: len(receiver.received) == 1, "the test message")
+        assert receiver.received[0].json()["title"] == "edge-runtime test"
+        wait_for(lambda: _api(port, token, "GET", "/api/notify")[1]["outbox"][0]["status"] == "sent", "sent")
+    code, missing = _api(port, token, "POST", "/api/notify/test", {"channel": "nope"})
+    assert code == 404 and missing["error"]["code"] == "NOTIFY_CHANNEL_NOT_FOUND"
+
+    code, added = _api(port, token, "POST", "/api/schedules", {"cron": "0 3 * * *", "command": ["true"],
+                                                                "notify": ["hook:on=failed,timeout"]})
+    assert code == 201
+    assert _api(port, token, "GET", "/api/crons")[1][0]["notify"] == ["hook:on=failed,timeout"]
+    # The rules alone change (the schedule stays as it is), as schedule edit --notify does.
+    code, edited = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"notify": ["hook:on=all"]})
+    assert code == 200 and edited["updatedAtMs"] == added["updatedAtMs"]
+    shown = harness.cli("schedule", "show", added["id"]).stdout
+    assert "hook:on=all" in shown
+    code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"notify": ["nope"]})
+    assert code == 404 and refused["error"]["code"] == "NOTIFY_CHANNEL_NOT_FOUND"
+    code, refused = _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"notify": ["hook:on=sometimes"]})
+    assert code == 400 and refused["error"]["code"] == "NOTIFY_INVALID_RULE"
+    assert _api(port, token, "POST", f"/api/schedules/{added['id']}/edit", {"notify": []})[0] == 200
+    assert _api(port, token, "GET", "/api/crons")[1][0]["notify"] == []

@@ -24,7 +24,7 @@ def test_the_table_is_exactly_the_documented_api() -> None:
         ("POST", "/api/envs/{id}/move"), ("POST", "/api/envs/{id}/pin"), ("POST", "/api/envs/{id}/unpin"), ("DELETE", "/api/envs/{id}"), ("GET", "/api/subscriptions"), ("POST", "/api/subscriptions"),
         ("POST", "/api/subscriptions/{id}/run"), ("POST", "/api/subscriptions/{id}/pause"),
         ("POST", "/api/subscriptions/{id}/resume"), ("DELETE", "/api/subscriptions/{id}"), ("GET", "/api/apps"),
-        ("POST", "/api/apps"), ("POST", "/api/apps/remove"), ("GET", "/api/check"),
+        ("POST", "/api/apps"), ("POST", "/api/apps/remove"), ("GET", "/api/check"), ("GET", "/api/notify"), ("POST", "/api/notify/test"),
     }
     assert {(r.method, r.handler) for r in ROUTES if r.public} == {
         (b"GET", "page"), (b"GET", "static"), (b"POST", "login")}
