@@ -6,7 +6,7 @@
 // What a user does on a phone or a desktop: log in (once with a wrong password), add an env
 // entry and a secret, add a cron in a zone, edit it (another zone, its user, a command that fails once, then retries),
 // run it and follow its log through the retry, run a command and stop it, disable the cron, see
-// its Runs, add a subscription and pull it, create an OpenAPI app, run the device's checks, switch the language and log out.
+// its Runs, add a subscription and pull it, send a test notification, create an OpenAPI app, run the device's checks, switch the language and log out.
 // Controls are found by id and data-act, never by their text (which follows the language).
 // At every screen: a screenshot, whether the page scrolls sideways, the controls under 44 px
 // and, in Chinese, the English words shown outside data (translate="no"). One JSON line on
@@ -137,6 +137,7 @@ try {
   await page.locator("#cf-name").fill("nightly-edited");
   await page.locator("#cf-tz").fill("Europe/Berlin");
   await page.locator("#cf-user").fill("root");
+  await page.locator("#cf-notify").fill("hook:on=failed,timeout");
   await page.locator("#cf-command").fill(
     `if [ -e '${markFile}' ]; then echo second-attempt-ok; else touch '${markFile}'; echo first-attempt-fails; exit 3; fi`);
   await page.locator("#cf-retries").fill("1");
@@ -258,6 +259,16 @@ try {
   await sub.locator("[data-act=resume]").waitFor();
   seen.subCard = await sub.innerText();
   await screen("9-subscriptions");
+  // Notifications: the channel added on the device, a test message through it.
+  await tab("notify");
+  const channel = page.locator("#channel-list li[data-channel=hook]");
+  await channel.waitFor();
+  seen.defaultRules = await page.locator("#notify-defaults").textContent();
+  await channel.locator("[data-act=test]").click();
+  await page.locator("#outbox-list li.s-succeeded").waitFor();
+  seen.testMessage = await page.locator("#outbox-list li.s-succeeded").innerText();
+  await screen("13-notifications");
+
   await tab("apps");
   await page.locator("#af-name").fill("phone-app");
   await page.locator("#af-create").click();

@@ -4,7 +4,7 @@ log in, add an env entry and a secret, add a cron in a zone, edit it (zone, user
 retries), run it and follow its log
 through a retry, stop a Run, disable the cron, see its Runs, page, search and filter many crons,
 add a subscription and pull it,
-pause it, create an OpenAPI app, run the
+pause it, send a test notification (and give the cron its rules), create an OpenAPI app, run the
 device's checks, switch the language, log out. At every screen the page never scrolls sideways,
 every control is at least 44 px tall, and a Chinese screen shows no English word outside the
 device's own data (commands, names, logs, codes: marked translate="no").
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 from tests.support.git_sources import Repo
+from tests.support.notify_receiver import Receiver
 from tests.support.panel_client import PASSWORD, start_panel
 from tests.support.panel_text import ALLOWED_IN_CHINESE, catalogue
 
@@ -53,6 +54,14 @@ pytestmark = [pytest.mark.e2e, pytest.mark.skipif(bool(_missing), reason="browse
 @pytest.mark.parametrize("size", ["390x844", "1280x900"])
 @pytest.mark.parametrize("language", ["zh-CN", "en"])
 def test_the_panel_in_a_browser(harness, language, size) -> None:
+    harness.cli("migrate")
+    with Receiver("webhook") as receiver:
+        harness.cli("notify", "channel", "add", "webhook", "--name", "hook", "--secret-param", f"url={receiver.url}/hook")
+        harness.cli("notify", "default", "hook:on=lost")
+        _browse(harness, language, size, receiver)
+
+
+def _browse(harness, language, size, receiver) -> None:
     _service, port = start_panel(harness)
     mark = harness.tmp / "first-attempt-done"
     repo = Repo(harness.tmp / "src")
@@ -69,7 +78,7 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     text = catalogue(language)
     assert seen["heading"] == text["title"] and seen["wrongPasswordText"] == text["e.LOGIN_FAILED"]
     assert seen["emptyCrons"] == text["noCrons"]
-    assert len(seen["screens"]) == 12
+    assert len(seen["screens"]) == 13
     for name, screen in seen["screens"].items():
         assert screen["lang"] == language, name
         assert screen["scrollWidth"] <= screen["innerWidth"], f"{name} scrolls sideways: {screen}"
@@ -96,6 +105,9 @@ def test_the_panel_in_a_browser(harness, language, size) -> None:
     assert seen["paging"] == {"first": 20, "page": pages, "second": 3}
     assert seen["searched"] == "batch-17" and seen["disabledOnly"] == "nightly-edited"
     assert seen["labelPages"] == pages and seen["noMatch"] == text["noMatch"]
+    assert "hook:on=lost" in seen["defaultRules"] and text["os.sent"] in seen["testMessage"]
+    assert [r.json()["title"] for r in receiver.received] == ["edge-runtime test"]
+    assert f"{text['notifyRules']} hook:on=failed,timeout" in seen["editedCard"]
     assert seen["appSecretLength"] == 24 and seen["checkSummary"] == text["ready"]
     other = "en" if language == "zh-CN" else "zh-CN"
     assert seen["switched"] == [language, other, other] and seen["switchedHeading"] == catalogue(other)["title"]

@@ -35,6 +35,7 @@
   var envs = [];
   var subs = [];
   var apps = [];
+  var notify = null;     // GET /api/notify: channels, default rules, latest messages
   var health = null;
   var checkReport = null;
   var editingCron = null;  // the cron the cron form edits (null: a new one)
@@ -284,6 +285,7 @@
     envs: function () { return api("GET", "/api/envs").then(function (v) { envs = v; drawEnvs(); }); },
     subs: function () { return api("GET", "/api/subscriptions").then(function (v) { subs = v; drawSubs(); }); },
     apps: function () { return api("GET", "/api/apps").then(function (v) { apps = v; drawApps(); }); },
+    notify: function () { return api("GET", "/api/notify").then(function (v) { notify = v; drawNotify(); }); },
     device: function () { return api("GET", "/api/health").then(function (v) { health = v; drawHealth(); }); }
   };
 
@@ -304,6 +306,7 @@
     drawEnvs();
     drawSubs();
     drawApps();
+    drawNotify();
     drawHealth();
     if (detail.run) { drawDetail(detail.run); }
   }
@@ -401,6 +404,9 @@
     }
     card.appendChild(lastLine);
     if (s.taskUser) { card.appendChild(line("meta", element("b", t("runsAs")), " ", raw("span", s.taskUser))); }
+    if (view.notify && view.notify.length) {
+      card.appendChild(line("meta", element("b", t("notifyRules")), " ", raw("span", view.notify.join(" "))));
+    }
     if (s.labels && s.labels.length) { card.appendChild(line("meta", raw("span", s.labels.join(" · ")))); }
     var actions = card.appendChild(element("div", null, "actions"));
     var post = function (path) {
@@ -432,7 +438,7 @@
   }
 
   var CRON_FIELDS = ["cron", "tz", "command", "name", "timeout", "overlap", "retries", "delay", "env", "cwd", "user",
-    "labels"];
+    "notify", "labels"];
 
   function fillCronForm(values) {
     CRON_FIELDS.forEach(function (f) { $("cf-" + f).value = values[f] === undefined ? "" : values[f]; });
@@ -452,7 +458,8 @@
     var env = s.env ? Object.keys(s.env).map(function (k) { return k + "=" + s.env[k]; }).join("\n") : "";
     fillCronForm({ cron: s.expression, tz: view.zone, command: commandText(s.command), name: s.name || "",
       timeout: s.timeoutMs ? s.timeoutMs / 1000 + "s" : "", overlap: s.overlap, retries: s.retries === undefined ? "" : String(s.retries),
-      delay: s.retryDelayMs ? s.retryDelayMs / 1000 + "s" : "", env: env, cwd: s.cwd || "", user: s.taskUser || "", labels: (s.labels || []).join(" ") });
+      delay: s.retryDelayMs ? s.retryDelayMs / 1000 + "s" : "", env: env, cwd: s.cwd || "", user: s.taskUser || "", notify: (view.notify || []).join(" "),
+      labels: (s.labels || []).join(" ") });
     openForm("cron-form", "editCron");
   }
 
@@ -473,6 +480,7 @@
     if (changed("cwd") && value("cwd")) { body.cwd = value("cwd"); }
     if (changed("user") && value("user")) { body.user = value("user"); }
     if (changed("labels")) { body.labels = value("labels").split(/[\s,，]+/).filter(Boolean); }
+    if (changed("notify")) { body.notify = value("notify").split(/\s+/).filter(Boolean); }
     if (changed("env")) {
       body.env = {};
       value("env").split("\n").forEach(function (row) {
@@ -485,6 +493,7 @@
     if (editingCron === null) {
       if (body.env && !Object.keys(body.env).length) { delete body.env; }
       if (body.labels && !body.labels.length) { delete body.labels; }
+      if (body.notify && !body.notify.length) { delete body.notify; }
     }
     return body;
   }
@@ -765,6 +774,49 @@
       if (!confirm(t("confirmRemoveApp"))) { return; }
       reporting("apps-error", api("POST", "/api/apps/remove", { name: app.name }));
     }, "danger"));
+    return card;
+  }
+
+  // ------------------------------------------------------------------ notifications
+
+  function drawNotify() {
+    var defaults = $("notify-defaults");
+    defaults.textContent = "";
+    if (!notify) { return; }
+    defaults.appendChild(document.createTextNode(t("defaultRules")));
+    defaults.appendChild(notify.defaultRules.length ? raw("code", notify.defaultRules.join(" ")) :
+      document.createTextNode(t("noRules")));
+    draw("channel-list", notify.channels, "noChannels", channelCard);
+    draw("outbox-list", notify.outbox, "noMessages", messageCard);
+  }
+
+  function channelCard(channel) {
+    var card = element("li");
+    card.setAttribute("data-channel", channel.name);
+    var head = card.appendChild(element("div", null, "card-head"));
+    head.appendChild(raw("span", channel.name, "title"));
+    head.appendChild(raw("span", channel.kind, "status"));
+    if (channel.secretParams && channel.secretParams.length) {  // by name only: their values never come here
+      card.appendChild(line("meta", t("secretParams") + " ", raw("span", channel.secretParams.join(", "))));
+    }
+    card.appendChild(element("div", null, "actions")).appendChild(button("sendTest", "test", function () {
+      reporting("notify-error", api("POST", "/api/notify/test", { channel: channel.name }).then(function () {
+        $("notify-note").textContent = t("testQueued");
+      }));
+    }, ""));
+    return card;
+  }
+
+  function messageCard(message) {
+    var state = { sent: "succeeded", given_up: "failed", sending: "running", pending: "queued" }[message.status];
+    var card = element("li", null, "s-" + state);
+    card.setAttribute("data-message", message.id);
+    var head = card.appendChild(element("div", null, "card-head"));
+    head.appendChild(element("span", when(message.createdAtMs), "title"));
+    head.appendChild(element("span", t("os." + message.status), "status s-" + state));
+    card.appendChild(line("meta", raw("span", message.channel), " · ", raw("span", message.title || ""),
+      " · ", t("tries", { n: num(message.tries) })));
+    if (message.lastError) { card.appendChild(raw("p", message.lastError, "detail")); }
     return card;
   }
 
