@@ -47,11 +47,14 @@ test: $(STAMP) $(MONITOR)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # The web panel in a real browser (tests/e2e/test_panel_browser_e2e.py): Debian's chromium (installed
-# with apt-get when missing) driven by playwright-core from npm (tests/browser/package-lock.json),
-# which never downloads a browser of its own. Screenshots: .test-output/browser/.
+# with apt-get when missing, with a Chinese font) driven by playwright-core from npm
+# (tests/browser/package-lock.json), which never downloads a browser of its own, at a phone's and a
+# desktop's size, in Chinese and English. Screenshots: .test-output/browser/.
 CHROMIUM ?= /usr/bin/chromium
 test-browser: $(STAMP) $(MONITOR)
 	@test -x $(CHROMIUM) || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+	@# A Chinese font, or the zh-CN screenshots show boxes (the test reads the text, not the pixels).
+	@fc-list :lang=zh | grep -q . || DEBIAN_FRONTEND=noninteractive apt-get install -y fonts-wqy-microhei
 	cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund
 	CHROMIUM=$(CHROMIUM) $(PY) -m pytest -p no:cacheprovider tests/e2e/test_panel_browser_e2e.py $(PYTEST_ARGS)
 

@@ -79,7 +79,7 @@ PANEL_MODULES = frozenset({"edge_runtime.panel", "edge_runtime.panel.routes", "e
                            "edge_runtime.qinglong.crons", "edge_runtime.qinglong.envs", "edge_runtime.qinglong.logs",
                            "h11"})
 PANEL_STATIC_DIR = "edge_runtime/panel/static/"
-PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "favicon.svg"})
+PANEL_STATIC_FILES = frozenset({"index.html", "panel.css", "panel.js", "text.js", "favicon.svg"})
 
 # CArchive typecodes (PyInstaller.archive.readers), as words for the report.
 _CARCHIVE_KINDS = {

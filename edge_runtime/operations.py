@@ -547,3 +547,174 @@ def env_move(store: UserStore, entry_id: int, *, before: int | None) -> Any:
 def env_set(store: UserStore, name: str, value: str, *, secret: bool) -> Any:
     """Make ``value`` the one value of ``name`` (its first entry kept, the others removed)."""
     return _masked(store, environment(store).set(name, value, secret=secret))
+
+
+# ------------------------------------------------------------------------------------ subscriptions
+#
+# The subscriptions (docs/qinglong.md, "Subscriptions") through the store's ``subscriptions``
+# repository: the CLI's ``subscription list|run|pause|resume|remove`` and the panel call these.
+# Adding one and pulling one need QingLong's folder naming and this program's own path, which the
+# CLI (and the composition root that serves the panel) supply.
+
+
+def subscriptions(store: UserStore) -> Any:
+    """The store's subscriptions.
+
+    Raises:
+        SubscriptionError: the store keeps none (only the Local store does).
+    """
+    from edge_runtime.contract.subscriptions import SubscriptionError
+
+    found = getattr(store, "subscriptions", None)
+    if found is None:
+        raise SubscriptionError("this store keeps no subscriptions")
+    return found
+
+
+def resolve_subscription_id(store: UserStore, form: str) -> str:
+    """The full id of the subscription ``form`` names, by the rule of :func:`resolve_run_id`.
+
+    Raises:
+        SubscriptionNotFoundError: no subscription matches. AmbiguousSubscriptionIdError: several do.
+    """
+    from edge_runtime.contract.subscriptions import AmbiguousSubscriptionIdError, SubscriptionNotFoundError
+
+    return _resolve_id(form, subscriptions(store).find_subscription_ids, "subscription", SubscriptionNotFoundError,
+                       AmbiguousSubscriptionIdError)
+
+
+class SubscriptionView(msgspec.Struct, rename="camel", kw_only=True):
+    """A subscription as ``subscription list --json`` and the panel show it: the record, its pull
+    schedule (unset once removed by hand) and how many scripts it knows and schedules it made."""
+
+    subscription: Any
+    pull_schedule: Any = msgspec.UNSET
+    scripts: int
+    schedules: int
+
+
+def subscription_views(store: UserStore) -> list[SubscriptionView]:
+    """Every subscription with its pull schedule and counts, in the repository's order."""
+    from edge_runtime.contract.schedules import ScheduleNotFoundError
+
+    repository = subscriptions(store)
+    views = []
+    for record in repository.list():
+        scripts = repository.scripts(record.id)
+        schedule = msgspec.UNSET
+        if record.schedule_id is not msgspec.UNSET:
+            try:
+                schedule = store.schedules.get(record.schedule_id)
+            except ScheduleNotFoundError:  # removed by hand: the view says it has none
+                schedule = msgspec.UNSET
+        views.append(SubscriptionView(subscription=record, pull_schedule=schedule, scripts=len(scripts),
+                                      schedules=sum(s.schedule_id is not msgspec.UNSET for s in scripts)))
+    return views
+
+
+def pause_subscription(store: UserStore, record: Any, paused: bool) -> Any:
+    """Stop (or start again) pulling ``record`` on its schedule; its pull schedule's record.
+
+    Raises:
+        SubscriptionError: its pull schedule was removed by hand (nothing to pause or resume).
+    """
+    from edge_runtime.contract.subscriptions import SubscriptionError
+
+    if record.schedule_id is msgspec.UNSET:
+        raise SubscriptionError(f"subscription {record.id} has no pull schedule (it was removed by hand): nothing to "
+                                f"{'pause' if paused else 'resume'}; pull it with subscription run")
+    schedule = store.schedules.set_paused(record.schedule_id, paused)
+    wake_schedules(store)
+    return schedule
+
+
+def remove_subscription(store: UserStore, record: Any, *, purge: bool) -> Any:
+    """Remove ``record`` and its pull schedule (with ``purge``, the schedules its pulls made too;
+    its folder is the caller's to remove) and wake the service; what was removed."""
+    removed = subscriptions(store).remove(record.id, purge=purge)
+    wake_schedules(store)
+    return removed
+
+
+class SubscriptionPull(msgspec.Struct, rename="camel", frozen=True, kw_only=True):
+    """A pull asked for now: its Run, or the Runs of its pull schedule it waits for (overlap)."""
+
+    subscription_id: str
+    run_id: str | msgspec.UnsetType = msgspec.UNSET
+    waiting_for: list[str] = msgspec.field(default_factory=list)
+
+
+def run_subscription_now(store: UserStore, record: Any, *, actor_id: str = "cli",
+                         pull_argv: Callable[[], list[str]] | None = None) -> SubscriptionPull:
+    """Pull ``record`` now, as a Run of its pull schedule (its overlap applies: a pull under way
+    is waited for). Its pull schedule removed by hand, the pull is a Run of its own, whose command
+    ``pull_argv()`` gives (before the subscription's id).
+
+    Raises:
+        SubscriptionError: no pull schedule and no ``pull_argv``.
+    """
+    from edge_runtime.contract.subscriptions import SubscriptionError
+
+    if record.schedule_id is not msgspec.UNSET:
+        outcome = run_schedule_now(store, record.schedule_id, actor_id=actor_id)
+        return SubscriptionPull(subscription_id=record.id, run_id=outcome.run_id, waiting_for=outcome.active_run_ids)
+    if pull_argv is None:
+        raise SubscriptionError(f"subscription {record.id} has no pull schedule (it was removed by hand); pull it "
+                                f"with edge-runtime subscription run")
+    command = submit_command([*pull_argv(), record.id], name=f"pull {record.name}"[:128], timeout=DEFAULT_PULL_TIMEOUT)
+    return SubscriptionPull(subscription_id=record.id,
+                            run_id=submit(store, command, actor_id=actor_id, note_when_none=True).id)
+
+
+#: A pull's timeout when none is given: a shallow clone of a scripts repository over a router's
+#: link takes seconds to a few minutes.
+DEFAULT_PULL_TIMEOUT = "10m"
+
+
+# ------------------------------------------------------------------------------------ notifications
+#
+# Notification channels, rules and the outbox (docs/notifications.md) through the store's
+# ``notifications`` port, for the panel; what it answers is masked as every output is.
+
+
+def notifications(store: UserStore) -> Any:
+    """The store's channels, rules and outbox.
+
+    Raises:
+        NotifyError: the store keeps none.
+    """
+    from edge_runtime.contract.notifications import NotifyError
+
+    found = getattr(store, "notifications", None)
+    if found is None:
+        raise NotifyError("this store keeps no notification channels")
+    return found
+
+
+def notify_rules(texts: list[str]) -> list[Any]:
+    """The rules ``CHANNEL[:on=OUTCOME,...]`` texts give, checked together (``--notify``).
+
+    Raises:
+        InvalidNotifyRuleError: one does not parse, a channel is named twice, too many.
+    """
+    from edge_runtime.contract.notifications import check_rules, parse_rule
+
+    rules = [parse_rule(text) for text in texts]
+    check_rules(rules)
+    return rules
+
+
+def require_channels(store: UserStore, rules: list[Any]) -> None:
+    """Every channel ``rules`` name exists (before anything changes). Raises NotifyChannelNotFoundError."""
+    for rule in rules:
+        notifications(store).channel(rule.channel)
+
+
+def queue_test_message(store: UserStore, channel: str) -> list[Any]:
+    """A test message for ``channel`` in the outbox, sent by the service as any other (its
+    retries, its lease); the outbox rows. Raises NotifyChannelNotFoundError."""
+    repository = notifications(store)
+    repository.channel(channel)
+    records = repository.enqueue_message("edge-runtime test", f"A test message through channel {channel}.", [channel])
+    wake_service(store.wake_workers)
+    return _masked(store, records)

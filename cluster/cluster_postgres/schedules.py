@@ -146,6 +146,16 @@ class PostgresScheduleRepository:
             zone = self._zones[text] = time_zone(text)
         return zone
 
+    def _zone(self, record: ScheduleRecord, changes: dict[str, object]) -> TimeZone:
+        """The zone ``record`` fires in once ``changes`` (an edit's) are made."""
+        text = changes.get("time_zone")
+        if not isinstance(text, str):
+            return self.zone_of(record)
+        zone = self._zones.get(text)
+        if zone is None:
+            zone = self._zones[text] = time_zone(text)
+        return zone
+
     # ----------------------------------------------------------------- the CLI's commands
 
     def _row(self, schedule_id: str, *, lock: bool = False) -> ScheduleRecord | None:
@@ -229,25 +239,27 @@ class PostgresScheduleRepository:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         EditScheduleCommand.require(cmd, "edit")
         changes = cmd.changes()
-        if "expression" in changes:  # one that never fires in the schedule's zone: refused before the transaction
-            expression = parse_schedule(changes["expression"])
-            _refuse_boot(expression)
+        retimed = "expression" in changes or "time_zone" in changes
+        if retimed:  # one that never fires in the schedule's zone: refused before the transaction
             before = self.get(cmd.schedule_id)
-            self._known.next_fire_after(expression, self._now_before(), self.zone_of(before))
+            expression = parse_schedule(changes.get("expression", before.expression))
+            _refuse_boot(expression)
+            self._known.next_fire_after(expression, self._now_before(), self._zone(before, changes))
         with self._tx():
             record = self._locked(cmd.schedule_id)
             now = database_now(self._cur)
             columns: dict[str, object] = {}
+            if retimed:
+                expression = parse_schedule(changes.get("expression", record.expression))
+                columns["pause_reason"] = None  # the reason was the old expression's or zone's
+                # Looked up (searched above), and checked even for a paused one, which computes
+                # its next fire when resumed.
+                next_fire = self._known.next_fire_after(expression, now, self._zone(record, changes))
+                if not record.paused:
+                    columns["next_fire_at_ms"] = next_fire
             for name, value in changes.items():
                 if name == "expression":
-                    expression = parse_schedule(value)
-                    columns["expression"] = expression.text
-                    columns["pause_reason"] = None  # the reason was the old expression's
-                    # Looked up (searched above), and checked even for a paused one, which computes
-                    # its next fire when resumed.
-                    next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
-                    if not record.paused:
-                        columns["next_fire_at_ms"] = next_fire
+                    columns["expression"] = parse_schedule(value).text
                 elif name in ("command", "env", "labels"):
                     columns[name] = None if not value else _encode_json(value).decode()
                 elif name == "overlap":

@@ -78,6 +78,8 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     edit = commands.add_parser("edit", help="change a schedule in place (its id, counts and Runs stay)")
     edit.add_argument("schedule_id", metavar="ID", help=_ID_HELP)
     edit.add_argument("--cron", metavar="CRON", help="a new schedule expression (quote it)")
+    edit.add_argument("--tz", metavar="ZONE", help="a new time zone for its times (its next fire moves to the first "
+                      "slot after now in that zone)")
     edit.add_argument("--name", help="a new label")
     edit.add_argument("--timeout", metavar="D", help="a new timeout of its Runs")
     edit.add_argument("--overlap", choices=[o.value for o in Overlap])
@@ -143,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
         rest, argv = rest[:split], rest[split + 1:]
         if rest:
             args.edit_parser.parse_args([*rest, args.schedule_id], namespace=args)
-        fields = {"expression": args.cron, "name": args.name, "overlap": args.overlap,
+        fields = {"expression": args.cron, "time_zone": args.tz, "name": args.name, "overlap": args.overlap,
                   "timeout_ms": None if args.timeout is None else parse_duration_ms(args.timeout),
                   "argv": argv or None, "labels": [] if args.no_labels else args.labels}
         given = {k: v for k, v in fields.items() if v is not None}

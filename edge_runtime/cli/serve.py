@@ -130,6 +130,7 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
     listen = config.resolved_panel_listen()
     if listen is not None:
         def panel(journal, store):  # the panel's modules are imported only when it is configured
+            from edge_runtime.cli.subscription import panel_subscription_add
             from edge_runtime.panel.server import PanelServer
             from edge_runtime.qinglong.openapi import OpenApi  # QingLong's OpenAPI, on the panel's listener
 
@@ -137,7 +138,9 @@ def build_service(db_path: str, config: ServiceConfig, *, journal=None, clock=No
             return PanelServer(host=listen[0], port=listen[1], db_path=db_path, log_dir=config.resolved_log_dir(db_path),
                                config=config, journal=journal, open_store=lambda: _peer_store(store.db, store.where, floor),
                                open_api=lambda panel_store, log_dir: OpenApi(
-                                   panel_store, log_dir=log_dir, scripts_dir=lambda: config.resolved_scripts_dir(db_path)))
+                                   panel_store, log_dir=log_dir, scripts_dir=lambda: config.resolved_scripts_dir(db_path)),
+                               subscription_add=panel_subscription_add(
+                                   scripts_dir=lambda: config.resolved_scripts_dir(db_path), db_path=db_path))
 
         side_servers["panel"] = panel
 

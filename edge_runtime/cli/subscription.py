@@ -13,17 +13,16 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from edge_runtime.cli.common import CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_json, printable
 from edge_runtime.cli.pull_command import pull_command
+from edge_runtime.operations import DEFAULT_PULL_TIMEOUT
 
 _ID_HELP = "the subscription id, or a unique prefix or suffix of it (12 characters at most)"
-#: A pull's timeout when ``--timeout`` is not given: a shallow clone of a scripts repository over a
-#: router's link takes seconds to a few minutes.
-DEFAULT_PULL_TIMEOUT = "10m"
 
 
 def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any = LOCAL_STORES) -> None:
@@ -104,18 +103,9 @@ def run(args: argparse.Namespace) -> int:
 
 def resolve_subscription_id(store: Any, form: str) -> str:
     """The full id of the subscription ``form`` names (a unique prefix or suffix is enough)."""
-    from edge_runtime.contract.runs import MAX_SHORT_ID_LENGTH
-    from edge_runtime.contract.subscriptions import AmbiguousSubscriptionIdError, SubscriptionNotFoundError
+    from edge_runtime import operations
 
-    if not form or len(form) > MAX_SHORT_ID_LENGTH:
-        return form
-    found = store.subscriptions.find_subscription_ids(form, 6)
-    if not found:
-        raise SubscriptionNotFoundError(f"no subscription with id {form!r} (nor one whose id begins or ends with it)")
-    if len(found) > 1:
-        raise AmbiguousSubscriptionIdError(f"{form!r} names several subscriptions: {', '.join(found[:5])}; give more "
-                                           f"characters")
-    return found[0]
+    return operations.resolve_subscription_id(store, form)
 
 
 # ----------------------------------------------------------------------------------- add
@@ -144,7 +134,32 @@ def _scripts_dir(args: argparse.Namespace) -> str:
     return os.path.abspath(args.scripts_dir or args.stores.scripts_dir(args))
 
 
-def _add(args: argparse.Namespace) -> int:
+class SubscriptionFields(msgspec.Struct, rename="camel", forbid_unknown_fields=True, kw_only=True):
+    """What a new subscription is given (``subscription add``'s options; the panel's form)."""
+
+    url: str
+    kind: str | None = None
+    name: str | None = None
+    folder: str | None = None
+    branch: str | None = None
+    whitelist: str | None = None
+    blacklist: str | None = None
+    dependence: str | None = None
+    extensions: str | None = None
+    schedule: str | None = None
+    tz: str | None = None
+    timeout: str | None = None
+    auto_add: bool = False
+    auto_remove: bool = False
+    user: str | None = None
+
+
+def subscription_command(given: SubscriptionFields, *, scripts_dir: str, pull_argv: list[str]) -> tuple[Any, list[str]]:
+    """The validated command of a new subscription (nothing touched yet) and the notes on it.
+
+    Raises:
+        InvalidSubscriptionError, InvalidCronExpressionError, ScriptsDirectoryError, ...: refused.
+    """
     from edge_runtime.cli.import_qinglong import require_scripts_directory
     from edge_runtime.contract.durations import parse_duration_ms
     from edge_runtime.contract.subscriptions import (
@@ -154,35 +169,74 @@ def _add(args: argparse.Namespace) -> int:
     from edge_runtime.qinglong.script_headers import random_daily_expression
     from edge_runtime.qinglong.subscription_source import qinglong_folder
 
-    kind = SubscriptionKind(_kind(args.url, args.kind))
-    AddSubscriptionCommand.reject(url_problem(kind, args.url))  # before the URL is split for its folder
-    folder = args.folder or qinglong_folder(kind, args.url, args.branch)
-    scripts_dir = _scripts_dir(args)
-    fields = {"branch": args.branch, "whitelist": args.whitelist, "blacklist": args.blacklist,
-              "dependence": args.dependence, "task_user": args.user, "time_zone": args.tz,
+    if given.kind not in (None, "git", "file"):
+        AddSubscriptionCommand.reject(f"kind must be git or file, not {given.kind!r}")
+    kind = SubscriptionKind(_kind(given.url, given.kind))
+    AddSubscriptionCommand.reject(url_problem(kind, given.url))  # before the URL is split for its folder
+    folder = given.folder or qinglong_folder(kind, given.url, given.branch)
+    fields = {"branch": given.branch, "whitelist": given.whitelist, "blacklist": given.blacklist,
+              "dependence": given.dependence, "task_user": given.user, "time_zone": given.tz,
               "pull_user": service_user_name()}
     command = AddSubscriptionCommand(  # validated whole before anything is touched
-        kind=kind, url=args.url, name=args.name or folder, folder=folder, scripts_dir=scripts_dir,
-        pull_command=pull_command(args), expression=args.schedule or random_daily_expression("subscription", args.url),
-        timeout_ms=parse_duration_ms(args.timeout or DEFAULT_PULL_TIMEOUT), extensions=_extensions(args.extensions),
-        auto_add=args.auto_add, auto_remove=args.auto_remove, **{k: v for k, v in fields.items() if v is not None})
+        kind=kind, url=given.url, name=given.name or folder, folder=folder, scripts_dir=scripts_dir,
+        pull_command=pull_argv, expression=given.schedule or random_daily_expression("subscription", given.url),
+        timeout_ms=parse_duration_ms(given.timeout or DEFAULT_PULL_TIMEOUT), extensions=_extensions(given.extensions),
+        auto_add=given.auto_add, auto_remove=given.auto_remove, **{k: v for k, v in fields.items() if v is not None})
     require_scripts_directory(scripts_dir)
     notes = []
-    if args.url.split(":", 1)[0].lower() in UNENCRYPTED_SCHEMES:
-        notes.append(f"{args.url.split(':', 1)[0]}:// is not encrypted: anyone on the network path can change the "
+    if given.url.split(":", 1)[0].lower() in UNENCRYPTED_SCHEMES:
+        notes.append(f"{given.url.split(':', 1)[0]}:// is not encrypted: anyone on the network path can change the "
                      f"code this pulls; prefer https://")
     if os.path.lexists(os.path.join(scripts_dir, folder)):
         notes.append(f"{os.path.join(scripts_dir, folder)} exists already: the first pull replaces what is in it (its "
                      f"schedules with the same name, command and expression are taken over, not made twice)")
-    if args.user and not task_user_exists(args.user):
+    if given.user and not task_user_exists(given.user):
         raise InvalidSubscriptionError(
-            f"--user {args.user!r}: no such user on this device (create it first; docs/operating.md, \"Task user\")")
+            f"--user {given.user!r}: no such user on this device (create it first; docs/operating.md, \"Task user\")")
+    return command, notes
+
+
+def add_to_store(store: Any, command: Any, notes: list[str]) -> dict[str, Any]:
+    """Store the subscription ``command`` and its pull schedule, wake the service: what
+    ``add --json`` prints (the subscription, its pull schedule, the notes)."""
+    record = store.subscriptions.add(command)
+    schedule = store.schedules.get(record.schedule_id)
+    _wake(store)
+    return {"subscription": record, "pullSchedule": schedule, "notes": notes}
+
+
+def panel_subscription_add(*, scripts_dir: Callable[[], Any], db_path: str) -> Callable[[Any, bytes], Any]:
+    """The panel's "add a subscription" (handed to it by ``serve``, its composition root: the
+    panel never imports QingLong's folder naming nor this program's path): a JSON body of
+    :class:`SubscriptionFields` -> what ``add --json`` prints."""
+    from edge_runtime.cli.pull_command import this_program
+
+    def add(store: Any, body: bytes) -> dict[str, Any]:
+        from edge_runtime.contract.subscriptions import InvalidSubscriptionError
+
+        try:
+            given = msgspec.json.decode(body or b"{}", type=SubscriptionFields)
+        except msgspec.DecodeError as exc:
+            raise InvalidSubscriptionError(f"the request body: {exc}") from None
+        pull_argv = [*this_program(), "--db", os.path.abspath(db_path), "subscription", "pull"]
+        command, notes = subscription_command(given, scripts_dir=os.path.abspath(str(scripts_dir())),
+                                              pull_argv=pull_argv)
+        return add_to_store(store, command, notes)
+
+    return add
+
+
+def _add(args: argparse.Namespace) -> int:
+    given = SubscriptionFields(
+        url=args.url, kind=args.kind, name=args.name, folder=args.folder, branch=args.branch, whitelist=args.whitelist,
+        blacklist=args.blacklist, dependence=args.dependence, extensions=args.extensions, schedule=args.schedule,
+        tz=args.tz, timeout=args.timeout, auto_add=args.auto_add, auto_remove=args.auto_remove, user=args.user)
+    command, notes = subscription_command(given, scripts_dir=_scripts_dir(args), pull_argv=pull_command(args))
     with args.stores.open(args, CREATE) as store:
-        record = store.subscriptions.add(command)
-        schedule = store.schedules.get(record.schedule_id)
-        _wake(store)
+        added = add_to_store(store, command, notes)
+    record, schedule = added["subscription"], added["pullSchedule"]
     if args.json:
-        print_json({"subscription": record, "pullSchedule": schedule, "notes": notes})
+        print_json(added)
         return 0
     out = sys.stdout
     out.write(f"{record.id}\n")
@@ -207,31 +261,11 @@ def _wake(store: Any) -> None:
 # ----------------------------------------------------------------------------------- list
 
 
-class SubscriptionView(msgspec.Struct, rename="camel", kw_only=True):
-    """A subscription as ``list --json`` shows it: the record, its pull schedule (unset once
-    removed by hand) and how many scripts it knows and schedules it made."""
-
-    subscription: Any
-    pull_schedule: Any = msgspec.UNSET
-    scripts: int
-    schedules: int
-
-
 def _list(args: argparse.Namespace) -> int:
-    from edge_runtime.contract.schedules import ScheduleNotFoundError
+    from edge_runtime import operations
 
     with args.stores.open(args, READ) as store:
-        views = []
-        for record in store.subscriptions.list():
-            scripts = store.subscriptions.scripts(record.id)
-            schedule = msgspec.UNSET
-            if record.schedule_id is not msgspec.UNSET:
-                try:
-                    schedule = store.schedules.get(record.schedule_id)
-                except ScheduleNotFoundError:
-                    pass
-            views.append(SubscriptionView(subscription=record, pull_schedule=schedule, scripts=len(scripts),
-                                          schedules=sum(s.schedule_id is not msgspec.UNSET for s in scripts)))
+        views = operations.subscription_views(store)
     if args.json:
         print_json(views)
         return 0
@@ -260,33 +294,22 @@ def short_revision(revision: str) -> str:
 def _run_now(args: argparse.Namespace, store: Any, record: Any) -> int:
     from edge_runtime import operations
 
-    if record.schedule_id is msgspec.UNSET:
-        # Its pull schedule was removed by hand: the pull is submitted as a Run of its own.
-        command = operations.submit_command([*pull_command(args), record.id], name=f"pull {record.name}"[:128],
-                                            timeout=DEFAULT_PULL_TIMEOUT)
-        run_id = operations.submit(store, command, note_when_none=True).id
-    else:
-        outcome = operations.run_schedule_now(store, record.schedule_id)
-        if outcome.run_id is msgspec.UNSET:
-            sys.stdout.write(f"waiting: the pull starts once {', '.join(outcome.active_run_ids)} ended\n")
-            return 0
-        run_id = outcome.run_id
+    pulled = operations.run_subscription_now(store, record, pull_argv=lambda: pull_command(args))
+    if pulled.run_id is msgspec.UNSET:
+        sys.stdout.write(f"waiting: the pull starts once {', '.join(pulled.waiting_for)} ended\n")
+        return 0
     if args.json:
-        print_json({"subscriptionId": record.id, "runId": run_id})
+        print_json({"subscriptionId": record.id, "runId": pulled.run_id})
     else:
-        sys.stdout.write(f"{run_id}\n")
-        sys.stderr.write(f"its log: edge-runtime logs -f {run_id[-8:]}\n")
+        sys.stdout.write(f"{pulled.run_id}\n")
+        sys.stderr.write(f"its log: edge-runtime logs -f {pulled.run_id[-8:]}\n")
     return 0
 
 
 def _pause(args: argparse.Namespace, store: Any, record: Any, paused: bool) -> int:
-    from edge_runtime.contract.subscriptions import SubscriptionError
+    from edge_runtime import operations
 
-    if record.schedule_id is msgspec.UNSET:
-        raise SubscriptionError(f"subscription {record.id} has no pull schedule (it was removed by hand): nothing to "
-                                f"{'pause' if paused else 'resume'}; pull it with subscription run")
-    schedule = store.schedules.set_paused(record.schedule_id, paused)
-    _wake(store)
+    schedule = operations.pause_subscription(store, record, paused)
     if args.json:
         print_json({"subscription": record, "pullSchedule": schedule})
     else:
@@ -295,6 +318,7 @@ def _pause(args: argparse.Namespace, store: Any, record: Any, paused: bool) -> i
 
 
 def _remove(args: argparse.Namespace, store: Any, record: Any) -> int:
+    from edge_runtime import operations
     from edge_runtime.cli.import_qinglong import require_scripts_directory, scripts_directory
     from edge_runtime.qinglong.errors import ScriptsDirectoryError
     from edge_runtime.qinglong.subscription_pull import remove_folder
@@ -305,8 +329,7 @@ def _remove(args: argparse.Namespace, store: Any, record: Any) -> int:
             require_scripts_directory(record.scripts_dir)
         except ScriptsDirectoryError as exc:  # said; the subscription and its schedules still go
             folder_problem = str(exc)
-    removed = store.subscriptions.remove(record.id, purge=args.purge)
-    _wake(store)
+    removed = operations.remove_subscription(store, record, purge=args.purge)
     if args.purge and folder_problem is None and os.path.isdir(record.scripts_dir):
         with scripts_directory(record.scripts_dir, create=False) as scripts_fd:
             remove_folder(scripts_fd, record.folder)

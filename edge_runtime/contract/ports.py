@@ -30,6 +30,7 @@ from edge_runtime.contract.env_entries import EnvironmentStore
 from edge_runtime.contract.errors import StoredRowError
 from edge_runtime.contract.notifications import NotificationStore
 from edge_runtime.contract.schedules import ScheduleAdmin
+from edge_runtime.contract.subscriptions import SubscriptionStore
 from edge_runtime.contract.run_lease import (
     BeginStartCommand,
     ClaimRunCommand,
@@ -193,6 +194,9 @@ class UserStore(Protocol):
     #: Notification channels, rules and the outbox (docs/notifications.md; both stores keep them),
     #: or None for a store that keeps none: their secrets are masked in every output too.
     notifications: NotificationStore | None
+    #: The subscriptions (``subscription list|run|pause|resume|remove``): the Local store's alone;
+    #: a store that keeps none has none (the operations read it with ``getattr(..., None)``).
+    subscriptions: SubscriptionStore | None
 
     def wake_workers(self) -> None:
         """After a committed change a serving worker should act on now (a submit, cancel, rearm):

@@ -141,11 +141,16 @@ class EditScheduleCommand(RunOptions):
     overlap: Overlap | msgspec.UnsetType = msgspec.UNSET
     #: Replaces the labels as a whole (an empty list removes them).
     labels: list[str] | msgspec.UnsetType = msgspec.UNSET
+    #: A new zone for its fire times: the next fire moves to the expression's first slot after
+    #: now in that zone, as for a new expression.
+    time_zone: str | msgspec.UnsetType = msgspec.UNSET
 
     def rule_problem(self) -> str | None:
         problem = identifier_problem("schedule_id", self.schedule_id, SCHEDULE_ID_MAX_LENGTH)
         if problem is not None:
             return problem
+        if self.time_zone is not msgspec.UNSET:
+            time_zone_text(self.time_zone)  # InvalidTimeZoneError says what to write instead
         if self.expression is not msgspec.UNSET:
             parse_schedule(self.expression)
         if self.argv is not msgspec.UNSET:
@@ -157,7 +162,7 @@ class EditScheduleCommand(RunOptions):
             if problem is not None:
                 return problem
         if all(getattr(self, f) is msgspec.UNSET for f in self.__struct_fields__ if f != "schedule_id"):
-            return "nothing to change: give at least one of --cron, --name, --timeout, --overlap, --env, --cwd, " \
+            return "nothing to change: give at least one of --cron, --tz, --name, --timeout, --overlap, --env, --cwd, " \
                    "--retries, --retry-delay, --user, --label, --no-labels or -- CMD ARGS"
         return super().rule_problem()
 
@@ -167,6 +172,8 @@ class EditScheduleCommand(RunOptions):
                  if f != "schedule_id" and getattr(self, f) is not msgspec.UNSET}
         if "argv" in given:
             given["command"] = given.pop("argv")
+        if "time_zone" in given:
+            given["time_zone"] = time_zone_text(given["time_zone"])
         return given
 
 

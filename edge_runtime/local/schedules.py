@@ -143,11 +143,7 @@ class LocalScheduleRepository:
 
     def zone_of(self, record: ScheduleRecord) -> TimeZone:
         """The zone ``record`` fires in (its own, or the device's for one stored without)."""
-        text = self.device_zone() if record.time_zone is _UNSET else record.time_zone
-        zone = self._zones.get(text)
-        if zone is None:
-            zone = self._zones[text] = time_zone(text)
-        return zone
+        return self._zone_of_text(self.device_zone() if record.time_zone is _UNSET else record.time_zone)
 
     # ----------------------------------------------------------------- CLI
 
@@ -243,8 +239,10 @@ class LocalScheduleRepository:
         """See :class:`~edge_runtime.contract.schedules.ScheduleAdmin`."""
         EditScheduleCommand.require(cmd, "edit")
         changes = cmd.changes()
-        if "expression" in changes:  # one that never fires in the schedule's zone: refused before BEGIN
-            self.search_new_expression(self.get(cmd.schedule_id), changes["expression"])
+        if "expression" in changes or "time_zone" in changes:  # one that never fires: refused before BEGIN
+            record = self.get(cmd.schedule_id)
+            self.search_new_expression(record, changes.get("expression", record.expression),
+                                       changes.get("time_zone"))
         with schedule_repository_errors(), self._db.write() as now:
             record = self._row(cmd.schedule_id)
             if record is None:
@@ -252,27 +250,36 @@ class LocalScheduleRepository:
             self.update_in_transaction(record, changes, now)
             return self._row(cmd.schedule_id)
 
-    def search_new_expression(self, record: ScheduleRecord, expression: str) -> None:
-        """Before the transaction that gives ``record`` the new ``expression``: search its next
-        fire (refusing one that never fires in the schedule's zone)."""
+    def search_new_expression(self, record: ScheduleRecord, expression: str, zone_text: str | None = None) -> None:
+        """Before the transaction that gives ``record`` the new ``expression`` (or the new zone
+        ``zone_text``): search its next fire (refusing one that never fires in its zone)."""
         with schedule_repository_errors():
             before_ms = read_now_ms(self._db.clock)
-        self._known.next_fire_after(parse_schedule(expression), before_ms, self.zone_of(record))
+        zone = self.zone_of(record) if zone_text is None else self._zone_of_text(zone_text)
+        self._known.next_fire_after(parse_schedule(expression), before_ms, zone)
+
+    def _zone_of_text(self, text: str) -> TimeZone:
+        zone = self._zones.get(text)
+        if zone is None:
+            zone = self._zones[text] = time_zone(text)
+        return zone
 
     def update_in_transaction(self, record: ScheduleRecord, changes: dict[str, object], now: int) -> None:
         """Apply ``changes`` (:meth:`EditScheduleCommand.changes` names) to ``record``, inside the
         caller's write transaction; a new expression was searched first (:meth:`search_new_expression`)."""
         columns: dict[str, object] = {}
+        if "expression" in changes or "time_zone" in changes:
+            expression = parse_schedule(changes.get("expression", record.expression))
+            zone = self.zone_of(record) if "time_zone" not in changes else self._zone_of_text(changes["time_zone"])
+            columns["pause_reason"] = None  # the reason was the old expression's or zone's
+            # Looked up (searched above), and checked even for a paused one, which computes
+            # its next fire when resumed.
+            next_fire = self._known.next_fire_after(expression, now, zone)
+            if not record.paused:
+                columns["next_fire_at_ms"] = next_fire
         for name, value in changes.items():
             if name == "expression":
-                expression = parse_schedule(value)
-                columns["expression"] = expression.text
-                columns["pause_reason"] = None  # the reason was the old expression's
-                # Looked up (searched above), and checked even for a paused one, which computes
-                # its next fire when resumed.
-                next_fire = self._known.next_fire_after(expression, now, self.zone_of(record))
-                if not record.paused:
-                    columns["next_fire_at_ms"] = next_fire
+                columns["expression"] = parse_schedule(value).text
             elif name in ("command", "env", "labels"):
                 columns[name] = _encode_json(value).decode() if value else None
             elif name == "overlap":

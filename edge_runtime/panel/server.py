@@ -75,6 +75,7 @@ STATIC_FILES = {
     b"/": ("index.html", b"text/html; charset=utf-8"),
     b"/panel.css": ("panel.css", b"text/css; charset=utf-8"),
     b"/panel.js": ("panel.js", b"text/javascript; charset=utf-8"),
+    b"/text.js": ("text.js", b"text/javascript; charset=utf-8"),
     b"/favicon.svg": ("favicon.svg", b"image/svg+xml"),
 }
 
@@ -120,13 +121,17 @@ class PanelServer:
     """The panel: bound by :meth:`start` (in the service's thread), served in a thread of its own."""
 
     def __init__(self, *, host: str, port: int, db_path: str, log_dir: Path, config: Any, journal: Any,
-                 open_store: Callable[[], Any], open_api: Callable[..., Any] | None = None) -> None:
+                 open_store: Callable[[], Any], open_api: Callable[..., Any] | None = None,
+                 subscription_add: Callable[[Any, bytes], Any] | None = None) -> None:
         """``open_api(store, log_dir=...)``: the OpenAPI's face over the panel's store, with its
         route table (``match``, its ``Match`` and ``Refusal``), its handlers (``answer``) and its
-        refusals (``error_status``, ``error_message``); None serves no ``/open/`` route."""
+        refusals (``error_status``, ``error_message``); None serves no ``/open/`` route.
+        ``subscription_add(store, body)``: adds the subscription a JSON body describes (QingLong's
+        folder naming and this program's path are the composition root's); None: not offered."""
         self.host, self.port, self.db_path, self.log_dir = host, port, db_path, log_dir
         self.config, self.journal, self._open_store = config, journal, open_store
         self._open_api = open_api
+        self._subscription_add = subscription_add
         self._listener: socket.socket | None = None
         self._thread: threading.Thread | None = None
         self._stop_reader, self._stop_writer = socket.socketpair()
@@ -204,7 +209,8 @@ class PanelServer:
         from edge_runtime.local.panel_apps import LocalPanelApps
         from edge_runtime.local.panel_auth import LocalPanelAuth
 
-        self._api = panel_api.Api(store, db_path=self.db_path, log_dir=self.log_dir, config=self.config)
+        self._api = panel_api.Api(store, db_path=self.db_path, log_dir=self.log_dir, config=self.config,
+                                  subscription_add=self._subscription_add)
         self._open = None if self._open_api is None else self._open_api(store, log_dir=self.log_dir)
         self._auth = LocalPanelAuth(store.db)
         self._apps = LocalPanelApps(store.db)

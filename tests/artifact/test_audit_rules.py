@@ -133,7 +133,8 @@ def test_an_artifact_without_its_elf_monitor_fails_the_monitor_rule(form, monito
 
 
 @pytest.mark.parametrize("form", FORMS)
-@pytest.mark.parametrize("dropped", ["edge_runtime/panel/static/panel.js", "edge_runtime/panel/static/index.html"])
+@pytest.mark.parametrize("dropped", ["edge_runtime/panel/static/panel.js", "edge_runtime/panel/static/index.html",
+                                     "edge_runtime/panel/static/text.js"])
 def test_an_artifact_without_the_panel_s_page_fails_the_panel_rule(form, dropped, tmp_path, audit_module, budgets) -> None:
     report = audit_module.audit(MAKERS[form](tmp_path, extra_files={dropped: None}), budgets)
     assert failing_rules(report) == {"panel"} and offenders(report, "panel") == [dropped]

@@ -186,8 +186,9 @@ def test_serves_the_panel_page_and_health_with_a_session(executable, env, tmp_pa
 
         host = f"Host: 127.0.0.1:{port}\r\nConnection: close\r\n"
         page = exchange(f"GET / HTTP/1.1\r\n{host}\r\n")
-        assert page.startswith(b"HTTP/1.1 200") and b'aria-label="Log in"' in page
+        assert page.startswith(b"HTTP/1.1 200") and b'id="login-form"' in page
         assert exchange(f"GET /panel.js HTTP/1.1\r\n{host}\r\n").startswith(b"HTTP/1.1 200")
+        assert exchange(f"GET /text.js HTTP/1.1\r\n{host}\r\n").startswith(b"HTTP/1.1 200")
         assert exchange(f"GET /api/health HTTP/1.1\r\n{host}\r\n").startswith(b"HTTP/1.1 401")
         body = b'{"password": "a panel password"}'
         login = exchange(f"POST /api/login HTTP/1.1\r\n{host}X-Edge-Panel: 1\r\nContent-Length: {len(body)}\r\n\r\n"
@@ -197,6 +198,12 @@ def test_serves_the_panel_page_and_health_with_a_session(executable, env, tmp_pa
         health = exchange(f"GET /api/health HTTP/1.1\r\n{host}Cookie: edge_panel={token}\r\n\r\n")
         assert health.startswith(b"HTTP/1.1 200"), health
         assert json.loads(health.partition(b"\r\n\r\n")[2])["sessionLive"] is True
+        # The everyday pages' reads, whose modules the build must carry (the device's check among them).
+        for target, kind in (("/api/crons", list), ("/api/envs", list), ("/api/subscriptions", list),
+                             ("/api/apps", list), ("/api/check", dict)):
+            answer = exchange(f"GET {target} HTTP/1.1\r\n{host}Cookie: edge_panel={token}\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200"), answer
+            assert isinstance(json.loads(answer.partition(b"\r\n\r\n")[2]), kind)
     finally:
         process.send_signal(signal.SIGTERM)
         try:

@@ -39,7 +39,7 @@ def test_a_real_build_with_psycopg_a_cluster_module_and_padding_fails_each_rule(
     (source / "h11" / "__init__.py").write_text("")
     static = tmp_path / "static"
     static.mkdir()
-    for name in ("index.html", "panel.css", "panel.js", "favicon.svg"):
+    for name in ("index.html", "panel.css", "panel.js", "text.js", "favicon.svg"):
         (static / name).write_text("x")
     (source / "edge-runtime.py").write_text("import psycopg\nimport edge_runtime.cluster\nimport edge_runtime.panel.routes\n"
                                             "import edge_runtime.panel.api\nimport edge_runtime.panel.server\n"

@@ -183,6 +183,28 @@ def test_edit_changes_only_what_is_given_and_a_new_expression_moves_the_next_fir
         backend.schedules.edit(EditScheduleCommand(schedule_id="missing", name="x"))
 
 
+def test_a_new_zone_moves_the_next_fire_to_the_expression_s_slot_in_that_zone(backend: Any) -> None:
+    record = _add(backend, expression="30 7 * * *", time_zone="Asia/Shanghai")
+    now = backend.now()
+    moved = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, time_zone="Europe/Berlin"))
+    assert (moved.time_zone, moved.expression) == ("Europe/Berlin", "30 7 * * *")
+    assert moved.next_fire_at_ms == parse_schedule("30 7 * * *").next_fire_after(now, time_zone("Europe/Berlin"))
+    assert moved.next_fire_at_ms != record.next_fire_at_ms
+    # Both at once: the new expression's slot in the new zone.
+    both = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, expression="0 9 * * *", time_zone="UTC"))
+    assert both.next_fire_at_ms == parse_schedule("0 9 * * *").next_fire_after(backend.now(), time_zone("UTC"))
+    # A paused one keeps its zone for its resume; nothing fires in between.
+    backend.schedules.set_paused(record.id, True)
+    paused = backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, time_zone="Asia/Shanghai"))
+    assert paused.paused and paused.time_zone == "Asia/Shanghai"
+    with pytest.raises(InvalidTimeZoneError):
+        backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, time_zone="Mars/Olympus"))
+    with pytest.raises(ScheduleNeverFiresError):  # April 10 never shows in that zone
+        backend.schedules.edit(EditScheduleCommand(schedule_id=record.id, expression="0 * 10 4 *",
+                                                   time_zone=SKIPS_10_APRIL))
+    assert backend.schedules.get(record.id).time_zone == "Asia/Shanghai"
+
+
 def test_run_now_starts_a_run_and_its_overlap_applies(backend: Any) -> None:
     record = _add(backend, overlap=Overlap.SKIP)
     started = backend.schedules.run_now(record.id, actor_id="cli")

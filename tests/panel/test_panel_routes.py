@@ -14,11 +14,17 @@ DEVICE = frozenset({"router", "router.lan"})
 def test_the_table_is_exactly_the_documented_api() -> None:
     table = {(r.method.decode(), "/" + "/".join(s.decode() for s in r.segments)) for r in ROUTES}
     assert table == {
-        ("GET", "/"), ("GET", "/panel.css"), ("GET", "/panel.js"), ("GET", "/favicon.svg"), ("POST", "/api/login"), ("POST", "/api/logout"),
+        ("GET", "/"), ("GET", "/panel.css"), ("GET", "/panel.js"), ("GET", "/text.js"), ("GET", "/favicon.svg"), ("POST", "/api/login"), ("POST", "/api/logout"),
         ("GET", "/api/runs"), ("POST", "/api/runs"), ("GET", "/api/runs/{id}"), ("GET", "/api/runs/{id}/log"),
         ("POST", "/api/runs/{id}/cancel"), ("GET", "/api/schedules"), ("POST", "/api/schedules"),
         ("POST", "/api/schedules/{id}/pause"), ("POST", "/api/schedules/{id}/resume"),
         ("POST", "/api/schedules/{id}/run"), ("DELETE", "/api/schedules/{id}"), ("GET", "/api/health"),
+        ("POST", "/api/schedules/{id}/edit"), ("GET", "/api/crons"), ("GET", "/api/envs"), ("POST", "/api/envs"),
+        ("POST", "/api/envs/{id}/edit"), ("POST", "/api/envs/{id}/enable"), ("POST", "/api/envs/{id}/disable"),
+        ("POST", "/api/envs/{id}/move"), ("POST", "/api/envs/{id}/pin"), ("POST", "/api/envs/{id}/unpin"), ("DELETE", "/api/envs/{id}"), ("GET", "/api/subscriptions"), ("POST", "/api/subscriptions"),
+        ("POST", "/api/subscriptions/{id}/run"), ("POST", "/api/subscriptions/{id}/pause"),
+        ("POST", "/api/subscriptions/{id}/resume"), ("DELETE", "/api/subscriptions/{id}"), ("GET", "/api/apps"),
+        ("POST", "/api/apps"), ("POST", "/api/apps/remove"), ("GET", "/api/check"), ("GET", "/api/notify"), ("POST", "/api/notify/test"),
     }
     assert {(r.method, r.handler) for r in ROUTES if r.public} == {
         (b"GET", "page"), (b"GET", "static"), (b"POST", "login")}

@@ -63,6 +63,7 @@ BASE_FILES = {
     "edge_runtime/panel/static/index.html": b"<!doctype html>",
     "edge_runtime/panel/static/panel.css": b"body{}",
     "edge_runtime/panel/static/panel.js": b"'use strict';",
+    "edge_runtime/panel/static/text.js": b"var PANEL_TEXT = {};",
     "edge_runtime/panel/static/favicon.svg": b"<svg/>",
 }
 
