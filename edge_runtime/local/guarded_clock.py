@@ -105,6 +105,11 @@ OBSERVED_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("panel_apps", "created_at_ms"), ("panel_app_tokens", "created_at_ms"),
     # Small: one row per subscription.
     ("subscriptions", "pulled_at_ms"), ("subscriptions", "created_at_ms"), ("subscriptions", "updated_at_ms"),
+    # Small: the channels and rules a user configured.
+    ("notify_channels", "created_at_ms"), ("notify_rules", "created_at_ms"),
+    # One row per message: a notified Run's go with it at retention (ON DELETE CASCADE), so the
+    # floor's scan stays as short as the kept history.
+    ("notify_outbox", "created_at_ms"), ("notify_outbox", "sent_at_ms"),
 )
 #: Observed columns whose every value is at most another observed column's value in a row the
 #: floor reads anyway: the floor need not read them. An event append sets its Run's
@@ -122,6 +127,7 @@ FUTURE_TIME_COLUMNS: tuple[tuple[str, str], ...] = (
     ("run_cancellation_dispatches", "next_attempt_at_ms"), ("run_cancellation_dispatches", "lease_expires_at_ms"),
     ("worker_sessions", "lease_expires_at_ms"), ("run_dispatch_leases", "expires_at_ms"),
     ("schedules", "next_fire_at_ms"), ("runs", "retry_at_ms"), ("panel_app_tokens", "expires_at_ms"),
+    ("notify_outbox", "next_at_ms"), ("notify_outbox", "lease_expires_at_ms"), ("notify_outbox", "window_ends_at_ms"),
 )
 
 

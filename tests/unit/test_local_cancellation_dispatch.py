@@ -24,6 +24,7 @@ from edge_runtime.contract.cancellation_dispatch import (
     RepositoryError,
     digest_lease_token,
 )
+from edge_runtime.contract.errors import RunEventLogMismatchError
 from edge_runtime.local.cancellation_dispatch import LocalCancellationDispatchRepository
 from edge_runtime.local.clock import ManualClock
 from edge_runtime.local.database import LocalDatabase, open_database
@@ -66,12 +67,13 @@ def test_run_version_cas_miss_rolls_back_everything(
 ) -> None:
     claimed(repo)
     before = stored_dispatch(db.connection)
-    # A duplicate dedupe key (an event a foreign writer appended for this dispatch) fails the append.
+    # A duplicate dedupe key (an event a foreign writer appended for this dispatch, uncounted by its
+    # Run) fails the append, named as the foreign row it is.
     db.connection.execute(
         "INSERT INTO run_events (id, run_id, sequence, type, dedupe_key, actor_type, actor_id, payload, "
         "created_at_ms) VALUES ('evt-x', 'run-1', 1, 't', 'cancel-dispatch:att-1:1', 'tool', 'x', '{}', 0)"
     )
-    with pytest.raises(RepositoryError) as caught:
+    with pytest.raises(RunEventLogMismatchError) as caught:
         repo.record_result(record_cmd(version=1))
     assert caught.value.retryable is False
     assert stored_dispatch(db.connection) == before
