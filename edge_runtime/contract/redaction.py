@@ -72,6 +72,29 @@ MARKER_MAX_BYTES = max(sum(_NUMBER_DIGITS if part is None else len(part) for par
 _MARKER_END = b"]\n"
 
 
+#: How each marker begins (its text up to its first number).
+_MARKER_HEADS = tuple(marker[0] for marker in _MARKERS)
+_TOKEN_PREFIX_BYTES = TOKEN_PREFIX.encode()
+_TOKEN_BODY = re.compile(rb"[" + TOKEN_BODY_ALPHABET.encode() + rb"]*\Z")
+#: The bytes a marker or a task token begins with: a live log's end is looked at from these only.
+_FIRST_BYTES = frozenset({head[0] for head in _MARKER_HEADS} | {_TOKEN_PREFIX_BYTES[0]})
+
+
+def _could_begin_marker(tail: bytes) -> bool:
+    """Whether more output could make ``tail`` the beginning of a marker (a tail past a
+    marker's first text is taken as one: such text is the monitor's, not a task's)."""
+    return any(head.startswith(tail) or tail.startswith(head) for head in _MARKER_HEADS)
+
+
+def _could_begin_token(tail: bytes) -> bool:
+    """Whether more output could make ``tail`` a task token (its prefix, then its alphabet)."""
+    if len(tail) >= TOKEN_CHARS:
+        return False
+    if len(tail) <= len(_TOKEN_PREFIX_BYTES):
+        return _TOKEN_PREFIX_BYTES.startswith(tail)
+    return tail.startswith(_TOKEN_PREFIX_BYTES) and _TOKEN_BODY.match(tail, len(_TOKEN_PREFIX_BYTES)) is not None
+
+
 def _marker_end_length(data: bytes) -> int:
     """The length of the end of a marker ``data`` may begin with (a copy of a log's end that
     begins inside the marker), or 0. A lone line end could be a marker's last byte: 1."""
@@ -123,12 +146,13 @@ class Redactor:
     output (the secrets are read from the store once) and used for each value it shows.
     """
 
-    __slots__ = ("_forms", "_text", "_bytes", "_longest")
+    __slots__ = ("_forms", "_first_bytes", "_text", "_bytes", "_longest")
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         forms = sorted({form for secret in secrets for form in masked_forms(secret)}, key=len, reverse=True)
         encoded = sorted({form.encode() for form in forms}, key=len, reverse=True)
         self._forms = tuple(encoded)
+        self._first_bytes = frozenset(form[0] for form in encoded)
         self._text = re.compile("|".join(map(re.escape, forms))) if forms else None
         self._bytes = re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
         self._longest = max(len(encoded[0]) if encoded else 0, TOKEN_CHARS)
@@ -269,6 +293,27 @@ class LogMasker:
         #: secret, a secret starting inside that piece, and the usual hold-back.
         self._after_marker = self._keep + longest
 
+    def _unsure_from(self, data: bytes, position: int) -> int:
+        """Where the end of ``data`` (from ``position``) could still become a secret or a task
+        token once more arrives, or a marker with a secret's beginning before it: what is held
+        back from there. Only such an end is held (at most ``_keep`` bytes), so a live log's last
+        line shows as soon as it cannot be one."""
+        redactor = self._redactor
+        longest = redactor._longest
+        # With no secret kept, only a task token's beginning is held: a marker is then looked for
+        # only for the token (at most a few of its characters show where the monitor cut a log,
+        # said in _TOKEN_PIECE_SHOWN), and a line's end is not held back for it.
+        markers = bool(redactor._forms)
+        for start in range(max(position, len(data) - self._keep), len(data)):
+            if data[start] not in _FIRST_BYTES and data[start] not in redactor._first_bytes:
+                continue
+            tail = data[start:]
+            if any(form.startswith(tail) for form in redactor._forms) or _could_begin_token(tail):
+                return start
+            if markers and _could_begin_marker(tail):
+                return max(position, start - (longest - 1))
+        return len(data)
+
     @property
     def held(self) -> int:
         """How many bytes fed so far are held back (they could begin a secret or a marker)."""
@@ -313,7 +358,7 @@ class LogMasker:
             position = end
         else:
             waiting = self._after_cut and len(data) - position < self._after_marker
-            stop = len(data) if final else position if waiting else len(data) - self._keep
+            stop = len(data) if final else position if waiting else self._unsure_from(data, position)
             if stop > position:
                 spans = redactor._spans(data, position, stop, end=len(data), start_cut=self._after_cut,
                                         end_cut=False)

@@ -219,3 +219,15 @@ def test_no_piece_of_a_secret_shows_whatever_the_cap_the_copy_and_the_reads() ->
                 else:
                     shown, offset = shown + text, offset + len(chunk) - masker.held
         assert not _leaked(shown, copy=copy is not None), f"seed {SEED} case {case}: {secret!r} shown as {shown!r}"
+
+
+def test_a_live_logs_end_is_held_back_only_where_it_could_begin_a_secret_or_a_token() -> None:
+    # No secret kept: a line's end shows at once (a live tail shows the task's last line).
+    masker = Redactor([]).log()
+    assert masker.feed(b"started\n") == b"started\n" and masker.held == 0
+    assert masker.feed(b"token ern1.AbC") == b"token " and masker.held == len(b"ern1.AbC")
+    assert masker.feed(b" no") == b"ern1.AbC no" and masker.held == 0
+    # A secret kept: only the piece that could begin it is held, then masked once it has come.
+    masker = Redactor(["pt_key=supersecret"]).log()
+    assert masker.feed(b"x pt_key=sup") == b"x " and masker.held == len(b"pt_key=sup")
+    assert masker.feed(b"ersecret;\n") + masker.flush() == b"***;\n"
