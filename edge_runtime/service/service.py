@@ -262,6 +262,9 @@ class DeviceService:
             journal.info("recovery.done", **counts)
             worker.heartbeat(self._available_slots(supervisor), idle=not supervisor.running)
             self._start_side_servers()
+            # Every side server is up (or said why not): what is measured at rest from here on
+            # (descriptors, memory) is the whole service.
+            journal.info("service.ready", side_servers=",".join(type(s).__name__ for s in self._side_servers) or None)
             try:
                 self._loop(loop, runs, worker, supervisor, dispatcher)
             except SessionLostError as lost:

@@ -107,12 +107,11 @@ class Harness:
         service = Service(process, log_path)
         self.services.append(service)
         service.wait_log("recovery.done")
-        # Started: its side servers too (the submit hand-off binds right after recovery), so what
-        # a test measures at rest (descriptors, memory) is the whole service.
-        wait_for(lambda: any(mark in service.log() for mark in ("submit_handoff.listening", "submit_handoff.not_started"))
-                 or process.poll() is not None, "the submit hand-off to start")
-        wait_for(lambda: any(mark in service.log() for mark in ("notify.transports", "notify.not_started"))
-                 or process.poll() is not None, "the notification sender to start")
+        # Started: its side servers too (the submit hand-off, the notification sender, tasks'
+        # messages, the panel), so what a test measures at rest (descriptors, memory) is the whole
+        # service.
+        wait_for(lambda: "service.ready" in service.log() or process.poll() is not None,
+                 "the service and its side servers to start")
         return service
 
     def submit(self, *argv: str) -> str:
