@@ -117,6 +117,15 @@ def print_json(value: Any, redactor: Redactor | None = None) -> None:
     sys.stdout.write(json_line(value, redactor))
 
 
+def print_done(args: Any, record: Any, text: str) -> int:
+    """A change's answer: ``record`` as JSON with ``--json``, else the one line ``text``; exit 0."""
+    if args.json:
+        print_json(record)
+    else:
+        sys.stdout.write(text + "\n")
+    return 0
+
+
 def json_line(value: Any, redactor: Redactor | None = None) -> str:
     """What :func:`print_json` prints."""
     if redactor:

@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 
 from edge_runtime import operations
 from edge_runtime.cli.common import (
-    CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, present, print_json, read_hidden_line,
+    CREATE, LOCAL_STORES, READ, WRITE, add_json_flag, present, print_done, print_json, read_hidden_line,
 )
 from edge_runtime.contract.env_entries import MAX_ENV_STRING_BYTES, NewEnvEntry
 from edge_runtime.contract.environment import InvalidVariableError, name_problem
@@ -227,45 +227,38 @@ def run(args: argparse.Namespace) -> int:
                 labels=tuple(args.label))])
             if args.secret:
                 _warn_secret(args, entry.name, value)  # type: ignore[arg-type]
-            return _done(args, entry, f"{entry.id}")
+            return print_done(args, entry, f"{entry.id}")
         if command == "set":
             entry = operations.env_set(store, args.name, value, secret=args.secret)  # type: ignore[arg-type]
             if args.secret:
                 _warn_secret(args, entry.name, value)  # type: ignore[arg-type]
-            return _done(args, entry, f"{entry.name} set{' (secret)' if entry.secret else ''}")
+            return print_done(args, entry, f"{entry.name} set{' (secret)' if entry.secret else ''}")
         if command == "edit":
             entry = operations.env_update(store, entry_id, name=args.name, value=value, secret=args.secret,  # type: ignore[arg-type]
                                           remarks=args.remarks, labels=[] if args.no_labels else args.label)
             if entry.secret and value is not None:
                 _warn_secret(args, entry.name, value)
-            return _done(args, entry, f"entry {entry.id} changed")
+            return print_done(args, entry, f"entry {entry.id} changed")
         if command in _FLAGS:
             entries = (operations.env_enable(store, ids, command == "enable") if command in ("enable", "disable")
                        else operations.env_pin(store, ids, command == "pin"))
-            return _done(args, entries, "\n".join(f"entry {e.id} {_FLAGS[command]}" for e in entries))
+            return print_done(args, entries, "\n".join(f"entry {e.id} {_FLAGS[command]}" for e in entries))
         if command == "move":
             entry = operations.env_move(store, entry_id, before=before)  # type: ignore[arg-type]
-            return _done(args, entry, f"entry {entry.id} moved {'to the end' if before is None else f'before {before}'}")
+            where = 'to the end' if before is None else f'before {before}'
+            return print_done(args, entry, f"entry {entry.id} moved {where}")
         if command == "remove" and removed_name is not None:
             removed = operations.env_remove_name(store, removed_name)
-            return _done(args, {"name": removed_name, "removed": removed}, f"{removed_name} removed")
+            return print_done(args, {"name": removed_name, "removed": removed}, f"{removed_name} removed")
         if command == "remove":
             removed = operations.env_remove(store, ids)
-            return _done(args, {"removed": removed}, "\n".join(f"entry {i} removed" for i in removed))
+            return print_done(args, {"removed": removed}, "\n".join(f"entry {i} removed" for i in removed))
         records = operations.env_list(store, name=args.name, search=args.search)
         if args.json:
             print_json(records)
         else:
             for record in records:
                 sys.stdout.write(_line(record) + "\n")
-    return 0
-
-
-def _done(args: argparse.Namespace, record: Any, text: str) -> int:
-    if args.json:
-        print_json(record)
-    else:
-        sys.stdout.write(text + "\n")
     return 0
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.common import LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_json, read_hidden_line
+from edge_runtime.cli.common import (
+    LOCAL_STORES, READ, WRITE, add_json_flag, format_ms, print_done, print_json, read_hidden_line,
+)
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.notifications import (
     CHANNEL_PARAMS,
@@ -210,7 +212,7 @@ def _channel(args: argparse.Namespace) -> int:
         declared_secret = {p.name for p in CHANNEL_PARAMS.get(record.kind, ()) if p.secret}
         if in_argv or declared_secret & set(params):
             sys.stderr.write(ARGV_SECRET_WARNING)
-        return _done(args, record, f"channel {record.name} added ({record.kind})")
+        return print_done(args, record, f"channel {record.name} added ({record.kind})")
     if command == "list":
         with args.stores.open(args, READ) as store:
             records = notifications_of(store).list_channels()
@@ -227,7 +229,7 @@ def _channel(args: argparse.Namespace) -> int:
     if command == "remove":
         with args.stores.open(args, WRITE) as store:
             notifications_of(store).remove_channel(args.name)
-        return _done(args, {"name": args.name, "removed": True}, f"channel {args.name} removed")
+        return print_done(args, {"name": args.name, "removed": True}, f"channel {args.name} removed")
     return _test(args)
 
 
@@ -252,7 +254,7 @@ def _test(args: argparse.Namespace) -> int:
         exc.message = redactor.text(exc.message)  # a provider's answer may quote the token it refused
         exc.args = (exc.message,)
         raise
-    return _done(args, {"name": channel.name, "sent": True, "transport": transports.describe()},
+    return print_done(args, {"name": channel.name, "sent": True, "transport": transports.describe()},
                  f"sent through {channel.name} (transports: {transports.describe()})")
 
 
@@ -323,12 +325,4 @@ def _default(args: argparse.Namespace) -> int:
         print_json(result)
     else:
         sys.stdout.write("".join(rule_text(rule) + "\n" for rule in result) or "no default rule\n")
-    return 0
-
-
-def _done(args: argparse.Namespace, record: Any, text: str) -> int:
-    if args.json:
-        print_json(record)
-    else:
-        sys.stdout.write(text + "\n")
     return 0
