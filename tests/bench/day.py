@@ -37,6 +37,7 @@ import socket
 import subprocess
 import sys
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
@@ -346,11 +347,14 @@ def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hour
     size0 = _db_bytes(db)
     rows = []
     ends = [start + int(DAY_MS * hours / 24) * (n + 1) for n in range(days)]
-    state = db.parent / "state.json"
+    # The child's counters and the service's journal go to RAM (on a router stderr goes to logd, in
+    # RAM): /proc/<pid>/io's write_bytes is then the service's own storage writes.
+    ram = Path(tempfile.mkdtemp(prefix="edge-bench-day-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+    state = ram / "state.json"
     config = db.parent / "serve.toml"
     config.write_text(_config())
     env = {**os.environ, "EDGE_RUNTIME_CONFIG": str(config)}
-    log = db.parent / "serve.log"
+    log = ram / "serve.log"
     with open(log, "wb") as handle:
         process = subprocess.Popen(
             [sys.executable, str(CHILD), str(state), str(start - 5_000), str(ends[-1]), "--", "--db", str(db),
@@ -381,6 +385,8 @@ def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hour
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
         process.wait(60)
+        shutil.copyfile(log, db.parent / "serve.log")
+        shutil.rmtree(ram)
     print(f"day: {expected:,} fires expected on the first day; database before {size0 / 1e6:.2f} MB "
           f"({HISTORY:,} Runs, {SCHEDULES} schedules); retain_runs = {RETAIN_RUNS[0]}")
     return rows
