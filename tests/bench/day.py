@@ -337,7 +337,8 @@ def burst(workdir: Path, base: Path, crons: list[tuple[str, str]], command: list
 # --------------------------------------------------------------------------- a day compressed
 
 
-def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hours: float = 24) -> list[list[str]]:
+def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hours: float = 24,
+        app: dict | None = None, repeat: int = 21) -> list[list[str]]:
     # A day ahead of the real clock (the history's times are behind it), from local midnight, UTC.
     start = (time.time_ns() // 1_000_000 // DAY_MS + 2) * DAY_MS
     db = database_with(base, workdir / "day" / "edge-runtime.db", [(e, n, ["true"]) for e, n in crons], "UTC0",
@@ -381,6 +382,10 @@ def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hour
                          f"{(logs1 - logs0) / 1e6:.2f}", f"{(io1 - io0) / 1e6:.2f}", f"{_db_bytes(db) / 1e6:.2f}",
                          f"{time.monotonic() - real0:.0f}"])
             previous, io0, logs0, real0 = current, io1, logs1, time.monotonic()
+        if app is not None:  # the pages again, now that every schedule has Runs of its own
+            port = int(re.search(r"listen=127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+            common.print_table(f"panel and OpenAPI after the day (its Runs kept), median of {repeat} (ms)",
+                               ["request", "median ms", "max ms", "bytes"], panel(port, app, repeat))
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGTERM)
@@ -434,8 +439,7 @@ def _request(sock: socket.socket, text: str) -> tuple[int, bytes, bytes]:
     return int(head.split()[1]), head, rest
 
 
-def panel(serve: Serve, app: dict, repeat: int) -> list[list[str]]:
-    port = serve.port
+def panel(port: int, app: dict, repeat: int) -> list[list[str]]:
     host = f"Host: 127.0.0.1:{port}\r\n"
     body = json.dumps({"password": PASSWORD})
     with socket.create_connection(("127.0.0.1", port)) as sock:
@@ -526,7 +530,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 repeat = 5 if args.quick else 21
                 common.print_table(f"panel and OpenAPI, {form}, one keep-alive connection, median of {repeat} (ms)",
-                                   ["request", "median ms", "max ms", "bytes"], panel(serve, app, repeat))
+                                   ["request", "median ms", "max ms", "bytes"], panel(serve.port, app, repeat))
             finally:
                 serve.stop()
     if "burst" in parts:
@@ -538,7 +542,7 @@ def main(argv: list[str] | None = None) -> int:
             "a day compressed: the corpus' fires with true, venv serve on the bench's clock, panel on (MB)",
             ["period", "Runs fired (total)", "syncs", "SQLite written db / wal / shm", "logs", "write_bytes",
              "db + wal size", "real s"],
-            day(workdir, base, crons, days, args.hours))
+            day(workdir, base, crons, days, args.hours, app, 5 if args.quick else 21))
     return 0
 
 
