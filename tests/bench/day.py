@@ -384,11 +384,15 @@ def day(workdir: Path, base: Path, crons: list[tuple[str, str]], days: int, hour
             previous, io0, logs0, real0 = current, io1, logs1, time.monotonic()
         if app is not None:  # the pages again, now that every schedule has Runs of its own
             port = int(re.search(r"listen=127\.0\.0\.1:(\d+)", log.read_text()).group(1))
-            try:
-                after = panel(port, app, repeat)
-            except RuntimeError as exc:  # the day's figures above still count
-                print(f"panel after the day: not measured ({exc})")
-            else:
+            after, tries = None, 0
+            while after is None and tries < 20:
+                tries += 1
+                try:
+                    after = panel(port, app, repeat)
+                except RuntimeError as exc:  # the day's figures above still count
+                    print(f"panel after the day, try {tries}: not measured ({exc})", flush=True)
+                    time.sleep(1.0)
+            if after is not None:
                 common.print_table(f"panel and OpenAPI after the day (its Runs kept), median of {repeat} (ms)",
                                    ["request", "median ms", "max ms", "bytes"], after)
     finally:
