@@ -13,7 +13,7 @@ CSTAMP := $(CLUSTER_VENV)/.installed
 # The shared PostgreSQL the cluster suite and bench use; each session works in a private database.
 EDGE_PG_ADMIN_DSN ?= host=127.0.0.1 port=5432 user=postgres dbname=postgres
 
-.PHONY: venv monitor run test test-browser bench build fault audit clean test-cluster bench-cluster cross cross-test
+.PHONY: venv monitor run test test-browser bench bench-day build fault audit clean test-cluster bench-cluster cross cross-test
 
 # The per-Attempt monitor (docs/monitor.md), built for this host with the system C compiler and
 # linked against the host's C library, as the host build's Python is: a static glibc binary is
@@ -60,6 +60,13 @@ test-browser: $(STAMP) $(MONITOR)
 
 bench: $(STAMP) $(MONITOR)
 	$(PY) tests/bench/run.py
+
+# A QingLong user's day at router scale (tests/bench/day.py): 700 schedules from real script headers,
+# 10,000 Runs of history, the panel on; idle, a burst at 08:30, a day compressed, the panel's pages.
+# Uses the one-folder build in dist/ when there is one (make build). BENCH_DAY_ARGS="--quick" for a smoke run.
+BENCH_DAY_ARGS ?=
+bench-day: $(STAMP) $(MONITOR)
+	$(PY) tests/bench/day.py $(BENCH_DAY_ARGS)
 
 # Skipped when dist/ already holds a build of the same sources (build/build.py --force rebuilds).
 # RUNTIME_TMPDIR=/path bakes a fixed unpack directory into the one-file build (docs/building.md: unpack directory).

@@ -113,6 +113,27 @@ def test_list_walks_an_index_newest_first_without_sorting(history) -> None:
             assert "TEMP B-TREE" not in plan and "USING INDEX runs_" in plan, plan
 
 
+def test_a_schedules_runs_are_sought_through_its_index_not_walked_from_the_newest(history) -> None:
+    """The QingLong crons list reads every schedule's newest Runs: walking the whole history from
+    the newest Run per schedule (a LIMIT that no row of a quiet schedule ever stops) costs
+    schedules x history."""
+    from edge_runtime.local.runs import LocalRunRepository
+
+    db_path, _ = history
+    recorded: list[tuple[str, tuple]] = []
+    with open_database(db_path, create=False, read_only=True) as db:
+        db.connection.exec_trace = lambda _cursor, sql, bindings: recorded.append((sql, tuple(bindings or ()))) or True
+        runs = LocalRunRepository(db)
+        runs.list_runs(schedule_id="00000000-0000-4000-8000-000000000000", limit=5)
+        runs.list_runs(schedule_id="00000000-0000-4000-8000-000000000000", limit=5, before_ms=1 << 50)
+        db.connection.exec_trace = None
+        plans = [" / ".join(row[3] for row in db.connection.execute(f"EXPLAIN QUERY PLAN {sql}", bindings))
+                 for sql, bindings in recorded if "FROM runs" in sql]
+    assert len(plans) == 2
+    for plan in plans:
+        assert "SEARCH runs USING INDEX runs_schedule_slot (schedule_id=?)" in plan, plan
+
+
 def test_the_list_command_itself_sorts_nothing(history, capsys) -> None:
     db_path, _ = history
     statements = _traced_cli(db_path, "list")
