@@ -20,7 +20,7 @@ import psycopg
 from cluster_postgres.errors import LOCK_SHARED_ENV_SET, Transaction, reading, take_runtime_lock
 from cluster_postgres.run_events import database_now
 from edge_runtime.contract import env_entries as rules
-from edge_runtime.contract.env_entries import ENTRY_ORDER_SQL, EnvChanges, EnvEntry, NewEnvEntry, StoredEnvEntry, shown
+from edge_runtime.contract.env_entries import ENTRY_ORDER_SQL, EnvChanges, EnvEntry, StoredEnvEntry, shown
 from edge_runtime.contract.environment import EnvEntryNotFoundError, EnvironmentRepositoryError
 from edge_runtime.contract.validation import MAX_SAFE_INTEGER
 
@@ -40,7 +40,7 @@ def _read(cur: Any, where: str = "", params: tuple[Any, ...] = ()) -> list[Store
                            pinned=r[7], labels=tuple(r[8]), created_at_ms=r[9], updated_at_ms=r[10]) for r in rows]
 
 
-class PostgresEnvironment:
+class PostgresEnvironment(rules.PlannedEntryChanges):
     """The env entries, on the caller's connection (one short transaction per change)."""
 
     __slots__ = ("_conn",)
@@ -103,39 +103,3 @@ class PostgresEnvironment:
                 (r.name, r.value, r.secret, r.remarks, r.enabled, r.position, r.pinned, list(r.labels),
                  r.created_at_ms, r.updated_at_ms)).fetchone()[0] for r in changes.inserts]
         return changes, inserted
-
-    def add(self, entries: Sequence[NewEnvEntry]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_add(current, entries, now))
-
-    def update(self, entry_id: int, *, name: str | None = None, value: str | None = None,
-               secret: bool | None = None, remarks: str | None = None,
-               labels: Sequence[str] | None = None) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_update(
-            current, entry_id, now, name=name, value=value, secret=secret, remarks=remarks, labels=labels))[0]
-
-    def remove(self, ids: Sequence[int]) -> list[int]:
-        return list(self._apply(lambda current, _now: rules.plan_remove(current, ids))[0].removals)
-
-    def remove_name(self, name: str) -> list[int]:
-        return list(self._apply(lambda current, _now: rules.plan_remove_name(current, name))[0].removals)
-
-    def enable(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=True))
-
-    def disable(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=False))
-
-    def pin(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=True))
-
-    def unpin(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=False))
-
-    def rename(self, ids: Sequence[int], name: str) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_rename(current, ids, name, now))
-
-    def move(self, entry_id: int, *, before: int | None) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_move(current, entry_id, before, now))[0]
-
-    def set(self, name: str, value: str, *, secret: bool) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_set(current, name, value, now, secret=secret))[0]

@@ -14,7 +14,7 @@ writes the :class:`EnvChanges` it returns. A refused change raises before anythi
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 import msgspec
@@ -546,3 +546,53 @@ class EnvironmentStore(Protocol):
         """What shown output masks (:func:`secret_values`)."""
         ...
 
+
+class PlannedEntryChanges:
+    """The env entries' changes of the port, each one of the plans above run by an adapter: the
+    adapter gives ``_write(plan)`` (its one transaction: the entries it changed) and
+    ``_apply(plan)`` (the changes and the ids of the inserted entries); what each change does is
+    decided here, never in an adapter."""
+
+    __slots__ = ()
+
+    def _write(self, plan: Callable[[list[StoredEnvEntry], int], EnvChanges]) -> list[EnvEntry]:
+        raise NotImplementedError
+
+    def _apply(self, plan: Callable[[list[StoredEnvEntry], int], EnvChanges]) -> tuple[EnvChanges, list[int]]:
+        raise NotImplementedError
+
+    def add(self, entries: Sequence[NewEnvEntry]) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_add(current, entries, now))
+
+    def update(self, entry_id: int, *, name: str | None = None, value: str | None = None,
+               secret: bool | None = None, remarks: str | None = None,
+               labels: Sequence[str] | None = None) -> EnvEntry:
+        return self._write(lambda current, now: plan_update(
+            current, entry_id, now, name=name, value=value, secret=secret, remarks=remarks, labels=labels))[0]
+
+    def remove(self, ids: Sequence[int]) -> list[int]:
+        return list(self._apply(lambda current, _now: plan_remove(current, ids))[0].removals)
+
+    def remove_name(self, name: str) -> list[int]:
+        return list(self._apply(lambda current, _now: plan_remove_name(current, name))[0].removals)
+
+    def enable(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_enable(current, ids, now, enabled=True))
+
+    def disable(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_enable(current, ids, now, enabled=False))
+
+    def pin(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_pin(current, ids, now, pinned=True))
+
+    def unpin(self, ids: Sequence[int]) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_pin(current, ids, now, pinned=False))
+
+    def rename(self, ids: Sequence[int], name: str) -> list[EnvEntry]:
+        return self._write(lambda current, now: plan_rename(current, ids, name, now))
+
+    def move(self, entry_id: int, *, before: int | None) -> EnvEntry:
+        return self._write(lambda current, now: plan_move(current, entry_id, before, now))[0]
+
+    def set(self, name: str, value: str, *, secret: bool) -> EnvEntry:
+        return self._write(lambda current, now: plan_set(current, name, value, now, secret=secret))[0]

@@ -20,7 +20,6 @@ from edge_runtime.contract.env_entries import (
     ENTRY_ORDER_SQL,
     EnvChanges,
     EnvEntry,
-    NewEnvEntry,
     StoredEnvEntry,
     shown,
 )
@@ -55,7 +54,7 @@ def _labels(entry: StoredEnvEntry) -> str:
     return msgspec.json.encode(list(entry.labels)).decode()
 
 
-class LocalEnvironmentRepository:
+class LocalEnvironmentRepository(rules.PlannedEntryChanges):
     __slots__ = ("_db",)
 
     def __init__(self, db: LocalDatabase) -> None:
@@ -111,39 +110,3 @@ class LocalEnvironmentRepository:
                 (row.name, row.value, int(row.secret), row.remarks, int(row.enabled), row.position, int(row.pinned),
                  _labels(row), row.created_at_ms, row.updated_at_ms)).fetchall()[0][0] for row in changes.inserts]
         return changes, inserted
-
-    def add(self, entries: Sequence[NewEnvEntry]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_add(current, entries, now))
-
-    def update(self, entry_id: int, *, name: str | None = None, value: str | None = None,
-               secret: bool | None = None, remarks: str | None = None,
-               labels: Sequence[str] | None = None) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_update(
-            current, entry_id, now, name=name, value=value, secret=secret, remarks=remarks, labels=labels))[0]
-
-    def remove(self, ids: Sequence[int]) -> list[int]:
-        return list(self._apply(lambda current, _now: rules.plan_remove(current, ids))[0].removals)
-
-    def remove_name(self, name: str) -> list[int]:
-        return list(self._apply(lambda current, _now: rules.plan_remove_name(current, name))[0].removals)
-
-    def enable(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=True))
-
-    def disable(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_enable(current, ids, now, enabled=False))
-
-    def pin(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=True))
-
-    def unpin(self, ids: Sequence[int]) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_pin(current, ids, now, pinned=False))
-
-    def rename(self, ids: Sequence[int], name: str) -> list[EnvEntry]:
-        return self._write(lambda current, now: rules.plan_rename(current, ids, name, now))
-
-    def move(self, entry_id: int, *, before: int | None) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_move(current, entry_id, before, now))[0]
-
-    def set(self, name: str, value: str, *, secret: bool) -> EnvEntry:
-        return self._write(lambda current, now: rules.plan_set(current, name, value, now, secret=secret))[0]
