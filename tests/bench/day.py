@@ -41,11 +41,10 @@ import tempfile
 import time
 from pathlib import Path
 
+# Started by path (make bench-day), so its own folder is first on sys.path: `import common` finds
+# the benchmarks' helpers; edge_runtime is the venv's (only the harness, run.py, edits sys.path).
 BENCH_DIR = Path(__file__).resolve().parent
 REPO = BENCH_DIR.parents[1]
-for directory in (BENCH_DIR, REPO):
-    if str(directory) not in sys.path:
-        sys.path.insert(0, str(directory))
 
 import common  # noqa: E402
 
