@@ -170,6 +170,29 @@ def _ask(dir_fd: int, directory: str, name: str, message: bytes) -> str | None:
     raise SubmitUnconfirmedError("the service stopped before it answered" if not reply else "the service's answer was not understood")
 
 
+def accept_when_ready(listener, stopping, name: str):
+    """The next connection of the non-blocking ``listener``, waited for in ``poll``, not in a
+    blocking ``accept``: Linux reserves the new descriptor's number for the whole of a blocking
+    ``accept``, an invisible descriptor a service near its limit would miss.
+
+    Raises:
+        OSError: ``stopping()`` became true (the listener was shut down) or it was closed.
+    """
+    import select
+
+    poller = select.poll()
+    poller.register(listener.fileno(), select.POLLIN)
+    while True:
+        poller.poll()
+        if stopping():
+            raise OSError(f"{name} was shut down")
+        try:
+            conn, _ = listener.accept()
+            return conn
+        except (BlockingIOError, InterruptedError):
+            continue  # the client gave up between the poll and the accept
+
+
 class HandoffListener:
     """The service's end: the listening ``<pid>.submit`` socket, removed again by ``close``."""
 
@@ -188,27 +211,12 @@ class HandoffListener:
         """Wait for the next connection (a ``socket.socket`` with the request timeout set); None
         for one from an untrusted peer, which is closed unread.
 
-        The wait is a ``poll``, not a blocking ``accept``: Linux reserves the new descriptor's
-        number for the whole of a blocking ``accept``, an invisible descriptor a service near its
-        limit would miss.
+        The wait is :func:`accept_when_ready`'s.
 
         Raises:
             OSError: the listener was shut down (``shutdown``) or closed.
         """
-        import select
-
-        poller = select.poll()
-        listener = self._bound.socket
-        poller.register(listener.fileno(), select.POLLIN)
-        while True:
-            poller.poll()
-            if self._stopping:
-                raise OSError("the submit hand-off listener was shut down")
-            try:
-                conn, _ = listener.accept()
-                break
-            except (BlockingIOError, InterruptedError):
-                continue  # the client gave up between the poll and the accept
+        conn = accept_when_ready(self._bound.socket, lambda: self._stopping, "the submit hand-off listener")
         if not trusted_peer(peer_uid(conn)):
             conn.close()
             return None

@@ -26,7 +26,6 @@ import base64
 import hashlib
 import hmac
 import os
-import select
 import socket
 import stat
 import sys
@@ -39,6 +38,7 @@ from edge_runtime.contract.notifications import (
     NotifyServiceUnavailableError,
 )
 from edge_runtime.contract.task_notify import TOKEN_PREFIX, Capability, is_attempt_id, is_token
+from edge_runtime.local.handoff import accept_when_ready
 
 #: Beside the database: the device key the tokens are derived with.
 KEY_SUFFIX = ".notify-key"
@@ -263,18 +263,9 @@ class TaskMessageListener:
         Raises:
             OSError: shut down, or closed.
         """
-        poller = select.poll()
-        poller.register(self._socket.fileno(), select.POLLIN)
-        while True:
-            poller.poll()
-            if self._stopping:
-                raise OSError("the task message listener was shut down")
-            try:
-                conn, _ = self._socket.accept()
-            except (BlockingIOError, InterruptedError):
-                continue
-            conn.settimeout(REQUEST_TIMEOUT_S)
-            return conn
+        conn = accept_when_ready(self._socket, lambda: self._stopping, "the task message listener")
+        conn.settimeout(REQUEST_TIMEOUT_S)
+        return conn
 
     @property
     def stopping(self) -> bool:
