@@ -106,6 +106,13 @@ def request(port: int, method: str, target: str, *, body: bytes | None = None, c
                                         extra=extra), source=source)
 
 
+def api(port: int, cookie: str, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+    """One call of the panel's JSON API with a session: its status and decoded body."""
+    response = request(port, method, target, cookie=cookie,
+                       body=None if body is None else msgspec.json.encode(body))
+    return status(response), body_json(response)
+
+
 def request_bytes(port: int, method: str, target: str, *, body: bytes | None = None, cookie: str | None = None,
                   csrf: bool = True, host: str | None = None, extra: str = "") -> bytes:
     """The bytes of one request as :func:`request` sends it (``Connection: close``)."""
