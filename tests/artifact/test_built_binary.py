@@ -150,6 +150,28 @@ def test_serves_runs_a_command_and_cancels_it(executable, service, env, tmp_path
     assert list(Path(env["TMPDIR"]).iterdir()) == []  # and removed it on a clean stop
 
 
+@pytest.mark.e2e
+def test_a_process_the_task_leaves_behind_ends_with_its_run(executable, service, env, tmp_path) -> None:
+    """Also where the kernel refuses the monitor's subreaper (qemu-user 7.2, which runs this for
+    the router targets): what the task leaves in its own process group is ended with it."""
+    db, _process = service
+    script = "sleep 300 & echo leftover=$!"
+    submitted = run(executable, ["--db", str(db), "submit", "--", "sh", "-c", script], env, tmp_path)
+    assert submitted.returncode == 0, submitted.stderr
+    run_id = submitted.stdout.strip()
+
+    def show() -> dict:
+        result = run(executable, ["--db", str(db), "show", run_id, "--json"], env, tmp_path)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout)
+
+    final = wait_for(lambda: (s := show())["status"] == "succeeded" and s, "the run to end")
+    logs = run(executable, ["--db", str(db), "logs", run_id], env, tmp_path)
+    leftover = int(logs.stdout.split("leftover=")[1].split()[0])
+    # The status is written only once the group is empty: nothing of it is left at the end.
+    assert not os.path.exists(f"/proc/{leftover}") or _is_zombie(leftover), final
+
+
 def _is_zombie(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] == "Z"

@@ -12,7 +12,8 @@
  * It is the task's subreaper (PR_SET_CHILD_SUBREAPER): a process the task leaves behind, also one
  * that double-forked into a session of its own, becomes the monitor's child when its parent ends,
  * so when the task ends the monitor ends every such leftover (SIGTERM, SIGKILL after the grace),
- * reaps it, and says how many there were in the status line.
+ * reaps it, and says how many there were in the status line. Where the kernel refuses that option
+ * (before 3.4; qemu-user before 8.1) it ends what is left in the task's process group instead.
  *
  * Usage (the service is the only caller; edge_runtime/service/monitor.py):
  *   edge-runtime-monitor [--cwd DIR] [--grace MS] [--user UID GID GROUPS] CAP_BYTES TAIL_BYTES LINGER_MS -- ARGV...
@@ -275,10 +276,20 @@ static int stat_parent(const char *pid, char *state, pid_t *parent) {
     return 0;
 }
 
+/* Whether the kernel made the monitor the task's subreaper; without it, the task's process group
+ * (its pid) is what stands for what it left. */
+static int subreaper = 1;
+static pid_t task_group;
+
 /* Send sig to every live child of the monitor (after the task ended: what it left, re-parented
  * here). A child's pid cannot be reused before the monitor reaps it, and only the monitor reaps,
  * so the pid read from /proc is the child's until the kill. How many were signalled. */
 static int signal_leftovers(int sig) {
+    if (!subreaper) { /* nothing comes back to us: only the task's own group can be found */
+        if (kill(-task_group, sig) != 0) return 0;
+        if (sig == SIGTERM) kill(-task_group, SIGCONT);
+        return 1;
+    }
     DIR *proc = opendir("/proc");
     if (!proc) return 0;
     pid_t self = getpid();
@@ -374,10 +385,17 @@ int main(int argc, char **argv) {
     sigdelset(&waitmask, SIGCHLD);
 
     /* Every process of the task whose parent ends comes to us, not to init: none outlives the
-     * Attempt unseen. Without it (a kernel before 3.4) no leftover could be found: refuse. */
+     * Attempt unseen. A kernel before 3.4, and qemu-user before 8.1 (how router builds are tested),
+     * refuse the option with EINVAL: then what the task leaves in its own process group is ended
+     * with it, uncounted, and what left the group is not found; said on the service's log. */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
-        report_error(errno, "monitor");
-        return 1;
+        if (errno != EINVAL) {
+            report_error(errno, "monitor");
+            return 1;
+        }
+        subreaper = 0;
+        fprintf(stderr, "edge-runtime-monitor: this kernel refuses PR_SET_CHILD_SUBREAPER; only the processes "
+                        "a task leaves in its own process group are ended with it (docs/monitor.md)\n");
     }
     if (flock(FD_STATUS, LOCK_EX) != 0) {
         report_error(errno, "monitor");
@@ -407,6 +425,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (child == 0) run_task(task_argv, cwd, errpipe[1]);
+    task_group = child; /* run_task makes it its own group's leader */
     close(errpipe[1]);
     close(child_out_fd); /* only the task (and what it starts) holds the writing side now */
     int failure[2] = {0, 0};
@@ -460,7 +479,8 @@ int main(int argc, char **argv) {
                 continue;
             }
             if (got_pid < 0 && errno == EINTR) continue;
-            if (got_pid < 0 && exited && !settled) settled = -1; /* ECHILD: none left */
+            /* ECHILD: none left (without the subreaper: none left in the task's group either) */
+            if (got_pid < 0 && exited && !settled && (subreaper || kill(-task_group, 0) != 0)) settled = -1;
             break;
         }
         long long now = now_ms(CLOCK_MONOTONIC);
@@ -514,6 +534,8 @@ int main(int argc, char **argv) {
         if (exited && !settled) {
             long long left = (now < grace_until ? grace_until : kill_round) - now;
             if (left < 0) left = 0;
+            /* without the subreaper no SIGCHLD says the group ended: look again each round */
+            if (!subreaper && left > KILL_ROUND_MS) left = KILL_ROUND_MS;
             if (wait < 0 || left < wait) wait = left;
         }
         struct timespec ts = { .tv_sec = wait / 1000, .tv_nsec = (wait % 1000) * 1000000 };
