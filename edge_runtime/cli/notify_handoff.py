@@ -12,12 +12,11 @@ uid and pid and the Attempt it named; never the token.
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable
 
 import msgspec
 
+from edge_runtime.cli.listener_thread import ListenerThread
 from edge_runtime.contract.errors import EdgeRuntimeError
 from edge_runtime.contract.notifications import (
     NotifyMessageError,
@@ -28,68 +27,36 @@ from edge_runtime.contract.notifications import (
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.local import notify_handoff as wire
 
-#: The pause after a failed ``accept`` (out of descriptors) before the next.
-ACCEPT_RETRY_S = 1.0
 
-
-class TaskMessageServer:
+class TaskMessageServer(ListenerThread):
     """A ``SideServer`` of ``serve``: takes one task's message at a time."""
 
-    def __init__(self, *, capabilities: wire.TaskCapabilities, open_store: Callable[[], object], journal) -> None:
-        self._capabilities = capabilities
-        self._open_store = open_store
-        self._journal = journal
-        self._listener: wire.TaskMessageListener | None = None
-        self._store = None
-        self._thread: threading.Thread | None = None
+    thread_name = "notify-task-messages"
+    events = "notify.task_messages"
+    connection_events = "notify.task_message"
+    request_timeout_s = wire.REQUEST_TIMEOUT_S
 
-    def start(self) -> None:
-        self._store = self._open_store()
+    def __init__(self, *, capabilities: wire.TaskCapabilities, open_store: Callable[[], object], journal) -> None:
+        super().__init__(open_store=open_store, journal=journal)
+        self._capabilities = capabilities
+
+    def _listen(self) -> wire.TaskMessageListener:
         try:
-            self._listener = wire.TaskMessageListener(self._capabilities.address)
+            return wire.TaskMessageListener(self._capabilities.address)
         except OSError as exc:
-            self._store.close()
-            self._store = None
             # Another service on this database holds it, or another local user bound it first.
             raise NotifyServiceUnavailableError(
                 f"the socket {self._capabilities.address} for tasks' messages cannot be bound ({exc.strerror or exc}): "
                 f"tasks' `notify send` fails until the service restarts with it free") from None
-        self._thread = threading.Thread(target=self._serve, name="notify-task-messages", daemon=True)
-        self._thread.start()
-        self._journal.info("notify.task_messages_listening", socket=self._capabilities.address)
 
-    def stop(self) -> None:
-        listener, thread = self._listener, self._thread
-        if listener is not None:
-            listener.shutdown()
-        if thread is not None:
-            thread.join(timeout=wire.REQUEST_TIMEOUT_S + 5)
-        if listener is not None:
-            listener.close()
-        if thread is not None and thread.is_alive():
-            self._journal.warning("notify.task_messages_stop_timed_out")  # its connection stays its own
-        elif self._store is not None:
-            self._store.close()
-        self._listener = self._thread = self._store = None
+    def _address(self) -> str:
+        return self._capabilities.address
 
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn = self._listener.accept()
-            except OSError as exc:
-                if self._listener.stopping:
-                    return
-                self._journal.warning("notify.task_message_accept_failed", detail=str(exc))
-                time.sleep(ACCEPT_RETRY_S)
-                continue
-            with conn:
-                try:
-                    pid, uid = wire.peer_credentials(conn)
-                    message = conn.recv(wire.MAX_REQUEST_BYTES + 1)
-                    verdict, text, code = self._handle(message, pid=pid, uid=uid)
-                    wire.answer(conn, verdict, text, code)
-                except OSError as exc:  # the client went away or sent nothing in time
-                    self._journal.warning("notify.task_message_connection_failed", detail=str(exc))
+    def _take(self, conn) -> None:
+        pid, uid = wire.peer_credentials(conn)
+        message = conn.recv(wire.MAX_REQUEST_BYTES + 1)
+        verdict, text, code = self._handle(message, pid=pid, uid=uid)
+        wire.answer(conn, verdict, text, code)
 
     def _handle(self, message: bytes, *, pid: int, uid: int) -> tuple[bytes, str, str]:
         request = None if len(message) > wire.MAX_REQUEST_BYTES else wire.TaskMessage.decode(message)

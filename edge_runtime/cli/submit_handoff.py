@@ -16,15 +16,13 @@ from __future__ import annotations
 import os
 import sys
 
+from edge_runtime.cli.listener_thread import ListenerThread
 from edge_runtime.cli.reporting import EXIT_ERROR, report_error, wants_json
 from edge_runtime.local import handoff
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the client end stays lean)
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
-
-#: The pause after a failed ``accept`` (out of descriptors) before the next.
-ACCEPT_RETRY_S = 1.0
 
 
 def try_hand_off(argv: Sequence[str]) -> int | None:
@@ -77,79 +75,36 @@ def _db_path_of(argv: Sequence[str]) -> str | None:
         return None  # the ordinary path reports it
 
 
-class SubmitHandoffServer:
+class SubmitHandoffServer(ListenerThread):
     """The service's end of the hand-off (a ``SideServer`` of ``serve``): a thread that takes one
     request at a time. ``open_store`` gives its own connection; ``db_path`` is the service's
     database (a request for another one is declined)."""
 
+    thread_name = "submit-handoff"
+    events = connection_events = "submit_handoff"
+    request_timeout_s = handoff.REQUEST_TIMEOUT_S
+
     def __init__(self, *, db_path: str, open_store: Callable[[], object], journal,
                  scripts_dir: str | None = None) -> None:
+        super().__init__(open_store=open_store, journal=journal)
         self._db_path = os.path.abspath(db_path)
         #: This service's scripts directory: a ``task`` command's script is checked there.
         self._scripts_dir = scripts_dir
-        self._open_store = open_store
-        self._journal = journal
-        self._listener: handoff.HandoffListener | None = None
-        self._store = None
-        self._thread = None
 
-    def start(self) -> None:
-        import threading
+    def _listen(self) -> handoff.HandoffListener:
+        return handoff.HandoffListener(self._db_path)
 
-        self._store = self._open_store()
-        try:
-            self._listener = handoff.HandoffListener(self._db_path)
-        except BaseException:
-            self._store.close()
-            self._store = None
-            raise
-        self._thread = threading.Thread(target=self._serve, name="submit-handoff", daemon=True)
-        self._thread.start()
-        self._journal.info("submit_handoff.listening", socket=str(self._listener.path))
+    def _address(self) -> str:
+        return str(self._listener.path)
 
-    def stop(self) -> None:
-        listener, thread = self._listener, self._thread
-        if listener is not None:
-            listener.shutdown()
-        if thread is not None:
-            thread.join(timeout=handoff.REQUEST_TIMEOUT_S + 5)
-        if listener is not None:
-            listener.close()
-        if thread is not None and thread.is_alive():
-            # Still inside a request (a long wait for the database's lock): its connection is left
-            # to it (the thread is a daemon and ends with the process), never closed under it.
-            self._journal.warning("submit_handoff.stop_timed_out")
-        elif self._store is not None:
-            self._store.close()
-        self._listener = self._thread = self._store = None
-
-    def _serve(self) -> None:
-        import time
-
-        while True:
-            try:
-                conn = self._listener.accept()
-            except OSError as exc:
-                if self._listener.stopping:
-                    return  # stop()
-                # Out of descriptors, most likely: clients store their Runs themselves meanwhile.
-                self._journal.warning("submit_handoff.accept_failed", detail=str(exc))
-                time.sleep(ACCEPT_RETRY_S)
-                continue
-            if conn is None:
-                self._journal.warning("submit_handoff.peer_refused")
-                continue
-            with conn:
-                try:
-                    message = conn.recv(handoff.MAX_REQUEST_BYTES)
-                    request = handoff.HandoffRequest.decode(message)
-                    if request is None:
-                        self._journal.warning("submit_handoff.request_refused", bytes=len(message))
-                        handoff.answer(conn, handoff.FALLBACK)
-                        continue
-                    handoff.answer(conn, *self._handle(request))
-                except OSError as exc:  # the client went away or sent nothing in time
-                    self._journal.warning("submit_handoff.connection_failed", detail=str(exc))
+    def _take(self, conn) -> None:
+        message = conn.recv(handoff.MAX_REQUEST_BYTES)
+        request = handoff.HandoffRequest.decode(message)
+        if request is None:
+            self._journal.warning("submit_handoff.request_refused", bytes=len(message))
+            handoff.answer(conn, handoff.FALLBACK)
+            return
+        handoff.answer(conn, *self._handle(request))
 
     def _handle(self, request: handoff.HandoffRequest) -> tuple[bytes, str]:
         """The answer to one request. Everything up to and including the store's transaction may
