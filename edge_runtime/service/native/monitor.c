@@ -13,7 +13,8 @@
  * that double-forked into a session of its own, becomes the monitor's child when its parent ends,
  * so when the task ends the monitor ends every such leftover (SIGTERM, SIGKILL after the grace),
  * reaps it, and says how many there were in the status line. Where the kernel refuses that option
- * (before 3.4; qemu-user before 8.1) it ends what is left in the task's process group instead.
+ * (before 3.4; Debian 12's qemu-user 7.2, some sandboxes) it ends what is left in the task's process
+ * group instead.
  *
  * Usage (the service is the only caller; edge_runtime/service/monitor.py):
  *   edge-runtime-monitor [--cwd DIR] [--grace MS] [--user UID GID GROUPS] CAP_BYTES TAIL_BYTES LINGER_MS -- ARGV...
@@ -385,8 +386,8 @@ int main(int argc, char **argv) {
     sigdelset(&waitmask, SIGCHLD);
 
     /* Every process of the task whose parent ends comes to us, not to init: none outlives the
-     * Attempt unseen. A kernel before 3.4, and qemu-user before 8.1 (how router builds are tested),
-     * refuse the option with EINVAL: then what the task leaves in its own process group is ended
+     * Attempt unseen. A kernel before 3.4, and Debian 12's qemu-user 7.2 (how router builds are
+     * tested), refuse the option with EINVAL: then what the task leaves in its own process group is ended
      * with it, uncounted, and what left the group is not found; said on the service's log. */
     if (prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0) {
         if (errno != EINVAL) {
