@@ -26,7 +26,6 @@ from edge_runtime.contract.notifications import (
     MAX_PARAM_BYTES,
     ChannelKind,
     InvalidNotifyChannelError,
-    NotifyError,
     NotifyMessageError,
     NotifyTokenInvalidError,
     OutboxStatus,
@@ -36,7 +35,7 @@ from edge_runtime.contract.notifications import (
 )
 from edge_runtime.contract.redaction import store_redactor
 from edge_runtime.contract.task_notify import NOTIFY_VARIABLE, Capability
-from edge_runtime.operations import printable, resolve_run_id, wake_service
+from edge_runtime.operations import notifications, printable, resolve_run_id, wake_service
 
 #: What ``--secret-param K=V`` (or a secret given with ``--param``) says on stderr; stored all the same.
 ARGV_SECRET_WARNING = ("Warning: a secret given as an argument is visible to every local user in the process list "
@@ -115,13 +114,6 @@ def register(subparsers: argparse._SubParsersAction, help_text: str, stores: Any
     parser.set_defaults(run=run, stores=stores)
 
 
-def notifications_of(store: Any) -> Any:
-    repository = getattr(store, "notifications", None)
-    if repository is None:
-        raise NotifyError("this store keeps no notifications (the Local store does)")
-    return repository
-
-
 def _pairs(items: list[str], usage_error, *, need_value: bool) -> dict[str, str | None]:
     pairs: dict[str, str | None] = {}
     for item in items:
@@ -172,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         return _default(args)
     with args.stores.open(args, READ) as store:
         run_id = resolve_run_id(store, args.run_form) if args.run_form else None
-        records = notifications_of(store).list_outbox(
+        records = notifications(store).list_outbox(
             limit=max(1, min(args.limit, 1000)), run_id=run_id,
             status=None if args.status is None else OutboxStatus(args.status))
         redactor = store_redactor(store)
@@ -208,14 +200,14 @@ def _channel(args: argparse.Namespace) -> int:
         params = {k: v for k, v in _pairs(args.param, args.usage_error, need_value=True).items() if v is not None}
         secrets, in_argv = _secret_params(args)
         with args.stores.open(args, WRITE) as store:
-            record = notifications_of(store).add_channel(args.name, args.kind, params, secrets)
+            record = notifications(store).add_channel(args.name, args.kind, params, secrets)
         declared_secret = {p.name for p in CHANNEL_PARAMS.get(record.kind, ()) if p.secret}
         if in_argv or declared_secret & set(params):
             sys.stderr.write(ARGV_SECRET_WARNING)
         return print_done(args, record, f"channel {record.name} added ({record.kind})")
     if command == "list":
         with args.stores.open(args, READ) as store:
-            records = notifications_of(store).list_channels()
+            records = notifications(store).list_channels()
             redactor = store_redactor(store)
         if args.json:
             print_json(records, redactor)
@@ -228,7 +220,7 @@ def _channel(args: argparse.Namespace) -> int:
         return 0
     if command == "remove":
         with args.stores.open(args, WRITE) as store:
-            notifications_of(store).remove_channel(args.name)
+            notifications(store).remove_channel(args.name)
         return print_done(args, {"name": args.name, "removed": True}, f"channel {args.name} removed")
     return _test(args)
 
@@ -241,7 +233,7 @@ def _test(args: argparse.Namespace) -> int:
     from edge_runtime.service.notify_transport import detect
 
     with args.stores.open(args, READ) as store:
-        channel = notifications_of(store).channel(args.name)
+        channel = notifications(store).channel(args.name)
         redactor = store_redactor(store)
         now = store.now_ms()
     transports = detect()
@@ -300,7 +292,7 @@ def send_from_task(args: argparse.Namespace) -> int | None:
 def _send(args: argparse.Namespace) -> int:
     title, body = _message_of(args)
     with args.stores.open(args, WRITE) as store:
-        records = notifications_of(store).enqueue_message(title, body, args.channel or None)
+        records = notifications(store).enqueue_message(title, body, args.channel or None)
         redactor = store_redactor(store)
         woken = []
         wake_service(lambda: woken.append(store.wake_workers()) or woken[0])
@@ -319,7 +311,7 @@ def _default(args: argparse.Namespace) -> int:
     rules = [parse_rule(text) for text in args.rules]
     access = WRITE if args.none or rules else READ
     with args.stores.open(args, access) as store:
-        repository = notifications_of(store)
+        repository = notifications(store)
         result = repository.set_rules(None, rules) if args.none or rules else repository.rules_of(None)
     if args.json:
         print_json(result)

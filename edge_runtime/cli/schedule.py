@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 
-from edge_runtime.cli.notify import notifications_of
 from edge_runtime.contract.notifications import check_rules, parse_rule, rule_text
 
 from edge_runtime.cli.common import (
@@ -131,11 +130,11 @@ def run(args: argparse.Namespace) -> int:
         with args.stores.open(args, CREATE) as store:
             if rules:  # every channel named exists before the schedule is added
                 for rule in rules:
-                    notifications_of(store).channel(rule.channel)
+                    operations.notifications(store).channel(rule.channel)
             record = operations.add_schedule(store, command, scripts_dir=lambda: args.stores.scripts_dir(args),
                                              note_when_none=True)
             if rules:
-                notifications_of(store).set_rules(record.id, rules)
+                operations.notifications(store).set_rules(record.id, rules)
             return _done(args, store, record, record.id, woken=True)
     if args.action == "edit":
         # The options may follow the id (`edit ID --name N -- CMD`): what comes before `--` in the
@@ -156,14 +155,14 @@ def run(args: argparse.Namespace) -> int:
         with args.stores.open(args, WRITE) as store:
             schedule_id = operations.resolve_schedule_id(store, args.schedule_id)
             for rule in rules or ():  # every channel named exists before anything changes
-                notifications_of(store).channel(rule.channel)
+                operations.notifications(store).channel(rule.channel)
             if edit is None:
                 record = store.schedules.get(schedule_id)
             else:
                 edit = msgspec.structs.replace(edit, schedule_id=schedule_id)
                 record = operations.edit_schedule(store, edit, scripts_dir=lambda: args.stores.scripts_dir(args))
             if rules is not None:
-                notifications_of(store).set_rules(schedule_id, rules)
+                operations.notifications(store).set_rules(schedule_id, rules)
             return _done(args, store, record, f"schedule {record.id} changed", woken=True)
     if args.action == "run":
         with args.stores.open(args, WRITE) as store:
