@@ -128,9 +128,7 @@ def test_serves_runs_a_command_and_cancels_it(executable, service, env, tmp_path
     run_id = submitted.stdout.strip()
 
     def show() -> dict:
-        result = run(executable, ["--db", str(db), "show", run_id, "--json"], env, tmp_path)
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
+        return _shown(executable, db, run_id, env, tmp_path)
 
     running = wait_for(lambda: (s := show())["status"] == "running" and s["attempts"][0].get("pid") and s, "the run to start")
     pid = running["attempts"][0]["pid"]
@@ -159,17 +157,19 @@ def test_a_process_the_task_leaves_behind_ends_with_its_run(executable, service,
     submitted = run(executable, ["--db", str(db), "submit", "--", "sh", "-c", script], env, tmp_path)
     assert submitted.returncode == 0, submitted.stderr
     run_id = submitted.stdout.strip()
-
-    def show() -> dict:
-        result = run(executable, ["--db", str(db), "show", run_id, "--json"], env, tmp_path)
-        assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
-
-    final = wait_for(lambda: (s := show())["status"] == "succeeded" and s, "the run to end")
+    final = wait_for(lambda: (s := _shown(executable, db, run_id, env, tmp_path))["status"] == "succeeded" and s,
+                     "the run to end")
     logs = run(executable, ["--db", str(db), "logs", run_id], env, tmp_path)
     leftover = int(logs.stdout.split("leftover=")[1].split()[0])
     # The status is written only once the group is empty: nothing of it is left at the end.
     assert not os.path.exists(f"/proc/{leftover}") or _is_zombie(leftover), final
+
+
+def _shown(executable: Path, db: Path, run_id: str, env: dict[str, str], tmp_path: Path) -> dict:
+    """``show RUN --json``, as the built executable answers it."""
+    result = run(executable, ["--db", str(db), "show", run_id, "--json"], env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def _is_zombie(pid: int) -> bool:
