@@ -20,20 +20,11 @@ from edge_runtime.local.runs import LocalRunRepository
 from edge_runtime.local.wake import poke
 from tests.support.fault_service import ServiceCampaign
 from tests.support.notify_receiver import Receiver
+from tests.support.service_harness import wait_for
 
 pytestmark = pytest.mark.fault
 
 WAIT_S = 60.0
-
-
-def _wait(condition, what: str, timeout: float = WAIT_S):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _outbox(db_path: Path):
@@ -70,7 +61,8 @@ def test_a_kill_between_the_end_and_the_send_loses_nothing_and_repeats_only_unde
             campaign.set_clock_offset(OUTBOX_LEASE_MS + 5_000)
             second = campaign.serve()
             assert campaign.wait_serving(second)
-            _wait(lambda: _outbox(campaign.db_path)[0].status is OutboxStatus.SENT, "the message to be sent")
+            wait_for(lambda: _outbox(campaign.db_path)[0].status is OutboxStatus.SENT, "the message to be sent",
+                     timeout=WAIT_S, interval=0.05)
             time.sleep(0.5)  # nothing more arrives
             keys = [request.headers["Idempotency-Key"] for request in receiver.received]
     finally:
