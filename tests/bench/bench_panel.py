@@ -76,23 +76,12 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait(30)
 
 
-def _request(sock: socket.socket, text: str, body: bytes = b"") -> tuple[int, bytes, bytes]:
-    sock.sendall(text.encode() + body)
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return int(head.split()[1]), head, rest
-
-
 def _login(port: int) -> str:
     body = json.dumps({"password": PASSWORD}).encode()
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        status, head, _ = _request(sock, f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Edge-Panel: 1\r\n"
-                                         f"Content-Length: {len(body)}\r\n\r\n", body)
+        status, head, _ = common.http_exchange(sock, f"POST /api/login HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                                                     f"X-Edge-Panel: 1\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                                                     + body)
     assert status == 200, head
     return re.search(rb"edge_panel=([^;]+)", head).group(1).decode()
 
@@ -183,12 +172,12 @@ def _requests_per_second(db: Path, port: int, seconds: float) -> float:
         for i in range(50 - len(runs.list_runs(limit=50))):
             runs.submit(SubmitRunCommand(argv=["true", str(i)]))
     token = _login(port)
-    text = f"GET /api/runs?limit=50 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: edge_panel={token}\r\n\r\n"
+    request = f"GET /api/runs?limit=50 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nCookie: edge_panel={token}\r\n\r\n".encode()
     count = 0
     with socket.create_connection(("127.0.0.1", port)) as sock:
         started = time.perf_counter()
         while time.perf_counter() - started < seconds:
-            status, _, body = _request(sock, text)
+            status, _, body = common.http_exchange(sock, request)
             assert status == 200 and body.startswith(b"[")
             count += 1
         return count / (time.perf_counter() - started)

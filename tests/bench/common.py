@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,24 @@ __all__ = [
     "series_row",
     "timed_cycles",
 ]
+
+
+def http_exchange(sock, request: bytes = b"") -> tuple[int, bytes, bytes]:
+    """Send ``request`` (when there is one) on the kept-alive ``sock``, then read one HTTP/1.1
+    answer: its status, its head and its body (as long as its Content-Length says)."""
+    if request:
+        sock.sendall(request)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise RuntimeError("the connection closed before an answer")
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
+    while len(rest) < length:
+        rest += sock.recv(65536)
+    return int(head.split()[1]), head, rest
 
 
 def median(values: Iterable[float]) -> float:

@@ -432,33 +432,18 @@ def _db_bytes(db: Path) -> int:
 # --------------------------------------------------------------------------- the panel
 
 
-def _request(sock: socket.socket, text: str) -> tuple[int, bytes, bytes]:
-    sock.sendall(text.encode())
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = sock.recv(65536)
-        if not chunk:
-            raise RuntimeError("connection closed")
-        data += chunk
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return int(head.split()[1]), head, rest
-
-
 def panel(port: int, app: dict, repeat: int) -> list[list[str]]:
     host = f"Host: 127.0.0.1:{port}\r\n"
     body = json.dumps({"password": PASSWORD})
     with socket.create_connection(("127.0.0.1", port)) as sock:
-        sock.sendall(f"POST /api/login HTTP/1.1\r\n{host}X-Edge-Panel: 1\r\nContent-Length: {len(body)}\r\n\r\n{body}"
-                     .encode())
-        status, head, answer = _read(sock)
+        status, head, answer = common.http_exchange(
+            sock, f"POST /api/login HTTP/1.1\r\n{host}X-Edge-Panel: 1\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+            .encode())
         if status != 200:
             raise RuntimeError(f"panel login: HTTP {status}: {answer[:300]!r}")
         cookie = re.search(rb"edge_panel=([^;]+)", head).group(1).decode()
-        _, _, token_body = _request(sock, f"GET /open/auth/token?client_id={app['id']}&client_secret="
-                                          f"{app['secret']} HTTP/1.1\r\n{host}\r\n")
+        _, _, token_body = common.http_exchange(sock, f"GET /open/auth/token?client_id={app['id']}&client_secret="
+                                                      f"{app['secret']} HTTP/1.1\r\n{host}\r\n".encode())
         token = json.loads(token_body)["data"]["token"]
         cases = [
             ("panel GET /api/schedules (700)", f"GET /api/schedules HTTP/1.1\r\n{host}Cookie: edge_panel={cookie}\r\n\r\n"),
@@ -473,7 +458,7 @@ def panel(port: int, app: dict, repeat: int) -> list[list[str]]:
             times, size = [], 0
             for _ in range(repeat + 1):
                 started = time.perf_counter()
-                status, _, answer = _request(sock, text)
+                status, _, answer = common.http_exchange(sock, text.encode())
                 times.append((time.perf_counter() - started) * 1000)
                 if status != 200:
                     raise RuntimeError(f"{label}: HTTP {status}: {answer[:300]!r}")
@@ -481,17 +466,6 @@ def panel(port: int, app: dict, repeat: int) -> list[list[str]]:
             times = times[1:]
             rows.append([label, f"{common.median(times):.1f}", f"{max(times):.1f}", f"{size:,}"])
     return rows
-
-
-def _read(sock: socket.socket) -> tuple[int, bytes, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
-    head, _, rest = data.partition(b"\r\n\r\n")
-    length = int(re.search(rb"(?i)content-length: (\d+)", head).group(1))
-    while len(rest) < length:
-        rest += sock.recv(65536)
-    return int(head.split()[1]), head, rest
 
 
 def main(argv: list[str] | None = None) -> int:
